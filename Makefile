@@ -1,0 +1,28 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
+# environment first when it is missing.
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU build of torch for this machine; the package itself asks only for a range.
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.lrcheck-installed
+
+.PHONY: demo test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/lrcheck compare --accum 2 --bs 16 --ref-bs 32
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) lrcheck-reports .pytest_cache

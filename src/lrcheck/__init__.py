@@ -1,0 +1,36 @@
+"""lrcheck: prove (or disprove) that gradient accumulation and several processes train exactly
+like one process with the same effective batch.
+
+The public API; importing it does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lrcheck.errors import LrcheckError, RunError, SpecError
+from lrcheck.runner.steps import ScheduleContext
+from lrcheck.spec import PairSpec, RunSpec, Tolerances
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from lrcheck.result import Report
+
+__all__ = ["compare", "PairSpec", "RunSpec", "Tolerances", "Report", "ScheduleContext",
+           "LrcheckError", "SpecError", "RunError", "__version__"]
+
+
+def compare(*args: Any, **kwargs: Any) -> Report:
+    """See ``lrcheck.api.compare``."""
+    from lrcheck.api import compare as _compare
+
+    return _compare(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Report":
+        from lrcheck.result import Report
+
+        return Report
+    raise AttributeError(f"module 'lrcheck' has no attribute {name!r}")

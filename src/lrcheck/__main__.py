@@ -1,0 +1,3 @@
+from lrcheck.cli import main
+
+main()

@@ -1,0 +1,150 @@
+"""The checks of DESIGN.md as pure functions: (reference trace, candidate trace, tolerances) →
+results. Nothing here trains, prints or writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lrcheck.spec import Tolerances
+from lrcheck.trace import RunTrace
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+CHECK_NAMES = ("updates", "lr", "params", "loss", "metrics")
+_TINY = 1e-300
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str
+    max_abs_diff: float | None
+    first_divergence: int | None
+    detail: str
+    max_rel_diff: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "max_abs_diff": self.max_abs_diff,
+                "first_divergence": self.first_divergence, "detail": self.detail,
+                "max_rel_diff": self.max_rel_diff}
+
+
+def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
+    """Why the two runs cannot train alike even with a correct schedule, or None."""
+    r, c = ref.spec, cand.spec
+    layers = set(ref.not_comparable) | set(cand.not_comparable)
+    if any("BatchNorm" in name for name in layers) and (r.bs, r.world) != (c.bs, c.world):
+        return (f"BatchNorm normalises over each forward's samples: {c.bs} per forward in the "
+                f"candidate, {r.bs} in the reference")
+    if any("Dropout" in name for name in layers) and (r.bs, r.accum, r.world) != (c.bs, c.accum, c.world):
+        return "dropout masks are drawn per forward and differ between the runs"
+    return None
+
+
+def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    for who, trace in (("candidate", cand), ("reference", ref)):
+        if trace.stopped:
+            return CheckResult("updates", FAIL, None, len(trace.updates),
+                               f"{who} stopped after {len(trace.updates)} of "
+                               f"{trace.planned_updates} updates: {trace.stopped}")
+    n_ref, n_cand = len(ref.updates), len(cand.updates)
+    if n_ref == n_cand:
+        return CheckResult("updates", PASS, 0.0, None, f"{n_ref} optimizer updates in both runs")
+    return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
+                       f"reference made {n_ref} optimizer updates, candidate {n_cand}")
+
+
+def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
+    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``."""
+    n = min(len(ref.updates), len(cand.updates))
+    if n == 0:
+        return CheckResult("lr", SKIP, None, None, "no updates to compare")
+    a, b = ref.lrs()[:n], cand.lrs()[:n]
+    if a.shape != b.shape:
+        return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
+                           f"candidate {b.shape[1]}")
+    diff = np.abs(b - a)
+    bad = np.argwhere(diff > tol * np.maximum(1.0, np.abs(a)))
+    worst = float(diff.max())
+    if len(bad):
+        k, g = (int(v) for v in bad[0])
+        group = f" (param group {g})" if a.shape[1] > 1 else ""
+        return CheckResult("lr", FAIL, worst, k,
+                           f"first differs at update {k}{group}: reference {a[k, g]:.10g}, "
+                           f"candidate {b[k, g]:.10g}; max |ΔLR| {worst:.3g}")
+    if len(ref.updates) != len(cand.updates):
+        return CheckResult("lr", FAIL, worst, n, f"equal for the first {n} updates, then only "
+                           f"one run goes on ({len(ref.updates)} vs {len(cand.updates)} updates)")
+    return CheckResult("lr", PASS, worst, None,
+                       f"equal at all {n} updates and {a.shape[1]} param groups; "
+                       f"max |ΔLR| {worst:.3g}")
+
+
+def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.ndarray,
+              tol: float, reason: str | None, unit: str) -> CheckResult:
+    n = min(len(ref_rows), len(cand_rows))
+    if n == 0:
+        return CheckResult(name, SKIP, None, None, "no updates to compare")
+    diff = np.abs(cand_rows[:n] - ref_rows[:n]).reshape(n, -1).max(axis=1)
+    rel = diff / np.maximum(scale[:n], _TINY)
+    worst_abs, worst_rel = float(diff.max()), float(rel.max())
+    over = np.flatnonzero(rel > tol)
+    if not len(over):
+        return CheckResult(name, PASS, worst_abs, None,
+                           f"{unit} agree at all {n} updates: max relative difference "
+                           f"{worst_rel:.3g} (tolerance {tol:g})", worst_rel)
+    k = int(over[0])
+    measured = (f"first beyond {tol:g} at update {k} (relative {rel[k]:.3g}); "
+                f"max relative {worst_rel:.3g}")
+    if reason:
+        return CheckResult(name, WARN, worst_abs, k, f"not comparable: {reason}; {measured}",
+                           worst_rel)
+    return CheckResult(name, FAIL, worst_abs, k, measured, worst_rel)
+
+
+def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
+    """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol``."""
+    n = min(len(ref.params), len(cand.params))
+    scale = np.abs(ref.params[:n]).max(axis=1) if n else np.empty(0)
+    return _relative("params", ref.params.astype(np.float64), cand.params.astype(np.float64),
+                     scale, tol, reason, "parameters")
+
+
+def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
+    """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol``."""
+    a, b = ref.losses(), cand.losses()
+    return _relative("loss", a, b, np.abs(a), tol, reason, "losses")
+
+
+def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
+    """Final eval accuracy and macro-F1 within ``tol`` (absolute)."""
+    r, c = ref.metrics, cand.metrics
+    if r is None or c is None:
+        return CheckResult("metrics", SKIP, None, None, "a run has no evaluation")
+    d_acc, d_f1 = c["accuracy"] - r["accuracy"], c["f1_macro"] - r["f1_macro"]
+    worst = max(abs(d_acc), abs(d_f1))
+    text = (f"accuracy {r['accuracy']:.4f} → {c['accuracy']:.4f} (Δ {d_acc:+.4f}), "
+            f"macro-F1 {r['f1_macro']:.4f} → {c['f1_macro']:.4f} (Δ {d_f1:+.4f})")
+    if worst <= tol:
+        return CheckResult("metrics", PASS, worst, None, f"{text}; tolerance {tol:g}")
+    if reason:
+        return CheckResult("metrics", WARN, worst, None, f"not comparable: {reason}; {text}")
+    return CheckResult("metrics", FAIL, worst, None, f"{text}; beyond tolerance {tol:g}")
+
+
+def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+    """Every check of the contract, in the order of ``CHECK_NAMES``."""
+    reason = not_comparable_reason(ref, cand)
+    return [
+        check_updates(ref, cand),
+        check_lr(ref, cand, tol.lr),
+        check_params(ref, cand, tol.params, reason),
+        check_loss(ref, cand, tol.loss, reason),
+        check_metrics(ref, cand, tol.metrics, reason),
+    ]
+
+
+def verdict(checks: list[CheckResult]) -> str:
+    return FAIL if any(c.status == FAIL for c in checks) else PASS

@@ -1,0 +1,21 @@
+"""The errors lrcheck raises; each carries the exit code the CLI turns it into (DESIGN.md)."""
+
+from __future__ import annotations
+
+
+class LrcheckError(Exception):
+    """Base class. ``exit_code`` is what the command line exits with."""
+
+    exit_code = 1
+
+
+class SpecError(LrcheckError):
+    """Bad input: a flag, a file, a spec. The message names the bad value and the fix."""
+
+    exit_code = 2
+
+
+class RunError(LrcheckError):
+    """A run crashed, hung past its timeout, or a worker died."""
+
+    exit_code = 3

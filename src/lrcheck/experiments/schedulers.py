@@ -1,0 +1,187 @@
+"""Learning-rate schedules: built-ins on ``torch.optim.lr_scheduler``, and users' own factories.
+
+Every schedule is made as ``make(optimizer, ctx)`` with ``ctx`` a ``ScheduleContext``; built-ins
+read only ``ctx.total_steps`` and ``ctx.warmup_steps``, the policy's own unit. With ``W`` warmup
+steps the factor at step ``k < W`` is ``(k + 1) / (W + 1)`` (``LinearLR`` from ``1/(W+1)``), then
+the main schedule runs over the remaining ``D = total - W`` steps (``SequentialLR``).
+
+The registry is data, importable without torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lrcheck.errors import SpecError
+
+if TYPE_CHECKING:
+    import torch
+
+    from lrcheck.runner.steps import ScheduleContext
+
+Factory = Callable[["torch.optim.Optimizer", "ScheduleContext"], Any]
+
+RESTART_CYCLES = 3
+STEP_DECAYS = 3
+STEP_GAMMA = 0.5
+EXPONENTIAL_FINAL = 0.01
+POLYNOMIAL_POWER = 2.0
+WSD_DECAY_FRACTION = 0.2
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    name: str
+    description: str
+    main: Callable[[Any, int], Any]
+    own_warmup: bool = False
+
+    def make(self, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
+        """The schedule for ``ctx``: warmup (if any) then the main schedule."""
+        from torch.optim import lr_scheduler as lrs
+
+        if self.own_warmup:
+            return self.main(optimizer, ctx)
+        warmup, decay = ctx.warmup_steps, max(1, ctx.total_steps - ctx.warmup_steps)
+        if warmup <= 0:
+            return self.main(optimizer, decay)
+        ramp = lrs.LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0,
+                            total_iters=warmup)
+        return lrs.SequentialLR(optimizer, [ramp, self.main(optimizer, decay)], [warmup])
+
+
+def _lrs() -> Any:
+    from torch.optim import lr_scheduler
+
+    return lr_scheduler
+
+
+def _constant(opt: Any, steps: int) -> Any:
+    return _lrs().LambdaLR(opt, lambda _: 1.0)
+
+
+def _linear(opt: Any, steps: int) -> Any:
+    return _lrs().LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=steps)
+
+
+def _cosine(opt: Any, steps: int) -> Any:
+    return _lrs().CosineAnnealingLR(opt, T_max=steps)
+
+
+def _cosine_restarts(opt: Any, steps: int) -> Any:
+    return _lrs().CosineAnnealingWarmRestarts(opt, T_0=max(1, math.ceil(steps / RESTART_CYCLES)))
+
+
+def _polynomial(opt: Any, steps: int) -> Any:
+    return _lrs().PolynomialLR(opt, total_iters=steps, power=POLYNOMIAL_POWER)
+
+
+def _inverse_sqrt(opt: Any, steps: int) -> Any:
+    return _lrs().LambdaLR(opt, lambda s: 1.0 / math.sqrt(1.0 + s))
+
+
+def _wsd(opt: Any, steps: int) -> Any:
+    decay = max(1, round(WSD_DECAY_FRACTION * steps))
+    stable = steps - decay
+    return _lrs().LambdaLR(opt, lambda s: 1.0 if s < stable else max(0.0, (steps - s) / decay))
+
+
+def _step(opt: Any, steps: int) -> Any:
+    return _lrs().StepLR(opt, step_size=max(1, math.ceil(steps / (STEP_DECAYS + 1))),
+                         gamma=STEP_GAMMA)
+
+
+def _exponential(opt: Any, steps: int) -> Any:
+    return _lrs().ExponentialLR(opt, gamma=EXPONENTIAL_FINAL ** (1.0 / steps))
+
+
+def _onecycle(opt: Any, ctx: ScheduleContext) -> Any:
+    total = max(2, ctx.total_steps)
+    pct = ctx.warmup_steps / total if ctx.warmup_steps else 0.25
+    max_lr = [g["lr"] for g in opt.param_groups]
+    return _lrs().OneCycleLR(opt, max_lr=max_lr, total_steps=total, pct_start=pct)
+
+
+_SCHEDULERS = [
+    Scheduler("constant", "warmup, then the base LR", _constant),
+    Scheduler("linear", "warmup, then linear decay to 0 (LinearLR)", _linear),
+    Scheduler("cosine", "warmup, then cosine decay to 0 (CosineAnnealingLR)", _cosine),
+    Scheduler("cosine-restarts",
+              f"warmup, then {RESTART_CYCLES} cosine cycles (CosineAnnealingWarmRestarts)",
+              _cosine_restarts),
+    Scheduler("polynomial", f"warmup, then (1 - s/D)^{POLYNOMIAL_POWER:g} (PolynomialLR)",
+              _polynomial),
+    Scheduler("inverse-sqrt", "warmup, then 1/sqrt(1 + s) (LambdaLR)", _inverse_sqrt),
+    Scheduler("wsd", f"warmup, stable, then linear decay over the last "
+              f"{WSD_DECAY_FRACTION:.0%} (LambdaLR)", _wsd),
+    Scheduler("step", f"warmup, then x{STEP_GAMMA} at {STEP_DECAYS} evenly spaced steps (StepLR)",
+              _step),
+    Scheduler("exponential", f"warmup, then exponential decay to {EXPONENTIAL_FINAL}x "
+              "(ExponentialLR)", _exponential),
+    Scheduler("onecycle", "OneCycleLR; its warm-up phase is the warmup fraction (0.25 if 0)",
+              _onecycle, own_warmup=True),
+]
+
+SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in _SCHEDULERS}
+
+
+def is_factory_ref(text: str) -> bool:
+    """Whether ``text`` names a user factory (``pkg.module:make`` or ``file.py:make``)."""
+    module, sep, func = text.rpartition(":")
+    return bool(sep and module and func.isidentifier())
+
+
+def load_factory(ref: str) -> Factory:
+    """Import the factory ``ref`` names; a ``SpecError`` says why it cannot be had."""
+    if not is_factory_ref(ref):
+        raise SpecError(f"--scheduler {ref!r}: a factory is written 'pkg.module:make' or "
+                        "'path/to/file.py:make'")
+    where, _, func = ref.rpartition(":")
+    try:
+        if where.endswith(".py") or "/" in where:
+            path = Path(where)
+            if not path.is_file():
+                raise SpecError(f"--scheduler {ref!r}: no file {str(path)!r}")
+            name = f"lrcheck_user_schedule_{abs(hash(str(path.resolve())))}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except SpecError:
+        raise
+    except Exception as exc:  # the user's module failed to import: bad input, one line
+        raise SpecError(f"--scheduler {ref!r}: cannot import {where!r}: "
+                        f"{type(exc).__name__}: {exc}") from None
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        raise SpecError(f"--scheduler {ref!r}: {where!r} has no callable {func!r}")
+    return factory
+
+
+def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
+    """The schedule ``name`` (built-in or factory) for ``optimizer``, checked to be a torch LR
+    scheduler that can step without arguments."""
+    from torch.optim.lr_scheduler import LRScheduler
+
+    factory = SCHEDULERS[name].make if name in SCHEDULERS else load_factory(name)
+    try:
+        scheduler = factory(optimizer, ctx)
+    except SpecError:
+        raise
+    except Exception as exc:
+        raise SpecError(f"--scheduler {name!r}: make(optimizer, ctx) raised "
+                        f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(scheduler, LRScheduler):
+        raise SpecError(f"--scheduler {name!r}: make(optimizer, ctx) returned "
+                        f"{type(scheduler).__name__}, not a torch.optim.lr_scheduler.LRScheduler")
+    return scheduler

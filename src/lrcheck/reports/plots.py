@@ -1,0 +1,92 @@
+"""Plots of a report (matplotlib, Agg backend). Long traces are drawn as at most ``MAX_POINTS``
+points per line, so plotting cost does not grow with the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from lrcheck.result import Report
+
+MAX_POINTS = 4000
+REF_STYLE = {"color": "tab:blue", "label": "reference"}
+CAND_STYLE = {"color": "tab:orange", "linestyle": "--", "label": "candidate"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _thin(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    steps = np.arange(len(values))
+    if len(values) <= MAX_POINTS:
+        return steps, values
+    pick = np.unique(np.linspace(0, len(values) - 1, MAX_POINTS).astype(np.int64))
+    return steps[pick], values[pick]
+
+
+def plot_lr(report: Report, path: Path) -> None:
+    plt = _pyplot()
+    ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 2]})
+    top.plot(*_thin(ref), **REF_STYLE)
+    top.plot(*_thin(cand), **CAND_STYLE)
+    top.set_ylabel("learning rate (group 0)")
+    top.set_title(f"LR used by each optimizer update — {report.pair.name}", fontsize=9)
+    top.legend()
+    n = min(len(ref), len(cand))
+    bottom.plot(*_thin(cand[:n] - ref[:n]), color="tab:red")
+    bottom.axhline(0.0, color="grey", linewidth=0.5)
+    lr_check = report.check("lr")
+    if lr_check.first_divergence is not None:
+        for axis in (top, bottom):
+            axis.axvline(lr_check.first_divergence, color="tab:red", linestyle=":",
+                         label="first divergence")
+    bottom.set_ylabel("candidate − reference")
+    bottom.set_xlabel("optimizer update")
+    _save(fig, path)
+
+
+def plot_loss(report: Report, path: Path) -> None:
+    plt = _pyplot()
+    fig, axis = plt.subplots(figsize=(8, 4))
+    axis.plot(*_thin(report.reference.losses()), **REF_STYLE)
+    axis.plot(*_thin(report.candidate.losses()), **CAND_STYLE)
+    axis.set_xlabel("optimizer update")
+    axis.set_ylabel("training loss (effective batch)")
+    axis.set_title(f"loss — {report.pair.name}", fontsize=9)
+    axis.legend()
+    _save(fig, path)
+
+
+def plot_metrics(report: Report, path: Path) -> None:
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharex=True)
+    for axis, key, title in ((axes[0], "accuracy", "accuracy"), (axes[1], "f1_macro", "macro-F1")):
+        for trace, style in ((report.reference, REF_STYLE), (report.candidate, CAND_STYLE)):
+            axis.plot([e.epoch + 1 for e in trace.epochs],
+                      [getattr(e, key) for e in trace.epochs], marker="o", **style)
+        axis.set_title(title)
+        axis.set_xlabel("epoch")
+    axes[0].legend()
+    fig.suptitle(f"test split — {report.pair.name}", fontsize=9)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    from lrcheck.reports.files import atomic_path
+
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    _pyplot().close(fig)
+
+
+PLOTS = {"lr.png": plot_lr, "loss.png": plot_loss, "metrics.png": plot_metrics}

@@ -1,0 +1,76 @@
+"""Rich renderables for a report. Rendering only: the CLI decides where they are printed."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from lrcheck.result import Report
+
+STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow",
+                "skip": "dim", "incomplete": "bold red"}
+
+
+def status_text(status: str) -> Text:
+    return Text(status.upper(), style=STATUS_STYLE.get(status, ""))
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def checks_table(report: Report) -> Table:
+    pair = report.pair
+    ref, cand = pair.reference, pair.candidate
+    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
+                        f"vs {ref.label} (world {ref.world}) · {cand.task} · {cand.scheduler}",
+                  title_justify="left")
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("max |Δ|", justify="right")
+    table.add_column("first divergence", justify="right")
+    table.add_column("detail", overflow="fold")
+    for check in report.checks:
+        first = "—" if check.first_divergence is None else f"update {check.first_divergence}"
+        table.add_row(check.name, status_text(check.status), _number(check.max_abs_diff), first,
+                      check.detail)
+    return table
+
+
+def metrics_table(report: Report) -> Table:
+    table = Table(title="final evaluation (test split)", title_justify="left")
+    table.add_column("")
+    table.add_column(f"reference {report.pair.reference.label}", justify="right")
+    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    table.add_column("Δ", justify="right")
+    ref, cand = report.reference, report.candidate
+    rows = [("optimizer updates", float(len(ref.updates)), float(len(cand.updates)), "{:.0f}"),
+            ("final LR (group 0)", ref.updates[-1].lr[0] if ref.updates else None,
+             cand.updates[-1].lr[0] if cand.updates else None, "{:.4g}"),
+            ("final train loss", ref.updates[-1].loss if ref.updates else None,
+             cand.updates[-1].loss if cand.updates else None, "{:.6f}")]
+    for key, label in (("accuracy", "accuracy"), ("f1_macro", "macro-F1")):
+        rows.append((label, (ref.metrics or {}).get(key), (cand.metrics or {}).get(key),
+                     "{:.4f}"))
+    for label, a, b, fmt in rows:
+        delta = "—" if a is None or b is None else f"{b - a:+.4g}"
+        table.add_row(label, "—" if a is None else fmt.format(a),
+                      "—" if b is None else fmt.format(b), delta)
+    return table
+
+
+def verdict_text(report: Report) -> Text:
+    failed = [c.name for c in report.checks if c.status == "fail"]
+    warned = [c.name for c in report.checks if c.status == "warn"]
+    text = Text("verdict: ")
+    text.append(report.verdict.upper(), style=STATUS_STYLE[report.verdict])
+    if failed:
+        text.append(f" — failed: {', '.join(failed)}")
+    if warned:
+        text.append(f" — warnings: {', '.join(warned)}")
+    return text
+
+
+def render(report: Report) -> Group:
+    return Group(checks_table(report), metrics_table(report), verdict_text(report))

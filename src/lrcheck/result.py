@@ -1,0 +1,58 @@
+"""The outcome of a comparison: the pair, both traces, the checks and where it ran.
+
+``Report.to_dict()`` is ``result.json`` (schema_version 1, DESIGN.md): keep its keys stable and
+add beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lrcheck.checks import PASS, CheckResult, verdict
+from lrcheck.spec import PairSpec
+from lrcheck.trace import RunTrace
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Report:
+    pair: PairSpec
+    reference: RunTrace
+    candidate: RunTrace
+    checks: list[CheckResult]
+    environment: dict[str, Any]
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.checks)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == PASS
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def check(self, name: str) -> CheckResult:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": self.verdict,
+            "pair": {"name": self.pair.name, **self.pair.to_dict()},
+            "checks": [c.to_dict() for c in self.checks],
+            "runs": {"reference": self.reference.to_dict(),
+                     "candidate": self.candidate.to_dict()},
+            "environment": self.environment,
+        }
+
+    def save(self, out: str | Path) -> Path:
+        """Write result.json, report.md and the plots into ``out``; returns the folder."""
+        from lrcheck.reports.files import write_report
+
+        return write_report(self, Path(out))

@@ -1,0 +1,1 @@
+"""How a run is trained: data order, step arithmetic, policies, the loop."""

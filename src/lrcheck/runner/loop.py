@@ -1,0 +1,160 @@
+"""The training loop: one run of a ``RunSpec``, recorded update by update.
+
+It reads like the textbook loop it checks. The only additions are the recording (LR read just
+before ``optimizer.step()``, losses kept on the device until the update ends) and the loss
+normalisation that makes the gradient the mean over the whole effective batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.experiments.tasks import TASKS, Dataset
+from lrcheck.runner.order import global_batches, micro_batches, rank_share
+from lrcheck.runner.policies import POLICIES
+from lrcheck.runner.steps import plan_steps, schedule_context
+from lrcheck.spec import RunSpec
+from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+
+OnUpdate = Callable[[int, int], None]
+
+MOMENTUM = 0.9
+WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
+# Layers whose output for a sample depends on the other samples in its forward, or on an RNG.
+BATCH_DEPENDENT = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd)
+
+
+def make_optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """Two param groups, as real recipes have: weights (with weight decay) and the rest."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    rest = [p for p in model.parameters() if p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY[spec.optimizer]},
+              {"params": rest, "weight_decay": 0.0}]
+    if spec.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=spec.lr)
+    return torch.optim.SGD(groups, lr=spec.lr, momentum=MOMENTUM)
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
+    """Accuracy and macro-F1 on the test split."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    model.eval()
+    with torch.no_grad():
+        pred = model(x).argmax(dim=1).cpu().numpy()
+    model.train()
+    return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
+
+
+def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
+          on_update: OnUpdate | None = None) -> RunTrace:
+    """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` (the process group is set
+    up by the caller when ``world > 1``) and return what every update used."""
+    started = time.perf_counter()
+    world, policy = spec.world, POLICIES[spec.policy]
+    dtype = getattr(torch, spec.dtype)
+    x_train = torch.as_tensor(data.x_train, dtype=dtype, device=device)
+    y_train = torch.as_tensor(data.y_train, device=device)
+    x_test = torch.as_tensor(data.x_test, dtype=dtype, device=device)
+
+    torch.manual_seed(spec.seed)
+    net = TASKS[spec.task].build_model(data.num_features, data.num_classes).to(device, dtype)
+    not_comparable = tuple(sorted({type(m).__name__ for m in net.modules()
+                                   if isinstance(m, BATCH_DEPENDENT)}))
+    model: torch.nn.Module = net
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(net)
+    optimizer = make_optimizer(spec, net)
+
+    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, world, spec.epochs, spec.tail)
+    ctx = schedule_context(plan, spec.policy, spec.warmup)
+    scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
+
+    params = list(net.parameters())
+    snapshots = torch.empty(plan.total_updates, sum(p.numel() for p in params), dtype=dtype,
+                            device=device)
+    updates: list[UpdateRecord] = []
+    epochs: list[EpochMetrics] = []
+    samples_seen = scheduler_steps = 0
+    stopped: str | None = None
+
+    model.train()
+    for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs, spec.seed,
+                                spec.tail):
+        micro = micro_batches(batch.indices, spec.bs, world)
+        n_global = len(batch.indices)
+        loss_sum = torch.zeros((), dtype=dtype, device=device)
+        stepped = False
+        for m, shared in enumerate(micro):
+            last = m == len(micro) - 1
+            idx = torch.from_numpy(rank_share(shared, rank, world)).to(device)
+            # DDP all-reduces gradients only on the last micro-batch of an update.
+            sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
+            with sync:
+                per_sample = F.cross_entropy(model(x_train[idx]), y_train[idx], reduction="none")
+                if spec.loss_norm == "global":
+                    # Sum over the micro-batch, divided by the global batch size: the gradient is
+                    # then the mean over the whole effective batch. x world undoes DDP's average.
+                    loss = per_sample.sum() * (world / n_global)
+                    loss_sum += per_sample.detach().sum() / n_global
+                else:
+                    # The common per-micro-batch mean divided by accum.
+                    loss = per_sample.sum() / max(len(idx), 1) / spec.accum
+                    loss_sum += loss.detach() / world
+                loss.backward()
+            if last:
+                lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
+                steps_at_read = scheduler_steps
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                stepped = True
+            if last or policy.steps_every_micro_batch:
+                try:
+                    scheduler.step()
+                except Exception as exc:  # a schedule that refuses to step is a finding
+                    stopped = (f"scheduler.step() raised {type(exc).__name__} at update "
+                               f"{batch.update}: {exc}")
+                    break
+                scheduler_steps += 1
+        if not stepped:  # the schedule stopped the run inside an accumulation window
+            break
+        if world > 1:
+            dist.all_reduce(loss_sum)
+        samples_seen += n_global
+        updates.append(UpdateRecord(batch.update, lr, float(loss_sum), samples_seen,
+                                    steps_at_read, batch.epoch))
+        snapshots[batch.update].copy_(torch.cat([p.detach().reshape(-1) for p in params]))
+        if on_update is not None:
+            on_update(len(updates), plan.total_updates)
+        if batch.ends_epoch or stopped:
+            acc, f1 = evaluate(net, x_test, data.y_test)
+            epochs.append(EpochMetrics(batch.epoch, batch.update, acc, f1))
+        if stopped:
+            break
+
+    return RunTrace(
+        spec=spec, updates=updates, epochs=epochs,
+        params=snapshots[:len(updates)].cpu().numpy(), planned_updates=plan.total_updates,
+        context=ctx.to_dict(), not_comparable=not_comparable, stopped=stopped,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def environment(device: str, world: int) -> dict[str, Any]:
+    """What the report states about where it ran."""
+    import platform
+
+    import lrcheck
+
+    return {"lrcheck": lrcheck.__version__, "torch": torch.__version__, "device": device,
+            "world_size": world, "python": platform.python_version(),
+            "platform": platform.platform(), "threads": torch.get_num_threads()}

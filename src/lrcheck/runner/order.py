@@ -1,0 +1,60 @@
+"""The data order that makes exact equality possible (DESIGN.md, "how data flows").
+
+Epoch ``e`` has one permutation from a generator seeded by ``(seed, e)``; global batch ``k`` is
+the next ``E`` indices of it; micro-batch ``m`` of an update is the next ``bs·world`` indices of
+the global batch, and rank ``r`` takes every ``world``-th of those starting at ``r``. Over all
+micro-batches and ranks that is exactly the global batch, whatever ``bs``, ``accum`` and
+``world`` are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The order of the ``n`` training samples in ``epoch``; the same for every configuration."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+@dataclass(frozen=True)
+class GlobalBatch:
+    """The samples behind one optimizer update, over all ranks and micro-batches."""
+
+    update: int
+    epoch: int
+    indices: np.ndarray
+    ends_epoch: bool
+
+
+def global_batches(n: int, effective: int, epochs: int, seed: int,
+                   tail: str) -> Iterator[GlobalBatch]:
+    """Every update's global batch in order, for the tails of ``steps.plan_steps``."""
+    update = 0
+    carried = np.empty(0, dtype=np.int64)
+    for epoch in range(epochs):
+        order = epoch_permutation(seed, epoch, n)
+        if tail == "carry":
+            order = np.concatenate([carried, order])
+        full, left = divmod(len(order), effective)
+        cuts = [order[k * effective:(k + 1) * effective] for k in range(full)]
+        if tail == "flush" and left:
+            cuts.append(order[full * effective:])
+        carried = order[full * effective:] if tail == "carry" else carried
+        for k, indices in enumerate(cuts):
+            yield GlobalBatch(update, epoch, indices, ends_epoch=k == len(cuts) - 1)
+            update += 1
+
+
+def micro_batches(indices: np.ndarray, bs: int, world: int) -> list[np.ndarray]:
+    """The global batch cut into micro-batches of ``bs·world`` (the last may be short)."""
+    step = bs * world
+    return [indices[m:m + step] for m in range(0, len(indices), step)]
+
+
+def rank_share(micro_batch: np.ndarray, rank: int, world: int) -> np.ndarray:
+    """Rank ``rank``'s part of one micro-batch: every ``world``-th sample starting at ``rank``."""
+    return micro_batch[rank::world]

@@ -1,0 +1,116 @@
+"""Step arithmetic: how many micro-batches and optimizer updates a run makes, per tail, and the
+``ScheduleContext`` a scheduler factory receives. Pure functions of a few integers, so they also
+serve ``lrcheck trace`` for runs far too large to train.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from lrcheck.errors import SpecError
+from lrcheck.runner.policies import POLICIES
+
+
+@dataclass(frozen=True)
+class ScheduleContext:
+    """What a schedule factory ``make(optimizer, ctx)`` is told (DESIGN.md, "Schedulers").
+
+    ``micro_batches_per_epoch`` is what ``len(train_loader)`` gives on one rank; ``total_steps``
+    and ``warmup_steps`` are in the policy's own unit (optimizer updates, or micro-batches for
+    ``per-micro-batch-scaled``). Factories that compute lengths from the raw fields instead are
+    where accumulation and world-size bugs live, and lrcheck shows them.
+    """
+
+    micro_batches_per_epoch: int
+    epochs: int
+    accum_steps: int
+    world_size: int
+    micro_batch_size: int
+    num_samples: int
+    updates_per_epoch: int
+    total_updates: int
+    total_steps: int
+    warmup_steps: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How a run of ``epochs`` over ``num_samples`` splits into updates and micro-batches."""
+
+    num_samples: int
+    micro_batch_size: int
+    accum: int
+    world: int
+    epochs: int
+    tail: str
+    updates_per_epoch: int
+    total_updates: int
+    micro_batches_per_epoch: int
+    total_micro_batches: int
+
+    @property
+    def effective_batch(self) -> int:
+        return self.micro_batch_size * self.accum * self.world
+
+
+def plan_steps(num_samples: int, bs: int, accum: int, world: int, epochs: int,
+               tail: str) -> StepPlan:
+    """Counts for one run.
+
+    - ``drop``: ``n // E`` updates per epoch; the last ``n % E`` samples of each epoch are unused.
+    - ``flush``: one more, short update per epoch from the leftover samples, split into
+      ``ceil(left / (bs·world))`` micro-batches (the last one ragged).
+    - ``carry``: the epochs form one stream cut every ``E`` samples, so leftovers open the next
+      epoch's first update; ``updates_per_epoch`` is the nominal ``n // E`` and whatever is left
+      after the last epoch is dropped.
+    """
+    effective = bs * accum * world
+    if num_samples < effective:
+        raise SpecError(
+            f"the training set has {num_samples} samples, fewer than one effective batch of "
+            f"{effective} (bs·accum·world = {bs}·{accum}·{world}); lower --bs or --accum"
+        )
+    per_forward = bs * world
+    full, left = divmod(num_samples, effective)
+    if tail == "drop":
+        per_epoch, micro = full, full * accum
+        total = per_epoch * epochs
+        total_micro = micro * epochs
+    elif tail == "flush":
+        extra = math.ceil(left / per_forward)
+        per_epoch, micro = full + (left > 0), full * accum + extra
+        total = per_epoch * epochs
+        total_micro = micro * epochs
+    elif tail == "carry":
+        per_epoch, micro = full, num_samples // per_forward
+        total = num_samples * epochs // effective
+        total_micro = total * accum
+    else:
+        raise SpecError(f"--tail {tail!r} is not known; choose one of: drop, flush, carry")
+    return StepPlan(num_samples, bs, accum, world, epochs, tail, per_epoch, total, micro,
+                    total_micro)
+
+
+def schedule_context(plan: StepPlan, policy: str, warmup: float) -> ScheduleContext:
+    """The context for ``plan`` under ``policy`` with ``warmup`` as a fraction of the run."""
+    warmup_updates = round(warmup * plan.total_updates)
+    if POLICIES[policy].lengths_in_micro_batches:
+        total_steps, warmup_steps = plan.total_micro_batches, warmup_updates * plan.accum
+    else:
+        total_steps, warmup_steps = plan.total_updates, warmup_updates
+    return ScheduleContext(
+        micro_batches_per_epoch=plan.micro_batches_per_epoch,
+        epochs=plan.epochs,
+        accum_steps=plan.accum,
+        world_size=plan.world,
+        micro_batch_size=plan.micro_batch_size,
+        num_samples=plan.num_samples,
+        updates_per_epoch=plan.updates_per_epoch,
+        total_updates=plan.total_updates,
+        total_steps=total_steps,
+        warmup_steps=warmup_steps,
+    )

@@ -1,0 +1,204 @@
+"""Frozen specs: built once from flags (or a suite file), validated, and carried unchanged to the
+runner, the checks, the report and ``result.json``.
+
+Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from lrcheck.errors import SpecError
+from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
+from lrcheck.experiments.tasks import TASKS
+from lrcheck.runner.policies import POLICIES
+
+TAILS = ("drop", "flush", "carry")
+LOSS_NORMS = ("global", "mean")
+DTYPES = ("float64", "float32")
+DEVICES = ("auto", "cpu", "cuda")
+OPTIMIZERS = ("sgd", "adamw")
+
+REFERENCE_POLICY = "per-update"
+
+
+def _one_of(flag: str, value: str, choices: tuple[str, ...] | list[str]) -> None:
+    if value not in choices:
+        raise SpecError(f"{flag} {value!r} is not known; choose one of: {', '.join(choices)}")
+
+
+def _at_least(flag: str, value: int, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise SpecError(f"{flag} must be a whole number >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training configuration. ``world`` is the number of processes; ``device`` may still be
+    ``auto`` here and is resolved by the runner."""
+
+    task: str = "digits"
+    bs: int = 32
+    accum: int = 1
+    world: int = 1
+    epochs: int = 5
+    scheduler: str = "cosine"
+    warmup: float = 0.1
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    policy: str = REFERENCE_POLICY
+    tail: str = "drop"
+    loss_norm: str = "global"
+    seed: int = 0
+    dtype: str = "float64"
+    device: str = "auto"
+    samples: int = 2000
+
+    def __post_init__(self) -> None:
+        _one_of("--task", self.task, list(TASKS))
+        _at_least("--bs", self.bs, 1)
+        _at_least("--accum", self.accum, 1)
+        _at_least("--world", self.world, 1)
+        _at_least("--epochs", self.epochs, 1)
+        _at_least("--samples", self.samples, 10)
+        _at_least("--seed", self.seed, 0)
+        if not (self.scheduler in SCHEDULERS or is_factory_ref(self.scheduler)):
+            raise SpecError(
+                f"--scheduler {self.scheduler!r} is not known; choose one of: "
+                f"{', '.join(SCHEDULERS)}, or give a factory as 'pkg.module:make' or 'file.py:make'"
+            )
+        if not (isinstance(self.warmup, (int, float)) and 0.0 <= self.warmup < 1.0):
+            raise SpecError(f"--warmup must be a fraction of the run in [0, 1), got {self.warmup!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise SpecError(f"--lr must be a positive number, got {self.lr!r}")
+        _one_of("--optimizer", self.optimizer, OPTIMIZERS)
+        _one_of("--policy", self.policy, list(POLICIES))
+        _one_of("--tail", self.tail, TAILS)
+        _one_of("--loss-norm", self.loss_norm, LOSS_NORMS)
+        _one_of("--dtype", self.dtype, DTYPES)
+        _one_of("--device", self.device, DEVICES)
+
+    @property
+    def effective_batch(self) -> int:
+        """``bs·accum·world``: the samples behind one optimizer update."""
+        return self.bs * self.accum * self.world
+
+    @property
+    def label(self) -> str:
+        """A short name such as ``bs16x2`` or ``bs8x2x2w``."""
+        text = f"bs{self.bs}"
+        if self.accum > 1:
+            text += f"x{self.accum}"
+        if self.world > 1:
+            text += f"x{self.world}w"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return replace(self, **changes)
+
+
+# (params, loss) relative tolerances per dtype. float32 is calibrated: over 16 pairs (4 tasks x
+# sgd/adamw x accum 2/4, 5 epochs) the largest differences measured were 2.6e-6 (params) and
+# 1.9e-5 (loss), so the defaults leave a margin of about 40x (README, "Tolerances").
+_DTYPE_TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-3)}
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What each check allows. ``lr``: absolute, scaled by ``max(1, |lr|)``; ``params`` and
+    ``loss``: relative; ``metrics``: absolute on accuracy and macro-F1."""
+
+    lr: float = 1e-12
+    params: float = 1e-9
+    loss: float = 1e-9
+    metrics: float = 0.01
+
+    @classmethod
+    def for_dtype(cls, dtype: str, **overrides: float | None) -> Tolerances:
+        """Defaults for ``dtype`` with any non-None override applied."""
+        _one_of("--dtype", dtype, DTYPES)
+        params, loss = _DTYPE_TOL[dtype]
+        base: dict[str, float] = {"params": params, "loss": loss}
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        tol = cls(**base)
+        for name, value in asdict(tol).items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise SpecError(f"--tol-{name} must be a number >= 0, got {value!r}")
+        return tol
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """The candidate under test and the reference it must train like."""
+
+    reference: RunSpec
+    candidate: RunSpec
+    tolerances: Tolerances = field(default_factory=Tolerances)
+
+    def __post_init__(self) -> None:
+        ref, cand = self.reference, self.candidate
+        if ref.effective_batch != cand.effective_batch:
+            ref_world = f"·{ref.world} processes" if ref.world > 1 else ""
+            raise SpecError(
+                f"--ref-bs {ref.bs}{ref_world} = {ref.effective_batch} differs from the candidate's "
+                f"bs·accum·world = {cand.bs}·{cand.accum}·{cand.world} = {cand.effective_batch}; "
+                f"set --ref-bs {cand.effective_batch // ref.world}"
+                if cand.effective_batch % ref.world == 0
+                else f"--ref-bs {ref.bs} gives an effective batch of {ref.effective_batch}, the "
+                f"candidate's is {cand.effective_batch}; no --ref-bs matches with {ref.world} processes"
+            )
+        if ref.accum != 1 or ref.policy != REFERENCE_POLICY:
+            raise SpecError(
+                f"the reference must run accum 1 with policy {REFERENCE_POLICY!r}, "
+                f"got accum {ref.accum!r}, policy {ref.policy!r}"
+            )
+        shared = ("task", "epochs", "scheduler", "warmup", "lr", "optimizer", "tail", "seed",
+                  "dtype", "device", "samples", "loss_norm")
+        for name in shared:
+            if getattr(ref, name) != getattr(cand, name):
+                raise SpecError(
+                    f"reference and candidate must share {name!r}: "
+                    f"{getattr(ref, name)!r} != {getattr(cand, name)!r}"
+                )
+
+    @classmethod
+    def build(cls, candidate: RunSpec, ref_bs: int | None = None, ref_world: int = 1,
+              tolerances: Tolerances | None = None) -> PairSpec:
+        """The pair for ``candidate``: the reference is the same run with ``bs = ref_bs``
+        (default: the candidate's effective batch over ``ref_world``), accum 1, policy
+        ``per-update``."""
+        _at_least("--ref-nproc", ref_world, 1)
+        if ref_bs is None:
+            ref_bs = max(1, candidate.effective_batch // ref_world)
+        _at_least("--ref-bs", ref_bs, 1)
+        reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY)
+        return cls(reference, candidate, tolerances or Tolerances.for_dtype(candidate.dtype))
+
+    @property
+    def name(self) -> str:
+        """A file-system-safe name for the pair, e.g. ``digits-cosine-bs16x2-vs-bs32``."""
+        cand = self.candidate
+        parts = [cand.task, _safe(cand.scheduler), cand.label]
+        if cand.policy != REFERENCE_POLICY:
+            parts.append(cand.policy)
+        if cand.tail != "drop":
+            parts.append(f"tail-{cand.tail}")
+        if cand.loss_norm != "global":
+            parts.append(f"norm-{cand.loss_norm}")
+        if cand.dtype != "float64":
+            parts.append(cand.dtype)
+        return "-".join(parts) + f"-vs-{self.reference.label}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference.to_dict(), "candidate": self.candidate.to_dict(),
+                "tolerances": asdict(self.tolerances)}
+
+
+def _safe(text: str) -> str:
+    keep = [c if c.isalnum() or c in "-_." else "_" for c in text.rsplit("/", 1)[-1]]
+    return "".join(keep).strip("_.") or "custom"
