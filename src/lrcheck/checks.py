@@ -51,7 +51,7 @@ def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
                                f"{trace.planned_updates} updates: {trace.stopped}")
     n_ref, n_cand = len(ref.updates), len(cand.updates)
     if n_ref == n_cand:
-        return CheckResult("updates", PASS, 0.0, None, f"{n_ref} optimizer updates in both runs")
+        return CheckResult("updates", PASS, 0.0, None, f"{n_ref} in both runs")
     return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
                        f"reference made {n_ref} optimizer updates, candidate {n_cand}")
 
@@ -78,12 +78,11 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
         return CheckResult("lr", FAIL, worst, n, f"equal for the first {n} updates, then only "
                            f"one run goes on ({len(ref.updates)} vs {len(cand.updates)} updates)")
     return CheckResult("lr", PASS, worst, None,
-                       f"equal at all {n} updates and {a.shape[1]} param groups; "
-                       f"max |ΔLR| {worst:.3g}")
+                       f"equal at all {n} updates ({a.shape[1]} param groups)")
 
 
 def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.ndarray,
-              tol: float, reason: str | None, unit: str) -> CheckResult:
+              tol: float, reason: str | None) -> CheckResult:
     n = min(len(ref_rows), len(cand_rows))
     if n == 0:
         return CheckResult(name, SKIP, None, None, "no updates to compare")
@@ -93,11 +92,9 @@ def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.
     over = np.flatnonzero(rel > tol)
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
-                           f"{unit} agree at all {n} updates: max relative difference "
-                           f"{worst_rel:.3g} (tolerance {tol:g})", worst_rel)
+                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {n} updates", worst_rel)
     k = int(over[0])
-    measured = (f"first beyond {tol:g} at update {k} (relative {rel[k]:.3g}); "
-                f"max relative {worst_rel:.3g}")
+    measured = (f"relative {rel[k]:.3g} > {tol:g} at update {k}; max relative {worst_rel:.3g}")
     if reason:
         return CheckResult(name, WARN, worst_abs, k, f"not comparable: {reason}; {measured}",
                            worst_rel)
@@ -109,13 +106,13 @@ def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) 
     n = min(len(ref.params), len(cand.params))
     scale = np.abs(ref.params[:n]).max(axis=1) if n else np.empty(0)
     return _relative("params", ref.params.astype(np.float64), cand.params.astype(np.float64),
-                     scale, tol, reason, "parameters")
+                     scale, tol, reason)
 
 
 def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
     """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol``."""
     a, b = ref.losses(), cand.losses()
-    return _relative("loss", a, b, np.abs(a), tol, reason, "losses")
+    return _relative("loss", a, b, np.abs(a), tol, reason)
 
 
 def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
@@ -125,10 +122,10 @@ def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None)
         return CheckResult("metrics", SKIP, None, None, "a run has no evaluation")
     d_acc, d_f1 = c["accuracy"] - r["accuracy"], c["f1_macro"] - r["f1_macro"]
     worst = max(abs(d_acc), abs(d_f1))
-    text = (f"accuracy {r['accuracy']:.4f} → {c['accuracy']:.4f} (Δ {d_acc:+.4f}), "
-            f"macro-F1 {r['f1_macro']:.4f} → {c['f1_macro']:.4f} (Δ {d_f1:+.4f})")
+    text = (f"accuracy {r['accuracy']:.4f} → {c['accuracy']:.4f} ({d_acc:+.4f}), "
+            f"macro-F1 {r['f1_macro']:.4f} → {c['f1_macro']:.4f} ({d_f1:+.4f})")
     if worst <= tol:
-        return CheckResult("metrics", PASS, worst, None, f"{text}; tolerance {tol:g}")
+        return CheckResult("metrics", PASS, worst, None, f"{text}; ≤ {tol:g}")
     if reason:
         return CheckResult("metrics", WARN, worst, None, f"not comparable: {reason}; {text}")
     return CheckResult("metrics", FAIL, worst, None, f"{text}; beyond tolerance {tol:g}")

@@ -1,0 +1,51 @@
+import json
+import os
+
+import pytest
+
+import lrcheck
+from lrcheck.reports.files import atomic_path, result_json, write_report
+
+
+@pytest.fixture(scope="module")
+def report():
+    return lrcheck.compare(accum=2, bs=16, epochs=1)
+
+
+def test_result_json_has_the_schema_version_1_keys(report):
+    data = json.loads(result_json(report))
+    assert data["schema_version"] == 1 and data["verdict"] in ("pass", "fail")
+    for check in data["checks"]:
+        assert set(check) >= {"name", "status", "max_abs_diff", "first_divergence", "detail"}
+    for role in ("reference", "candidate"):
+        run = data["runs"][role]
+        assert set(run) >= {"spec", "updates", "metrics"}
+        assert set(run["updates"][0]) >= {"step", "lr", "loss", "samples_seen", "scheduler_steps"}
+        assert set(run["metrics"]) == {"accuracy", "f1_macro"}
+    assert {"torch", "device", "world_size"} <= set(data["environment"])
+
+
+def test_the_same_run_twice_gives_identical_traces(report):
+    again = lrcheck.compare(accum=2, bs=16, epochs=1)
+    first, second = json.loads(result_json(report)), json.loads(result_json(again))
+    for role in ("reference", "candidate"):
+        assert first["runs"][role]["updates"] == second["runs"][role]["updates"]
+        assert first["runs"][role]["metrics"] == second["runs"][role]["metrics"]
+
+
+def test_write_report_writes_every_file_and_leaves_no_temporaries(report, tmp_path):
+    write_report(report, tmp_path)
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["loss.png", "lr.png", "metrics.png", "report.md", "result.json"]
+    assert "| lr | pass |" in (tmp_path / "report.md").read_text()
+
+
+def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "result.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("disk full")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["result.json"]

@@ -1,0 +1,95 @@
+"""Paired runs through ``lrcheck.compare``: the numbers the product promises, with tolerances
+stated and expected vs got printed on failure."""
+
+import pytest
+
+import lrcheck
+
+EPOCHS = 3
+
+
+def summary(report) -> str:
+    return "\n".join(f"{c.name}: {c.status} {c.detail}" for c in report.checks)
+
+
+@pytest.fixture(scope="module")
+def accum2():
+    return lrcheck.compare(accum=2, bs=16, ref_bs=32, epochs=EPOCHS)
+
+
+def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
+    assert accum2.ok, summary(accum2)
+    params = accum2.check("params")
+    assert params.max_rel_diff is not None and params.max_rel_diff <= 1e-9, summary(accum2)
+    assert accum2.check("lr").max_abs_diff == 0.0
+    assert len(accum2.candidate.updates) == 1437 // 32 * EPOCHS
+    first = accum2.candidate.updates[0]
+    assert first.samples_seen == 32 and first.scheduler_steps == 0 and len(first.lr) == 2
+
+
+def test_per_micro_batch_fails_lr_at_an_early_update():
+    report = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
+    lr = report.check("lr")
+    assert lr.status == "fail" and lr.first_divergence is not None and lr.first_divergence <= 2
+    assert f"update {lr.first_divergence}" in lr.detail
+    assert report.candidate.updates[1].scheduler_steps == 3  # stepped on every micro-batch
+    assert report.exit_code == 1
+    assert any("before `optimizer.step()`" in w for w in report.candidate.extra["warnings"])
+
+
+def test_per_micro_batch_scaled_is_close_but_not_equal():
+    """Ludwig's fix: the LR moves within each window; lrcheck measures how much."""
+    scaled = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch-scaled")
+    buggy = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
+    assert scaled.check("lr").status == "fail"
+    assert scaled.check("lr").max_abs_diff < buggy.check("lr").max_abs_diff / 5
+
+
+def test_digits_bn_warns_on_params_with_the_batchnorm_reason():
+    report = lrcheck.compare(task="digits-bn", accum=2, bs=16, epochs=EPOCHS)
+    params = report.check("params")
+    assert params.status == "warn" and "BatchNorm" in params.detail, summary(report)
+    assert report.check("lr").status == "pass"
+    assert report.ok
+
+
+def test_a_factory_that_forgets_accum_fails(schedules_file):
+    bad = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:forgets_accum")
+    good = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:correct")
+    assert bad.check("lr").status == "fail" and bad.check("lr").first_divergence == 1
+    assert good.ok, summary(good)
+
+
+@pytest.mark.parametrize("tail", ["flush", "carry"])
+def test_tails_stay_exact_with_global_loss_normalisation(tail):
+    report = lrcheck.compare(accum=2, bs=16, epochs=2, tail=tail)
+    assert report.ok, summary(report)
+    assert report.check("params").max_rel_diff <= 1e-9
+
+
+def test_mean_loss_normalisation_differs_on_the_ragged_flush_tail():
+    # 1437 = 44*32 + 29: the short update's micro-batches hold 16 and 13 samples.
+    report = lrcheck.compare(accum=2, bs=16, epochs=2, tail="flush", loss_norm="mean")
+    loss = report.check("loss")
+    assert loss.status == "fail" and loss.first_divergence == 44, summary(report)
+    assert report.check("params").status == "fail"
+
+
+def test_onecycle_stepped_per_micro_batch_stops_with_the_schedulers_error():
+    report = lrcheck.compare(accum=2, bs=16, epochs=1, scheduler="onecycle",
+                             policy="per-micro-batch")
+    updates = report.check("updates")
+    assert updates.status == "fail" and "Tried to step" in updates.detail, summary(report)
+
+
+@pytest.mark.parametrize("task", ["breast-cancer", "wine", "synthetic"])
+def test_other_tasks_pass_with_adamw(task):
+    report = lrcheck.compare(task=task, accum=2, bs=8, epochs=2, optimizer="adamw", lr=0.003,
+                             samples=400)
+    assert report.ok, summary(report)
+
+
+def test_float32_passes_within_the_calibrated_tolerance():
+    report = lrcheck.compare(accum=4, bs=8, epochs=2, dtype="float32")
+    assert report.ok, summary(report)
+    assert report.check("params").max_rel_diff > 0  # float32 really is not bit-exact here

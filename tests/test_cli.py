@@ -1,0 +1,128 @@
+"""The command line through typer's CliRunner: help, the happy path, and every bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lrcheck.cli import app
+
+runner = CliRunner()
+FAST = ["--epochs", "1"]
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, list(args))
+    print("exit", result.exit_code, "\nstdout:\n", result.stdout, "\nstderr:\n", result.stderr)
+    return result
+
+
+def test_help_lists_commands_and_flags():
+    result = invoke("--help")
+    assert result.exit_code == 0 and "compare" in result.stdout and "list" in result.stdout
+    flags = invoke("compare", "--help").stdout
+    for flag in ("--accum", "--bs", "--ref-bs", "--epochs", "--task", "--scheduler", "--warmup",
+                 "--lr", "--optimizer", "--policy", "--tail", "--loss-norm", "--seed", "--dtype",
+                 "--device", "--out", "--json", "--quiet", "--tol-lr", "--tol-params",
+                 "--tol-loss", "--tol-metrics", "--samples"):
+        assert flag in flags
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"]])
+def test_help_and_list_do_not_import_torch(argv):
+    code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
+            "from lrcheck.cli import app\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'sklearn', 'matplotlib') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)" % (argv,))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in done.stderr, done.stderr
+
+
+def test_list_shows_every_registry_entry():
+    from lrcheck.experiments.schedulers import SCHEDULERS
+    from lrcheck.experiments.tasks import TASKS
+    from lrcheck.runner.policies import POLICIES
+
+    out = invoke("list").stdout
+    for name in [*TASKS, *SCHEDULERS, *POLICIES]:
+        assert name in out
+
+
+def test_happy_path_prints_the_tables_and_writes_the_report(tmp_path):
+    result = invoke("compare", "--accum", "2", "--bs", "16", "--ref-bs", "32", *FAST,
+                    "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0
+    for name in ("updates", "lr", "params", "loss", "metrics", "accuracy", "macro-F1",
+                 "verdict: PASS"):
+        assert name in result.stdout
+    assert str(tmp_path / "r") in result.stderr
+    for name in ("result.json", "report.md", "lr.png", "loss.png", "metrics.png"):
+        assert (tmp_path / "r" / name).stat().st_size > 0
+
+
+def test_json_prints_result_json_only(tmp_path):
+    result = invoke("compare", "--json", *FAST, "--out", str(tmp_path))
+    data = json.loads(result.stdout)
+    assert data["schema_version"] == 1 and data["verdict"] == "pass"
+    assert result.exit_code == 0
+
+
+def test_failing_check_exits_1_and_names_the_first_divergence(tmp_path):
+    result = invoke("compare", "--policy", "per-micro-batch", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 1
+    assert "verdict: FAIL" in result.stdout and "first differs at update 0" in result.stdout
+
+
+def test_quiet_prints_only_the_verdict(tmp_path):
+    result = invoke("compare", "--quiet", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 0 and result.stdout.strip() == "verdict: PASS"
+
+
+def _bad_inputs(tmp_path, schedules_file):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    cases = [
+        (["--accum", "0"], "--accum must be a whole number >= 1, got 0"),
+        (["--bs", "0"], "--bs must be a whole number >= 1, got 0"),
+        (["--bs", "16", "--accum", "2", "--ref-bs", "30"], "set --ref-bs 32"),
+        (["--task", "mnist"], "choose one of: digits, digits-bn, breast-cancer, wine, synthetic"),
+        (["--scheduler", "cosin"], "choose one of: constant, linear, cosine"),
+        (["--policy", "often"], "choose one of: per-update, per-micro-batch"),
+        (["--scheduler", "no_such_pkg.sched:make"], "cannot import 'no_such_pkg.sched'"),
+        (["--scheduler", f"{schedules_file}:not_a_scheduler"], "returned int, not a torch"),
+        (["--task", "wine", "--bs", "100", "--accum", "2"], "fewer than one effective batch"),
+        (["--out", str(a_file)], "is an existing file"),
+        (["--warmup", "1"], "--warmup must be a fraction of the run in [0, 1), got 1.0"),
+        (["--warmup", "-0.5"], "in [0, 1), got -0.5"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "CUDA is not available"))
+    return cases
+
+
+def test_every_bad_input_exits_2_with_one_line(tmp_path, schedules_file):
+    for argv, needle in _bad_inputs(tmp_path, schedules_file):
+        result = invoke("compare", *argv, *FAST, "--out", str(tmp_path / "out"))
+        if "--out" in argv:
+            result = invoke("compare", *argv, *FAST)
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2, argv
+        assert len(lines) == 1 and needle in lines[0], (argv, result.stderr)
+        assert "Traceback" not in result.output
+
+
+def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the GPU caught fire")
+
+    monkeypatch.setattr(loop, "evaluate", broken)
+    result = invoke("compare", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 3
+    assert result.stderr.strip().splitlines() == [
+        "lrcheck: error: the reference run crashed: RuntimeError: the GPU caught fire"]

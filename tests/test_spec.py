@@ -1,0 +1,48 @@
+import pytest
+
+from lrcheck.errors import SpecError
+from lrcheck.spec import PairSpec, RunSpec, Tolerances
+
+
+@pytest.mark.parametrize("changes,needle", [
+    ({"accum": 0}, "--accum must be a whole number >= 1, got 0"),
+    ({"bs": 0}, "--bs must be a whole number >= 1, got 0"),
+    ({"task": "mnist"}, "--task 'mnist' is not known; choose one of: digits, digits-bn"),
+    ({"scheduler": "cosin"}, "--scheduler 'cosin' is not known; choose one of: constant"),
+    ({"policy": "sometimes"}, "--policy 'sometimes' is not known; choose one of: per-update"),
+    ({"warmup": 1.0}, "--warmup must be a fraction of the run in [0, 1), got 1.0"),
+    ({"warmup": -0.1}, "--warmup must be a fraction of the run in [0, 1), got -0.1"),
+    ({"lr": 0.0}, "--lr must be a positive number"),
+    ({"tail": "keep"}, "--tail 'keep' is not known; choose one of: drop, flush, carry"),
+])
+def test_bad_values_name_the_value_and_the_choices(changes, needle):
+    with pytest.raises(SpecError) as info:
+        RunSpec(**changes)
+    assert needle in str(info.value)
+
+
+def test_ref_bs_must_match_the_effective_batch_and_says_both_numbers():
+    with pytest.raises(SpecError) as info:
+        PairSpec.build(RunSpec(bs=16, accum=2), ref_bs=30)
+    message = str(info.value)
+    assert "30" in message and "32" in message and "set --ref-bs 32" in message
+
+
+def test_reference_is_the_candidate_at_accum_1_per_update():
+    pair = PairSpec.build(RunSpec(bs=8, accum=4, policy="per-micro-batch", scheduler="linear"))
+    assert (pair.reference.bs, pair.reference.accum, pair.reference.policy) == (32, 1, "per-update")
+    assert pair.reference.scheduler == "linear"
+    assert pair.name == "digits-linear-bs8x4-per-micro-batch-vs-bs32"
+
+
+def test_factory_reference_is_accepted_and_named_safely():
+    pair = PairSpec.build(RunSpec(bs=16, accum=2, scheduler="tests/fixtures/schedules.py:correct"))
+    assert "/" not in pair.name and "schedules.py_correct" in pair.name
+
+
+def test_tolerances_per_dtype_and_overrides():
+    assert Tolerances.for_dtype("float64").params == 1e-9
+    assert Tolerances.for_dtype("float32").params == 1e-4
+    assert Tolerances.for_dtype("float64", params=1e-6).params == 1e-6
+    with pytest.raises(SpecError, match="--tol-metrics must be a number >= 0"):
+        Tolerances.for_dtype("float64", metrics=-1.0)
