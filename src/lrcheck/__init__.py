@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
+from lrcheck.recorder import Recorder
 from lrcheck.runner.steps import ScheduleContext
 from lrcheck.spec import PairSpec, RunSpec, Tolerances
 
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "PairSpec", "RunSpec", "Tolerances", "Report", "ScheduleContext",
+__all__ = ["compare", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report", "ScheduleContext",
            "LrcheckError", "SpecError", "RunError", "__version__"]
 
 

@@ -1,0 +1,99 @@
+"""Bare-PyTorch baseline: exactly the work of the default ``lrcheck compare``, without lrcheck.
+
+The same two trainings (digits, MLP 64-64-10 in float64, SGD momentum 0.9 with two param groups,
+cosine with 10 % warmup via LinearLR + SequentialLR, 5 epochs, the (seed, epoch) permutation, the
+global-batch loss normalisation, evaluation with sklearn after every epoch): the reference at
+bs 32 and the candidate at bs 16 x accum 2. It deliberately does not import lrcheck, so it is the
+floor lrcheck's own cost is measured against. It prints the final accuracy of both runs so a
+reader can see that it did the same work.
+
+    python benchmarks/baseline.py [--epochs 5] [--bs 16] [--accum 2] [--record]
+
+``--record`` adds what lrcheck records per update (LRs, loss, a copy of the parameters), for the
+recording-overhead figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from torch.optim import lr_scheduler as lrs
+
+
+def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, record: bool):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10)).to(torch.float64)
+    groups = [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.0},
+              {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
+    optimizer = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
+    effective = bs * accum
+    per_epoch = len(y) // effective
+    total = per_epoch * epochs
+    warmup = round(0.1 * total)
+    scheduler = lrs.SequentialLR(optimizer, [
+        lrs.LinearLR(optimizer, 1.0 / (warmup + 1), 1.0, warmup),
+        lrs.CosineAnnealingLR(optimizer, T_max=total - warmup)], [warmup])
+    records, snapshots = [], []
+    for epoch in range(epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(y))
+        for k in range(per_epoch):
+            batch = order[k * effective:(k + 1) * effective]
+            loss_sum = torch.zeros((), dtype=torch.float64)
+            for m in range(accum):
+                idx = torch.from_numpy(batch[m * bs:(m + 1) * bs])
+                per_sample = F.cross_entropy(model(x[idx]), y[idx], reduction="none")
+                loss = per_sample.sum() / effective
+                loss.backward()
+                loss_sum += loss.detach()
+            if record:
+                lrs_used = [g["lr"] for g in optimizer.param_groups]
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            if record:
+                records.append((lrs_used, float(loss_sum)))
+                snapshots.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        model.eval()
+        with torch.no_grad():
+            pred = model(x_test).argmax(1).numpy()
+        model.train()
+        acc, f1 = accuracy_score(y_test, pred), f1_score(y_test, pred, average="macro")
+    return acc, f1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--bs", type=int, default=16)
+    parser.add_argument("--accum", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", action="store_true")
+    args = parser.parse_args()
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2,
+                                                        random_state=args.seed, stratify=y)
+    scaler = StandardScaler().fit(x_train)
+    xt = torch.as_tensor(scaler.transform(x_train), dtype=torch.float64)
+    xe = torch.as_tensor(scaler.transform(x_test), dtype=torch.float64)
+    yt = torch.as_tensor(y_train)
+    started = time.perf_counter()
+    ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, epochs=args.epochs,
+                seed=args.seed, record=args.record)
+    cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, epochs=args.epochs,
+                 seed=args.seed, record=args.record)
+    loop = time.perf_counter() - started
+    print(f"reference accuracy {ref[0]:.4f} f1 {ref[1]:.4f}; candidate accuracy {cand[0]:.4f} "
+          f"f1 {cand[1]:.4f}; loops {loop:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

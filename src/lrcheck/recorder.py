@@ -1,0 +1,113 @@
+"""Record your own training's schedule, whatever framework runs it, for ``lrcheck diff``.
+
+Importable without torch: ``Recorder`` only reads ``optimizer.param_groups`` and calls
+``float()`` on the loss.
+
+    rec = lrcheck.Recorder("cand.jsonl")
+    ...
+    rec.record(optimizer, loss=loss, samples=bs * accum * world)   # just before optimizer.step()
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from lrcheck.errors import SpecError
+
+REQUIRED = ("step", "samples_seen", "lr")
+
+
+class Recorder:
+    """Writes one JSON line per optimizer update: ``step``, ``samples_seen`` (samples behind all
+    updates so far, this one included, over all processes), ``lr`` (one value per param group,
+    as the optimizer is about to use it) and ``loss``. Each line is flushed as it is written, so
+    a crash loses nothing recorded. The file is started afresh unless ``append`` (for a resumed
+    run). With ``enabled=False`` (other ranks than 0, say) it records nothing."""
+
+    def __init__(self, path: str | Path, *, append: bool = False, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        self.step = 0
+        self.samples_seen = 0
+        self._file: IO[str] | None = None
+        if enabled:
+            if append and self.path.exists():
+                last = _last_record(self.path)
+                if last is not None:
+                    self.step, self.samples_seen = last["step"] + 1, last["samples_seen"]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a" if append else "w", encoding="utf-8")
+
+    def record(self, optimizer: Any, *, samples: int, loss: Any = None) -> None:
+        """Call just before ``optimizer.step()``: ``samples`` is this update's global batch."""
+        self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
+
+    def log(self, *, lr: Sequence[float], samples: int, loss: Any = None) -> None:
+        """The same as ``record`` for code that has the LRs already (a framework's callback)."""
+        if not self.enabled or self._file is None:
+            return
+        self.samples_seen += int(samples)
+        line = {"step": self.step, "samples_seen": self.samples_seen,
+                "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+        self.step += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _last_record(path: Path) -> dict[str, Any] | None:
+    if not path.read_text(encoding="utf-8").strip():
+        return None
+    return read_records(path)[-1]
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a Recorder file; a malformed line is a ``SpecError`` naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    records = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            item = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{where}: not JSON ({exc.msg}); each line must be one record "
+                            "written by lrcheck.Recorder") from None
+        if not isinstance(item, dict) or any(key not in item for key in REQUIRED):
+            raise SpecError(f"{where}: a record needs the keys {', '.join(REQUIRED)}")
+        lr = item["lr"]
+        lr = [lr] if isinstance(lr, (int, float)) else lr
+        if (not isinstance(lr, list) or not lr
+                or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in lr)):
+            raise SpecError(f"{where}: 'lr' must be a number or a list of numbers, got {lr!r}")
+        for key in ("step", "samples_seen"):
+            if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
+                raise SpecError(f"{where}: {key!r} must be a whole number >= 0, got {item[key]!r}")
+        loss = item.get("loss")
+        if loss is not None and not isinstance(loss, (int, float)):
+            raise SpecError(f"{where}: 'loss' must be a number or null, got {loss!r}")
+        records.append({"step": item["step"], "samples_seen": item["samples_seen"],
+                        "lr": [float(v) for v in lr],
+                        "loss": None if loss is None else float(loss)})
+    if not records:
+        raise SpecError(f"{str(path)!r} holds no records")
+    return records

@@ -1,0 +1,55 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from lrcheck.errors import SpecError
+from lrcheck.recorder import Recorder, read_records
+
+
+class FakeOptimizer:
+    def __init__(self, *lrs):
+        self.param_groups = [{"lr": lr} for lr in lrs]
+
+
+def test_one_line_per_update_with_cumulative_samples(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with Recorder(path) as rec:
+        rec.record(FakeOptimizer(0.1, 0.1), samples=32, loss=2.5)
+        rec.record(FakeOptimizer(0.05, 0.05), samples=32, loss=1.5)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [{"step": 0, "samples_seen": 32, "lr": [0.1, 0.1], "loss": 2.5},
+                     {"step": 1, "samples_seen": 64, "lr": [0.05, 0.05], "loss": 1.5}]
+
+
+def test_append_continues_the_counters_and_disabled_writes_nothing(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with Recorder(path) as rec:
+        rec.record(FakeOptimizer(0.1), samples=16)
+    with Recorder(path, append=True) as rec:
+        rec.record(FakeOptimizer(0.2), samples=16)
+    assert [(r["step"], r["samples_seen"]) for r in read_records(path)] == [(0, 16), (1, 32)]
+    Recorder(tmp_path / "other.jsonl", enabled=False).record(FakeOptimizer(0.1), samples=1)
+    assert not (tmp_path / "other.jsonl").exists()
+
+
+def test_importable_without_torch():
+    code = "import sys, lrcheck; lrcheck.Recorder; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("not json", "not JSON"),
+    ('{"step": 0, "lr": [0.1]}', "needs the keys step, samples_seen, lr"),
+    ('{"step": 0, "samples_seen": 8, "lr": "high"}', "'lr' must be a number or a list"),
+    ('{"step": -1, "samples_seen": 8, "lr": [0.1]}', "'step' must be a whole number"),
+    ('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": "x"}', "'loss' must be a number"),
+])
+def test_malformed_lines_name_the_file_and_line(tmp_path, line, needle):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": 1.0}\n' + line + "\n")
+    with pytest.raises(SpecError) as info:
+        read_records(path)
+    assert f"{path}:2" in str(info.value) and needle in str(info.value)
