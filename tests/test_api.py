@@ -93,3 +93,17 @@ def test_float32_passes_within_the_calibrated_tolerance():
     report = lrcheck.compare(accum=4, bs=8, epochs=2, dtype="float32")
     assert report.ok, summary(report)
     assert report.check("params").max_rel_diff > 0  # float32 really is not bit-exact here
+
+
+@pytest.mark.parametrize("accum,bs", [(2, 16), (4, 8)])
+def test_tokens_global_normalisation_is_exact_and_mean_is_not(accum, bs):
+    """Variable-length sequences: the 2024 token-normalisation bug, measured."""
+    common = dict(task="tokens", accum=accum, bs=bs, epochs=2, lr=0.5, samples=600)
+    good = lrcheck.compare(**common)
+    assert good.ok, summary(good)
+    assert good.check("params").max_rel_diff <= 1e-9
+    bad = lrcheck.compare(**common, loss_norm="mean")
+    for name in ("params", "loss"):
+        check = bad.check(name)
+        assert check.status == "fail" and check.max_rel_diff > 1e-4, summary(bad)
+    assert bad.check("lr").status == "pass"

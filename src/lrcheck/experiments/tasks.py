@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     import torch
 
 TEST_FRACTION = 0.2
+IGNORE_INDEX = -100  # label of padding positions in token tasks (torch's cross_entropy default)
+VOCAB, TOKEN_CLASSES, MIN_LEN, MAX_LEN = 32, 8, 4, 32
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class Dataset:
     x_test: np.ndarray
     y_test: np.ndarray
     num_classes: int
+    vocab: int = 0
 
     @property
     def num_features(self) -> int:
@@ -40,30 +43,38 @@ class Task:
     load_xy: Callable[[int, int], tuple[np.ndarray, np.ndarray]]
     hidden: int = 64
     batch_norm: bool = False
+    tokens: bool = False
 
     def load(self, seed: int, samples: int) -> Dataset:
-        """The data set, split 80/20 (stratified, seeded by ``seed``) and standardised with the
-        training split's mean and deviation."""
+        """The data set, split 80/20 (seeded by ``seed``). Tabular sets are split stratified and
+        standardised with the training split's mean and deviation; token sets keep their ids."""
         import numpy as np
         from sklearn.model_selection import train_test_split
-        from sklearn.preprocessing import StandardScaler
 
         x, y = self.load_xy(seed, samples)
         x_train, x_test, y_train, y_test = train_test_split(
-            x, y, test_size=TEST_FRACTION, random_state=seed, stratify=y)
+            x, y, test_size=TEST_FRACTION, random_state=seed,
+            stratify=None if self.tokens else y)
+        if self.tokens:
+            return Dataset(x_train, y_train, x_test, y_test, TOKEN_CLASSES, vocab=VOCAB)
+        from sklearn.preprocessing import StandardScaler
+
         scaler = StandardScaler().fit(x_train)
         return Dataset(scaler.transform(x_train), y_train.astype(np.int64),
                        scaler.transform(x_test), y_test.astype(np.int64), int(y.max()) + 1)
 
-    def build_model(self, num_features: int, num_classes: int) -> torch.nn.Module:
-        """An MLP with one hidden layer (and BatchNorm after it for ``batch_norm`` tasks). The
-        caller seeds torch's generator first, so both runs start from the same weights."""
+    def build_model(self, data: Dataset) -> torch.nn.Module:
+        """An MLP with one hidden layer (and BatchNorm after it for ``batch_norm`` tasks), or for
+        token tasks a per-token tagger. The caller seeds torch's generator first, so both runs
+        start from the same weights."""
         from torch import nn
 
-        layers: list[Any] = [nn.Linear(num_features, self.hidden)]
+        if self.tokens:
+            return _token_tagger(data.vocab, self.hidden, data.num_classes)
+        layers: list[Any] = [nn.Linear(data.num_features, self.hidden)]
         if self.batch_norm:
             layers.append(nn.BatchNorm1d(self.hidden))
-        layers += [nn.ReLU(), nn.Linear(self.hidden, num_classes)]
+        layers += [nn.ReLU(), nn.Linear(self.hidden, data.num_classes)]
         return nn.Sequential(*layers)
 
 
@@ -83,6 +94,41 @@ def _synthetic(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
                                n_redundant=4, n_classes=4, random_state=seed)
 
 
+def _tokens(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences of 4 to 32 token ids (0 pads), each token labelled ``(x_t + x_{t-1}) mod 8``;
+    padding positions carry ``IGNORE_INDEX``. Token counts differ from sample to sample, which is
+    what makes a per-micro-batch mean differ from the mean over the whole effective batch."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = np.zeros((samples, MAX_LEN), dtype=np.int64)
+    y = np.full((samples, MAX_LEN), IGNORE_INDEX, dtype=np.int64)
+    for i, length in enumerate(rng.integers(MIN_LEN, MAX_LEN + 1, samples)):
+        ids = rng.integers(1, VOCAB, length)
+        x[i, :length] = ids
+        y[i, :length] = (ids + np.concatenate([[0], ids[:-1]])) % TOKEN_CLASSES
+    return x, y
+
+
+def _token_tagger(vocab: int, hidden: int, classes: int) -> torch.nn.Module:
+    """Embeds each token and its predecessor and classifies the pair: (n, L) ids → (n, L, C)."""
+    import torch
+    from torch import nn
+
+    class TokenTagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, 16, padding_idx=0)
+            self.mlp = nn.Sequential(nn.Linear(32, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            here = self.embed(ids)
+            before = torch.nn.functional.pad(here, (0, 0, 1, 0))[:, :-1]
+            return self.mlp(torch.cat([here, before], dim=-1))
+
+    return TokenTagger()
+
+
 _TASKS = [
     Task("digits", "8x8 handwritten digits, 10 classes; MLP 64-64-10 (the default)",
          "sklearn load_digits (1797 samples)", _bundled("load_digits")),
@@ -94,6 +140,8 @@ _TASKS = [
          "sklearn load_wine (178 samples)", _bundled("load_wine"), hidden=16),
     Task("synthetic", "make_classification, 20 features, 4 classes, size set by --samples",
          "sklearn make_classification (generated)", _synthetic),
+    Task("tokens", "variable-length sequences (4-32 tokens, padded), per-token loss; "
+         "size set by --samples", "generated", _tokens, tokens=True),
 ]
 
 TASKS: dict[str, Task] = {t.name: t for t in _TASKS}

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lrcheck.experiments.schedulers import make_scheduler
-from lrcheck.experiments.tasks import TASKS, Dataset
+from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import plan_steps, schedule_context
@@ -44,14 +44,30 @@ def make_optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimiz
     return torch.optim.SGD(groups, lr=spec.lr, momentum=MOMENTUM)
 
 
+def as_input(array: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Features in the run's dtype; integer token ids stay integers."""
+    if np.issubdtype(array.dtype, np.integer):
+        return torch.as_tensor(array, device=device)
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
+def item_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per loss item: per sample, or per token (padding positions give 0)."""
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                           reduction="none", ignore_index=IGNORE_INDEX)
+
+
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
-    """Accuracy and macro-F1 on the test split."""
+    """Accuracy and macro-F1 on the test split, over samples or over (non-padding) tokens."""
     from sklearn.metrics import accuracy_score, f1_score
 
     model.eval()
     with torch.no_grad():
-        pred = model(x).argmax(dim=1).cpu().numpy()
+        pred = model(x).argmax(dim=-1).cpu().numpy()
     model.train()
+    keep = y != IGNORE_INDEX
+    y, pred = y[keep], pred[keep]
     return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
 
 
@@ -62,12 +78,14 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     started = time.perf_counter()
     world, policy = spec.world, POLICIES[spec.policy]
     dtype = getattr(torch, spec.dtype)
-    x_train = torch.as_tensor(data.x_train, dtype=dtype, device=device)
+    x_train = as_input(data.x_train, dtype, device)
     y_train = torch.as_tensor(data.y_train, device=device)
-    x_test = torch.as_tensor(data.x_test, dtype=dtype, device=device)
+    x_test = as_input(data.x_test, dtype, device)
+    # Loss items per training sample: 1, or its number of (non-padding) tokens.
+    items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
 
     torch.manual_seed(spec.seed)
-    net = TASKS[spec.task].build_model(data.num_features, data.num_classes).to(device, dtype)
+    net = TASKS[spec.task].build_model(data).to(device, dtype)
     not_comparable = tuple(sorted({type(m).__name__ for m in net.modules()
                                    if isinstance(m, BATCH_DEPENDENT)}))
     model: torch.nn.Module = net
@@ -91,7 +109,9 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs, spec.seed,
                                 spec.tail):
         micro = micro_batches(batch.indices, spec.bs, world)
-        n_global = len(batch.indices)
+        # Loss items behind the whole update, over all ranks. Every rank holds the data set and
+        # the global batch, so this equals the all-reduce of the ranks' counts without one.
+        n_global = int(items[batch.indices].sum())
         loss_sum = torch.zeros((), dtype=dtype, device=device)
         stepped = False
         for m, shared in enumerate(micro):
@@ -100,15 +120,17 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             # DDP all-reduces gradients only on the last micro-batch of an update.
             sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
             with sync:
-                per_sample = F.cross_entropy(model(x_train[idx]), y_train[idx], reduction="none")
+                per_item = item_losses(model, x_train[idx], y_train[idx])
                 if spec.loss_norm == "global":
-                    # Sum over the micro-batch, divided by the global batch size: the gradient is
-                    # then the mean over the whole effective batch. x world undoes DDP's average.
-                    loss = per_sample.sum() * (world / n_global)
-                    loss_sum += per_sample.detach().sum() / n_global
+                    # Sum over the micro-batch, divided by the items of the global batch: the
+                    # gradient is then the mean over the whole effective batch. x world undoes
+                    # DDP's average.
+                    loss = per_item.sum() * (world / n_global)
+                    loss_sum += per_item.detach().sum() / n_global
                 else:
                     # The common per-micro-batch mean divided by accum.
-                    loss = per_sample.sum() / max(len(idx), 1) / spec.accum
+                    n_local = max(int(items[rank_share(shared, rank, world)].sum()), 1)
+                    loss = per_item.sum() / n_local / spec.accum
                     loss_sum += loss.detach() / world
                 loss.backward()
             if last:
