@@ -29,7 +29,7 @@ def run_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTr
 
     device = resolve_device(spec.device)
     data = TASKS[spec.task].load(spec.seed, spec.samples)
-    on_update = (lambda done, total: progress(role, done, total)) if progress else None
+    on_update = (lambda record, total: progress(role, record.step + 1, total)) if progress else None
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
