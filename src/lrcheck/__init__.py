@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.errors import LrcheckError, RunError, SpecError
+from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.recorder import Recorder
 from lrcheck.runner.steps import ScheduleContext
 from lrcheck.spec import PairSpec, RunSpec, Tolerances
@@ -18,11 +18,12 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report", "ScheduleContext",
-           "LrcheckError", "SpecError", "RunError", "__version__"]
+__all__ = ["compare", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
+           "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
+           "__version__"]
 
 
-def compare(*args: Any, **kwargs: Any) -> Report:
+def compare(*args: Any, **kwargs: Any) -> Report | None:
     """See ``lrcheck.api.compare``."""
     from lrcheck.api import compare as _compare
 

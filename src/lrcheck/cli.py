@@ -7,21 +7,25 @@ user is a bug.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from lrcheck.errors import LrcheckError
+from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
+from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
+DEFAULT_TIMEOUT_S = 300.0
 
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -33,10 +37,12 @@ def _choices(names: Any) -> str:
     return ", ".join(names)
 
 
-def fail(exc: LrcheckError) -> typer.Exit:
-    """Print ``exc`` as one line on stderr; the ``typer.Exit`` to raise."""
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]lrcheck: error:[/] {exc}", markup=True)
+def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
+    """Print ``exc`` as one line on stderr (unless ``speak`` is False); the ``typer.Exit`` to
+    raise."""
+    if speak:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"[bold red]lrcheck: error:[/] {escape(str(exc))}", markup=True)
     return typer.Exit(exc.exit_code)
 
 
@@ -44,7 +50,10 @@ def fail(exc: LrcheckError) -> typer.Exit:
 def compare_command(
     accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 2,
     bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = 16,
-    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1, one process); must equal bs·accum·world. [default: bs·accum·world]")] = None,
+    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·world must equal ref-bs·ref-nproc. [default: bs·accum·world / ref-nproc]")] = None,
+    nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
+    ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds a multi-process run may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3.")] = DEFAULT_TIMEOUT_S,
     epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = 5,
     task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = "digits",
     samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic.")] = 2000,
@@ -68,25 +77,65 @@ def compare_command(
 ) -> None:
     """Train the candidate and the reference on the same data and check that they train alike.
 
-    Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed.
+    Under torchrun (torchrun --nproc-per-node 2 -m lrcheck compare ...) the candidate runs on
+    every rank and rank 0 alone trains the reference and reports; every rank exits with the
+    verdict's code.
+
+    Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed or hung,
+    130 interrupted (what was recorded is saved with verdict "incomplete").
     """
     console = Console(highlight=False)
     errors = Console(stderr=True, highlight=False)
+    speak, member = os.environ.get("RANK", "0") == "0", None
     try:
+        env = torchrun_env(os.environ)
+        speak = env is None or env.rank == 0
+        if not timeout > 0:
+            raise SpecError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
+        check_ref_world(ref_nproc, env)
         tolerances = Tolerances.for_dtype(dtype, lr=tol_lr, params=tol_params, loss=tol_loss,
                                           metrics=tol_metrics)
-        candidate = RunSpec(task=task, bs=bs, accum=accum, world=1, epochs=epochs,
-                            scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
-                            policy=policy, tail=tail, loss_norm=loss_norm, seed=seed, dtype=dtype,
-                            device=device, samples=samples)
-        pair = PairSpec.build(candidate, ref_bs=ref_bs, tolerances=tolerances)
-        report = _run(pair, out, show_progress=not (quiet or json_out), console=errors)
-    except LrcheckError as exc:
-        raise fail(exc) from None
-    except KeyboardInterrupt:
-        errors.print("lrcheck: interrupted")
-        raise typer.Exit(130) from None
+        candidate = RunSpec(task=task, bs=bs, accum=accum, world=candidate_world(nproc, env),
+                            epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
+                            optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
+                            seed=seed, dtype=dtype, device=device, samples=samples)
+        pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
+        folder = _prepare(pair, out, create=speak)
+        if env is not None and env.world > 1:
+            from lrcheck.runner.group import join
 
+            member = join(env, device, timeout)
+        report = _run(pair, folder, show_progress=speak and not (quiet or json_out),
+                      console=errors, timeout=timeout, member=member)
+        code = report.exit_code if report is not None else 0
+        if member is not None:
+            code = member.share(code)
+        try:
+            if report is not None:
+                report.out = report.save(folder)
+                _show(report, console, errors, json_out=json_out, quiet=quiet)
+        finally:
+            if member is not None:
+                from lrcheck.runner.group import finish
+
+                # torchrun stops every rank as soon as one exits non-zero: the others wait
+                # here until rank 0 has written and printed the report.
+                finish(member)
+    except Interrupted as exc:
+        if speak:
+            errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except LrcheckError as exc:
+        # Under torchrun a crash is told by the rank it happened on; bad input once, by rank 0.
+        raise fail(exc, speak=speak or isinstance(exc, RunError)) from None
+    except KeyboardInterrupt:
+        if speak:
+            errors.print("lrcheck: interrupted")
+        raise typer.Exit(130) from None
+    raise typer.Exit(code)
+
+
+def _show(report: Any, console: Console, errors: Console, *, json_out: bool, quiet: bool) -> None:
     if json_out:
         from lrcheck.reports.files import result_json
 
@@ -99,41 +148,51 @@ def compare_command(
         from lrcheck.reports.table import render
 
         console.print(render(report))
-    errors.print(f"report: {report.out}")
-    raise typer.Exit(report.exit_code)
+    errors.print(escape(f"report: {report.out}"), soft_wrap=True)
+    sys.stdout.flush()
 
 
-def _run(pair: PairSpec, out: Path | None, *, show_progress: bool, console: Console) -> Any:
-    """Validate what can be validated before training, train with a progress bar, save."""
+def _prepare(pair: PairSpec, out: Path | None, *, create: bool) -> Path:
+    """Validate what can be validated before training; the report folder (created when
+    ``create``: under torchrun only rank 0 writes)."""
     from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
     from lrcheck.reports.files import prepare_out
     from lrcheck.runner.device import resolve_device
 
     if pair.candidate.scheduler not in SCHEDULERS:
         load_factory(pair.candidate.scheduler)
-    folder = prepare_out(out if out is not None else DEFAULT_REPORTS / pair.name)
     resolve_device(pair.candidate.device)
+    folder = out if out is not None else DEFAULT_REPORTS / pair.name
+    return prepare_out(folder) if create else folder
 
+
+def _run(pair: PairSpec, folder: Path, *, show_progress: bool, console: Console,
+         timeout: float, member: Any) -> Any:
+    """Train with a progress bar; an interrupted comparison saves what it recorded."""
     import lrcheck
 
-    if show_progress and console.is_terminal:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    try:
+        if show_progress and console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-        with Progress("[progress.description]{task.description}", BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                      transient=True) as bar:
-            tasks: dict[str, Any] = {}
+            with Progress("[progress.description]{task.description}", BarColumn(),
+                          MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                          transient=True) as bar:
+                tasks: dict[str, Any] = {}
 
-            def progress(role: str, done: int, total: int) -> None:
-                if role not in tasks:
-                    tasks[role] = bar.add_task(f"{role} updates", total=total)
-                bar.update(tasks[role], completed=done)
+                def progress(role: str, done: int, total: int) -> None:
+                    if role not in tasks:
+                        tasks[role] = bar.add_task(f"{role} updates", total=total)
+                    bar.update(tasks[role], completed=done)
 
-            report = lrcheck.compare(pair, progress=progress)
-    else:
-        report = lrcheck.compare(pair)
-    report.out = report.save(folder)
-    return report
+                return lrcheck.compare(pair, progress=progress, timeout=timeout, member=member)
+        return lrcheck.compare(pair, timeout=timeout, member=member)
+    except Interrupted as exc:
+        if member is None or member.rank == 0:
+            from lrcheck.reports.files import write_incomplete
+
+            exc.out = write_incomplete(exc.result, folder)
+        raise
 
 
 @app.command("list")

@@ -19,3 +19,14 @@ class RunError(LrcheckError):
     """A run crashed, hung past its timeout, or a worker died."""
 
     exit_code = 3
+
+
+class Interrupted(LrcheckError):
+    """Ctrl-C stopped a comparison. ``result`` (a ``lrcheck.result.IncompleteResult``) holds what
+    the runs had recorded."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result

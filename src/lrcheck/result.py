@@ -15,6 +15,7 @@ from lrcheck.spec import PairSpec
 from lrcheck.trace import RunTrace
 
 SCHEMA_VERSION = 1
+INCOMPLETE = "incomplete"
 
 
 @dataclass
@@ -41,18 +42,44 @@ class Report:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "verdict": self.verdict,
-            "pair": {"name": self.pair.name, **self.pair.to_dict()},
-            "checks": [c.to_dict() for c in self.checks],
-            "runs": {"reference": self.reference.to_dict(),
-                     "candidate": self.candidate.to_dict()},
-            "environment": self.environment,
-        }
+        return _result(self.verdict, self.pair, [c.to_dict() for c in self.checks],
+                       self.reference, self.candidate, self.environment)
 
     def save(self, out: str | Path) -> Path:
         """Write result.json, report.md and the plots into ``out``; returns the folder."""
         from lrcheck.reports.files import write_report
 
         return write_report(self, Path(out))
+
+
+@dataclass
+class IncompleteResult:
+    """What an interrupted comparison had recorded: each run's updates so far (a finished run's
+    whole trace), no checks, verdict ``incomplete``. ``to_dict`` keeps the keys of result.json
+    and adds ``incomplete``, the reason."""
+
+    pair: PairSpec
+    reference: RunTrace
+    candidate: RunTrace
+    environment: dict[str, Any]
+    reason: str
+
+    verdict = INCOMPLETE
+    exit_code = 130
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**_result(self.verdict, self.pair, [], self.reference, self.candidate,
+                          self.environment),
+                "incomplete": self.reason}
+
+
+def _result(verdict: str, pair: PairSpec, checks: list[dict[str, Any]], reference: RunTrace,
+            candidate: RunTrace, environment: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": verdict,
+        "pair": {"name": pair.name, **pair.to_dict()},
+        "checks": checks,
+        "runs": {"reference": reference.to_dict(), "candidate": candidate.to_dict()},
+        "environment": environment,
+    }

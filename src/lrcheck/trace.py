@@ -29,6 +29,11 @@ class UpdateRecord:
                 "samples_seen": self.samples_seen, "scheduler_steps": self.scheduler_steps,
                 "epoch": self.epoch}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UpdateRecord:
+        return cls(int(data["step"]), tuple(float(v) for v in data["lr"]), float(data["loss"]),
+                   int(data["samples_seen"]), int(data["scheduler_steps"]), int(data["epoch"]))
+
 
 @dataclass(frozen=True)
 class EpochMetrics:
@@ -67,6 +72,32 @@ class RunTrace:
 
     def losses(self) -> np.ndarray:
         return np.array([u.loss for u in self.updates], dtype=np.float64)
+
+    @classmethod
+    def partial(cls, spec: RunSpec, updates: list[UpdateRecord], planned_updates: int,
+                stopped: str) -> RunTrace:
+        """What an interrupted run had recorded: its updates, no parameters, no evaluation."""
+        return cls(spec=spec, updates=list(updates), epochs=[], params=np.empty((0, 0)),
+                   planned_updates=planned_updates, context={}, stopped=stopped)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], params: np.ndarray) -> RunTrace:
+        """The inverse of ``to_dict`` (which leaves the parameters out: they come as ``params``);
+        keys ``to_dict`` does not make itself return to ``extra``."""
+        own = {"spec", "updates", "metrics", "epochs", "planned_updates", "schedule_context",
+               "not_comparable", "stopped", "seconds"}
+        return cls(
+            spec=RunSpec(**data["spec"]),
+            updates=[UpdateRecord.from_dict(u) for u in data["updates"]],
+            epochs=[EpochMetrics(**e) for e in data["epochs"]],
+            params=params,
+            planned_updates=int(data["planned_updates"]),
+            context=dict(data["schedule_context"]),
+            not_comparable=tuple(data["not_comparable"]),
+            stopped=data["stopped"],
+            seconds=float(data["seconds"]),
+            extra={k: v for k, v in data.items() if k not in own},
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lrcheck.errors import SpecError
-from lrcheck.result import Report
+from lrcheck.result import IncompleteResult, Report
 
 
 @contextlib.contextmanager
@@ -32,7 +32,7 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def result_json(report: Report) -> str:
+def result_json(report: Report | IncompleteResult) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=True) + "\n"
 
 
@@ -89,3 +89,11 @@ def write_report(report: Report, out: Path) -> Path:
     for name, plot in PLOTS.items():
         plot(report, out / name)
     return out
+
+
+def write_incomplete(result: IncompleteResult, out: Path) -> Path:
+    """result.json of an interrupted comparison (verdict ``incomplete``) in ``out``; no plots or
+    report.md, which need both runs."""
+    out = prepare_out(out)
+    write_text(out / "result.json", result_json(result))
+    return out / "result.json"

@@ -25,7 +25,8 @@ from lrcheck.runner.steps import plan_steps, schedule_context
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
-OnUpdate = Callable[[int, int], None]
+# Called after every update with its record and the planned number of updates.
+OnUpdate = Callable[[UpdateRecord, int], None]
 
 MOMENTUM = 0.9
 WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
@@ -72,9 +73,13 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[fl
 
 
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
-          on_update: OnUpdate | None = None) -> RunTrace:
-    """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` (the process group is set
-    up by the caller when ``world > 1``) and return what every update used."""
+          group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
+          on_start: Callable[[], None] | None = None) -> RunTrace:
+    """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` and return what every
+    update used. When ``world > 1`` the caller has set up the process group; ``group`` (default:
+    the default group) is the one DDP and the loss all-reduce use. ``on_start`` is called once
+    everything is built (DDP's constructor waits for every rank), just before the first
+    micro-batch."""
     started = time.perf_counter()
     world, policy = spec.world, POLICIES[spec.policy]
     dtype = getattr(torch, spec.dtype)
@@ -83,6 +88,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     x_test = as_input(data.x_test, dtype, device)
     # Loss items per training sample: 1, or its number of (non-padding) tokens.
     items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
+    items_on_device = torch.as_tensor(items, dtype=dtype, device=device)
 
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data).to(device, dtype)
@@ -90,7 +96,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
                                    if isinstance(m, BATCH_DEPENDENT)}))
     model: torch.nn.Module = net
     if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(net)
+        model = torch.nn.parallel.DistributedDataParallel(net, process_group=group)
     optimizer = make_optimizer(spec, net)
 
     plan = plan_steps(len(data.y_train), spec.bs, spec.accum, world, spec.epochs, spec.tail)
@@ -105,10 +111,15 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     samples_seen = scheduler_steps = 0
     stopped: str | None = None
 
+    if on_start is not None:
+        on_start()
     model.train()
     for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs, spec.seed,
                                 spec.tail):
-        micro = micro_batches(batch.indices, spec.bs, world)
+        # One host-to-device copy per update; micro-batches and rank shares are views of it, so
+        # a micro-batch never waits for the host.
+        indices = torch.from_numpy(batch.indices).to(device)
+        micro = micro_batches(indices, spec.bs, world)
         # Loss items behind the whole update, over all ranks. Every rank holds the data set and
         # the global batch, so this equals the all-reduce of the ranks' counts without one.
         n_global = int(items[batch.indices].sum())
@@ -116,7 +127,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         stepped = False
         for m, shared in enumerate(micro):
             last = m == len(micro) - 1
-            idx = torch.from_numpy(rank_share(shared, rank, world)).to(device)
+            idx = rank_share(shared, rank, world)
             # DDP all-reduces gradients only on the last micro-batch of an update.
             sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
             with sync:
@@ -129,7 +140,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
                     loss_sum += per_item.detach().sum() / n_global
                 else:
                     # The common per-micro-batch mean divided by accum.
-                    n_local = max(int(items[rank_share(shared, rank, world)].sum()), 1)
+                    n_local = items_on_device[idx].sum().clamp(min=1)  # stays on the device
                     loss = per_item.sum() / n_local / spec.accum
                     loss_sum += loss.detach() / world
                 loss.backward()
@@ -150,13 +161,14 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         if not stepped:  # the schedule stopped the run inside an accumulation window
             break
         if world > 1:
-            dist.all_reduce(loss_sum)
+            dist.all_reduce(loss_sum, group=group)
         samples_seen += n_global
-        updates.append(UpdateRecord(batch.update, lr, float(loss_sum), samples_seen,
-                                    steps_at_read, batch.epoch))
+        record = UpdateRecord(batch.update, lr, float(loss_sum), samples_seen, steps_at_read,
+                              batch.epoch)
+        updates.append(record)
         snapshots[batch.update].copy_(torch.cat([p.detach().reshape(-1) for p in params]))
         if on_update is not None:
-            on_update(len(updates), plan.total_updates)
+            on_update(record, plan.total_updates)
         if batch.ends_epoch or stopped:
             acc, f1 = evaluate(net, x_test, data.y_test)
             epochs.append(EpochMetrics(batch.epoch, batch.update, acc, f1))

@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+# A numpy array or a torch tensor of sample indices: the cuts below are plain slices, which the
+# loop takes on the device, without a copy from the host per micro-batch.
+Indices = TypeVar("Indices", bound=Union[np.ndarray, "torch.Tensor"])
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -49,12 +57,12 @@ def global_batches(n: int, effective: int, epochs: int, seed: int,
             update += 1
 
 
-def micro_batches(indices: np.ndarray, bs: int, world: int) -> list[np.ndarray]:
+def micro_batches(indices: Indices, bs: int, world: int) -> list[Indices]:
     """The global batch cut into micro-batches of ``bs·world`` (the last may be short)."""
     step = bs * world
     return [indices[m:m + step] for m in range(0, len(indices), step)]
 
 
-def rank_share(micro_batch: np.ndarray, rank: int, world: int) -> np.ndarray:
+def rank_share(micro_batch: Indices, rank: int, world: int) -> Indices:
     """Rank ``rank``'s part of one micro-batch: every ``world``-th sample starting at ``rank``."""
     return micro_batch[rank::world]

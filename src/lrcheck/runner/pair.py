@@ -1,18 +1,21 @@
-"""Runs both sides of a pair in this process and returns their traces."""
+"""Runs both sides of a pair and returns their traces. Each side runs in this process (world 1)
+or is launched through torchrun (world > 1) — or, when lrcheck itself runs inside torchrun, on
+the ranks of the process group this process belongs to."""
 
 from __future__ import annotations
 
-import warnings
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lrcheck.errors import LrcheckError, RunError
-from lrcheck.experiments.tasks import TASKS
+from lrcheck.errors import Interrupted, SpecError
+from lrcheck.runner.loop import OnUpdate
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.trace import RunTrace
+from lrcheck.trace import RunTrace, UpdateRecord
 
 Progress = Callable[[str, int, int], None]
+ROLES = ("reference", "candidate")
 
 
 @dataclass
@@ -22,36 +25,127 @@ class PairTraces:
     environment: dict[str, Any]
 
 
-def run_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTrace:
-    """Train ``spec`` (world 1) in this process. A crash inside training is a ``RunError``."""
-    from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import train
+class _Recorder:
+    """What each run has recorded so far: for the progress bar, and for the result of a
+    comparison interrupted half-way."""
 
-    device = resolve_device(spec.device)
-    data = TASKS[spec.task].load(spec.seed, spec.samples)
-    on_update = (lambda done, total: progress(role, done, total)) if progress else None
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            trace = train(spec, data, device=device, on_update=on_update)
-    except LrcheckError:
-        raise
-    except Exception as exc:
-        raise RunError(f"the {role} run crashed: {type(exc).__name__}: {exc}") from exc
-    # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
-    # about the run: keep them in the report instead of printing them.
-    trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    return trace
+    def __init__(self, pair: PairSpec, progress: Progress | None) -> None:
+        self.pair, self.progress = pair, progress
+        self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in ROLES}
+        self.planned = dict.fromkeys(ROLES, 0)
+        self.finished: dict[str, RunTrace] = {}
+        self.environment: dict[str, Any] = {}
+
+    def hook(self, role: str, then: OnUpdate | None = None) -> OnUpdate:
+        def on_update(record: UpdateRecord, total: int) -> None:
+            self.updates[role].append(record)
+            self.planned[role] = total
+            if self.progress is not None:
+                self.progress(role, len(self.updates[role]), total)
+            if then is not None:
+                then(record, total)
+
+        return on_update
+
+    def done(self, role: str, trace: RunTrace) -> RunTrace:
+        self.finished[role] = trace
+        return trace
+
+    def interrupted(self) -> Interrupted:
+        from lrcheck.result import IncompleteResult
+
+        traces = {}
+        for role in ROLES:
+            if role in self.finished:
+                traces[role] = self.finished[role]
+                continue
+            done, planned = len(self.updates[role]), self.planned[role]
+            stopped = (f"interrupted after {done} of {planned} updates" if planned
+                       else "interrupted before its first update")
+            traces[role] = RunTrace.partial(getattr(self.pair, role), self.updates[role],
+                                            planned, stopped)
+        running = next((r for r in ROLES if r not in self.finished), "report")
+        reason = (f"interrupted (Ctrl-C) during the {running} run; "
+                  f"reference {traces['reference'].stopped or 'finished'}, "
+                  f"candidate {traces['candidate'].stopped or 'finished'}")
+        result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
+                                  self.environment, reason)
+        return Interrupted(reason, result)
 
 
-def run_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
-    """The reference, then the candidate, each from scratch."""
+def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
+             member: Any = None) -> PairTraces | None:
+    """The reference, then the candidate, each from scratch.
+
+    ``timeout``: the longest a multi-process run may go without finishing an update (start-up
+    included). ``member`` (a ``group.Member``): lrcheck runs inside torchrun; the candidate runs
+    on every rank, the reference on rank 0 (or on every rank when it has the same world), and
+    only rank 0 gets the traces — the others get None. Ctrl-C raises ``Interrupted`` carrying
+    what was recorded.
+    """
     from lrcheck.runner.device import resolve_device
     from lrcheck.runner.loop import environment
 
-    if pair.candidate.world > 1 or pair.reference.world > 1:
-        raise RunError("multi-process runs need torchrun, which this build does not launch yet")
+    recorder = _Recorder(pair, progress)
     device = resolve_device(pair.candidate.device)
-    reference = run_one(pair.reference, "reference", progress)
-    candidate = run_one(pair.candidate, "candidate", progress)
-    return PairTraces(reference, candidate, environment(device, pair.candidate.world))
+    recorder.environment = environment(device, pair.candidate.world)
+    try:
+        if member is None:
+            traces = {role: recorder.done(role, _run_here(getattr(pair, role), role, device,
+                                                          recorder, timeout))
+                      for role in ROLES}
+        else:
+            traces = _run_in_group(pair, member, recorder)
+            if traces is None:
+                return None
+    except KeyboardInterrupt:
+        raise recorder.interrupted() from None
+    recorder.environment["launch"] = {role: _how(getattr(pair, role), member) for role in ROLES}
+    return PairTraces(traces["reference"], traces["candidate"], recorder.environment)
+
+
+def _how(spec: RunSpec, member: Any) -> str:
+    if spec.world == 1:
+        return "in-process"
+    if member is not None:
+        return f"inside torchrun, {spec.world} processes"
+    return f"launched through torchrun, {spec.world} processes"
+
+
+def _run_here(spec: RunSpec, role: str, device: str, recorder: _Recorder,
+              timeout: float | None) -> RunTrace:
+    if spec.world == 1:
+        from lrcheck.runner.local import run_local
+
+        return run_local(spec, role, device=device, on_update=recorder.hook(role))
+    from lrcheck.runner.launch import check_gpus, launch
+
+    check_gpus(spec, device)
+    return launch(spec, role, timeout=timeout, on_update=recorder.hook(role))
+
+
+def _run_in_group(pair: PairSpec, member: Any, recorder: _Recorder) -> dict[str, RunTrace] | None:
+    from lrcheck.runner.fault import fault_hook
+    from lrcheck.runner.local import run_local
+
+    ref, cand = pair.reference, pair.candidate
+    if cand.world != member.world or ref.world not in (1, member.world):
+        raise SpecError(f"inside torchrun (world {member.world}) the candidate needs world "
+                        f"{member.world} and the reference world 1 or {member.world}; got "
+                        f"{cand.world} and {ref.world}")
+    traces: dict[str, RunTrace] = {}
+    if ref.world == 1:
+        # Rank 0 trains the reference alone; the others wait on the default group, whose
+        # collectives have no --timeout.
+        if member.rank == 0:
+            traces["reference"] = recorder.done("reference", run_local(
+                ref, "reference", device=member.device, on_update=recorder.hook("reference")))
+        member.barrier()
+    else:
+        traces["reference"] = recorder.done("reference", run_local(
+            ref, "reference", device=member.device, rank=member.rank, group=member.group,
+            on_update=recorder.hook("reference")))
+    traces["candidate"] = recorder.done("candidate", run_local(
+        cand, "candidate", device=member.device, rank=member.rank, group=member.group,
+        on_update=recorder.hook("candidate", fault_hook("candidate", member.rank, os.environ))))
+    return traces if member.rank == 0 else None

@@ -1,0 +1,38 @@
+"""One run, or one rank of one, trained in this process."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from lrcheck.errors import LrcheckError, RunError
+from lrcheck.experiments.tasks import TASKS
+from lrcheck.runner.loop import OnUpdate
+from lrcheck.spec import RunSpec
+from lrcheck.trace import RunTrace
+
+
+def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: Any = None,
+              on_update: OnUpdate | None = None,
+              on_start: Callable[[], None] | None = None) -> RunTrace:
+    """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
+    set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
+    ``RunError`` naming the role."""
+    from lrcheck.runner.loop import train
+
+    data = TASKS[spec.task].load(spec.seed, spec.samples)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trace = train(spec, data, device=device, rank=rank, group=group, on_update=on_update,
+                          on_start=on_start)
+    except LrcheckError:
+        raise
+    except Exception as exc:
+        where = f" on rank {rank}" if spec.world > 1 else ""
+        raise RunError(f"the {role} run crashed{where}: {type(exc).__name__}: {exc}") from exc
+    # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
+    # about the run: keep them in the report instead of printing them.
+    trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    return trace

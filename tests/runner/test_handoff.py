@@ -1,0 +1,69 @@
+"""The files between launched workers and the parent."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from lrcheck.runner import handoff
+from lrcheck.spec import RunSpec
+from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+
+
+def _trace() -> RunTrace:
+    spec = RunSpec(bs=8, accum=2, world=2, task="wine")
+    updates = [UpdateRecord(k, (0.1 * k, 0.2), 1.5 - k, 32 * (k + 1), k, 0) for k in range(3)]
+    trace = RunTrace(spec, updates, [EpochMetrics(0, 2, 0.75, 0.7)],
+                     np.arange(12, dtype=np.float64).reshape(3, 4), 3,
+                     {"total_updates": 3}, ("Dropout",), None, 1.25)
+    trace.extra["warnings"] = ["UserWarning: something"]
+    return trace
+
+
+def test_trace_survives_the_round_trip(tmp_path):
+    trace = _trace()
+    handoff.write_trace(tmp_path, trace)
+    back = handoff.read_trace(tmp_path)
+    assert back.to_dict() == trace.to_dict()
+    assert back.spec == trace.spec
+    np.testing.assert_array_equal(back.params, trace.params)
+    assert back.params.dtype == np.float64
+
+
+def test_no_trace_is_none(tmp_path):
+    assert handoff.read_trace(tmp_path) is None
+
+
+def test_spec_round_trip(tmp_path):
+    spec = RunSpec(bs=4, accum=3, world=3, policy="per-micro-batch")
+    handoff.write_spec(tmp_path, spec, "candidate")
+    assert handoff.read_spec(tmp_path) == (spec, "candidate")
+
+
+def test_line_reader_returns_only_complete_new_lines(tmp_path):
+    reader = handoff.LineReader(tmp_path)
+    assert reader.new() == []
+    record = _trace().updates[1]
+    handoff.append_line(tmp_path, handoff.started_line())
+    handoff.append_line(tmp_path, handoff.update_line(record, 9))
+    with open(tmp_path / handoff.UPDATES, "a") as f:
+        f.write('{"event": "upd')  # a line still being written
+    lines = reader.new()
+    assert [line["event"] for line in lines] == ["started", "update"]
+    assert UpdateRecord.from_dict(lines[1]["update"]) == record and lines[1]["total"] == 9
+    assert reader.new() == []
+    with open(tmp_path / handoff.UPDATES, "a") as f:
+        f.write('ate", "n": 1}\n')
+    assert reader.new() == [{"event": "update", "n": 1}]
+
+
+def test_errors_first_written_first_and_on_one_line(tmp_path):
+    handoff.write_error(tmp_path, 1, "InjectedFault: boom\n  second line")
+    handoff.write_error(tmp_path, 0, "RuntimeError: Connection closed by peer")
+    first = (tmp_path / "rank1.error").stat().st_mtime_ns
+    os.utime(tmp_path / "rank0.error", ns=(first + 10**9, first + 10**9))
+    assert handoff.read_errors(tmp_path) == [
+        (1, "InjectedFault: boom second line"),
+        (0, "RuntimeError: Connection closed by peer"),
+    ]

@@ -1,0 +1,56 @@
+"""Stopping a launch: torchrun's workers live in sessions of their own, so signalling torchrun's
+group is not enough; every process that carries the launch's marker must go."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from lrcheck.runner import procs
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
+
+# A stand-in for torchrun: it starts a "worker" in a new session, as torchrun does, and both
+# ignore SIGTERM, so only SIGKILL stops them.
+LAUNCHER = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen([sys.executable, "-c",
+                  "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+                 start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_stop_kills_the_launcher_and_its_worker_in_another_session(monkeypatch):
+    monkeypatch.setattr(procs, "TERM_GRACE_S", 0.3)
+    token = uuid.uuid4().hex
+    env = {**os.environ, procs.MARKER_ENV: token}
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], env=env, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len(procs.marked(token)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = procs.marked(token)
+    assert len(pids) == 2, f"expected the launcher and its worker, found {pids}"
+    worker = next(p for p in pids if p != proc.pid)
+    assert os.getsid(worker) != os.getsid(proc.pid)  # out of reach of the launcher's group
+
+    started = time.monotonic()
+    procs.stop(proc, token)
+    assert procs.marked(token) == []
+    assert proc.returncode is not None
+    assert time.monotonic() - started < 5
+
+
+def test_stop_after_a_clean_exit_is_a_no_op():
+    token = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-c", "pass"],
+                            env={**os.environ, procs.MARKER_ENV: token})
+    proc.wait()
+    procs.stop(proc, token)
+    assert proc.returncode == 0

@@ -1,0 +1,226 @@
+"""Multi-process comparisons for real: gloo on the CPU, both launch directions, and the ways a
+multi-process run can go wrong (a rank raising, a rank hanging, Ctrl-C) — each of which must
+end quickly with the right exit code and leave no process behind.
+
+Each test runs lrcheck as a subprocess with a marker in its environment; every process it
+starts inherits the marker, which is how ``_survivors`` finds any left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+import lrcheck
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.isdir("/proc"), reason="the survivor scan needs /proc (Linux)"),
+]
+
+MARK = "LRCHECK_TEST_MARK"
+LRCHECK = [sys.executable, "-m", "lrcheck", "compare"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+
+
+def _survivors(mark: str) -> list[str]:
+    """Command lines of live processes (zombies aside) whose environment carries ``mark``."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and state != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+class Run:
+    """One lrcheck (or torchrun) subprocess, in a session of its own like a terminal job."""
+
+    def __init__(self, argv: list[str], tmp_path: Path, **env: str) -> None:
+        self.mark = uuid.uuid4().hex
+        self.tmp = tmp_path
+        self.env = {**os.environ, MARK: self.mark, "TMPDIR": str(tmp_path),
+                    "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+        self.env.pop("LRCHECK_FAULT", None)
+        self.env.update(env)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(argv, env=self.env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def finish(self, timeout: float = 240) -> Run:
+        try:
+            self.out, self.err = self.proc.communicate(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.ended, self.ended_wall = time.monotonic(), time.time()
+        self.code = self.proc.returncode
+        print(f"exit {self.code} after {self.ended - self.started:.1f} s\n--- stdout\n{self.out}"
+              f"\n--- stderr\n{self.err}")
+        return self
+
+    def result(self) -> dict:
+        return json.loads((self.tmp / "out" / "result.json").read_text())
+
+    def assert_no_survivors(self) -> None:
+        deadline = time.monotonic() + 3  # a killed process may take a moment to be reaped
+        while (left := _survivors(self.mark)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], f"processes left behind: {left}"
+
+
+def _hold_default_ports() -> ExitStack:
+    """Keep torchrun's default rendezvous port and the usual MASTER_PORT busy, where free."""
+    stack = ExitStack()
+    for port in (29400, 29500):
+        sock = stack.enter_context(socket.socket())
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+        except OSError:
+            pass  # busy already, which is the point
+    return stack
+
+
+def _check(result: dict, name: str) -> dict:
+    return next(c for c in result["checks"] if c["name"] == name)
+
+
+def test_lrcheck_launches_two_ranks_exactly_like_one_process(tmp_path):
+    with _hold_default_ports():
+        run = Run(LRCHECK + ["--nproc", "2", "--bs", "8", "--accum", "2", "--ref-bs", "32",
+                             "--epochs", "1", "--out", "out"], tmp_path).finish()
+    assert run.code == 0
+    assert "bs8x2x2w (world 2, per-update) vs bs32 (world 1)" in run.out
+    result = run.result()
+    assert result["verdict"] == "pass"
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert _check(result, "params")["max_rel_diff"] <= 1e-9
+    assert result["runs"]["candidate"]["spec"]["world"] == 2
+    assert result["environment"]["launch"]["candidate"] == "launched through torchrun, 2 processes"
+    assert list(tmp_path.glob("lrcheck-*")) == []  # the run's folder is gone after a success
+    run.assert_no_survivors()
+
+
+def test_three_ranks_against_a_two_rank_reference(tmp_path):
+    run = Run(LRCHECK + ["--nproc", "3", "--ref-nproc", "2", "--bs", "4", "--accum", "2",
+                         "--ref-bs", "12", "--task", "wine", "--epochs", "3", "--out", "out"],
+              tmp_path).finish()
+    assert run.code == 0
+    result = run.result()
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert _check(result, "params")["max_rel_diff"] <= 1e-9
+    assert result["environment"]["launch"] == {
+        "reference": "launched through torchrun, 2 processes",
+        "candidate": "launched through torchrun, 3 processes"}
+    assert len(result["runs"]["candidate"]["updates"]) == 3 * (142 // 24)
+    run.assert_no_survivors()
+
+
+def test_torchrun_launches_lrcheck_and_rank_0_alone_reports(tmp_path):
+    run = Run(TORCHRUN + ["--nproc-per-node", "2", "-m", "lrcheck", "compare", "--bs", "8",
+                          "--accum", "2", "--ref-bs", "32", "--epochs", "1", "--out", "out"],
+              tmp_path).finish()
+    assert run.code == 0  # torchrun exits 0 only when every rank did
+    assert run.out.count("bs8x2x2w (world 2, per-update) vs bs32 (world 1)") == 1
+    assert run.out.count("verdict: PASS") == 1
+    assert run.err.count("report: out") == 1
+    result = run.result()
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert _check(result, "params")["max_rel_diff"] <= 1e-9
+    assert result["environment"]["launch"]["candidate"] == "inside torchrun, 2 processes"
+    run.assert_no_survivors()
+
+
+def test_per_micro_batch_policy_fails_under_torchrun_as_in_one_process(tmp_path):
+    flags = ["--accum", "2", "--task", "wine", "--epochs", "2", "--policy", "per-micro-batch"]
+    run = Run(TORCHRUN + ["--nproc-per-node", "3", "-m", "lrcheck", "compare", "--bs", "4",
+                          "--out", "out", *flags], tmp_path).finish()
+    assert run.code == 1
+    assert run.out.count("verdict: FAIL") == 1
+    lr = _check(run.result(), "lr")
+    assert lr["status"] == "fail"
+
+    one = lrcheck.compare(bs=12, accum=2, task="wine", epochs=2, policy="per-micro-batch",
+                          device="cpu")
+    assert one.check("lr").status == "fail"
+    assert lr["first_divergence"] == one.check("lr").first_divergence
+    got = [u["lr"] for u in run.result()["runs"]["candidate"]["updates"]]
+    assert got == [list(u.lr) for u in one.candidate.updates]  # the same wrong LRs, exactly
+    run.assert_no_survivors()
+
+
+def test_a_rank_that_raises_fails_the_run_in_seconds_naming_it(tmp_path):
+    run = Run(LRCHECK + ["--nproc", "2", "--bs", "8", "--accum", "2", "--task", "wine",
+                         "--epochs", "5", "--out", "out"], tmp_path, LRCHECK_FAULT="1:2").finish()
+    assert run.code == 3
+    line = run.err.strip().splitlines()[-1]
+    assert ("rank 1 of 2 failed in the candidate run: InjectedFault: LRCHECK_FAULT=1:2 made "
+            "rank 1 raise after update 2; full log: ") in line
+    log = Path(line.rsplit("full log: ", 1)[1])
+    assert log.name == "rank1.log" and "InjectedFault" in log.read_text()
+    raised = (log.parent / "rank1.error").stat().st_mtime
+    assert run.ended_wall - raised < 5
+    assert "Traceback" not in run.err
+    run.assert_no_survivors()
+
+
+def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
+    run = Run(LRCHECK + ["--nproc", "2", "--bs", "8", "--accum", "2", "--task", "wine",
+                         "--epochs", "5", "--timeout", "5", "--out", "out"], tmp_path,
+              LRCHECK_FAULT="1:2:hang").finish()
+    assert run.code == 3
+    assert ("the candidate run (2 processes) made no progress for 5 s (--timeout) after "
+            "update 2 of 20; every process was stopped") in run.err
+    folder = next(tmp_path.glob("lrcheck-candidate-*"))
+    last_update = (folder / "updates.jsonl").stat().st_mtime
+    assert 5 <= run.ended_wall - last_update < 5 + 5
+    run.assert_no_survivors()
+
+
+def test_ctrl_c_stops_every_worker_and_keeps_what_was_recorded(tmp_path):
+    # Rank 1 hangs after update 3, so rank 0 records updates 0 to 3 and waits for it: Ctrl-C
+    # comes while the candidate is running, at a known point.
+    run = Run(LRCHECK + ["--nproc", "2", "--bs", "8", "--accum", "2", "--task", "wine",
+                         "--epochs", "5", "--out", "out"], tmp_path, LRCHECK_FAULT="1:3:hang")
+    deadline = time.monotonic() + 120
+    lines: list[str] = []
+    while len(lines) < 5 and time.monotonic() < deadline and run.proc.poll() is None:
+        time.sleep(0.2)
+        found = list(tmp_path.glob("lrcheck-candidate-*/updates.jsonl"))
+        lines = found[0].read_text().splitlines() if found else []
+    assert len(lines) == 5, f"the candidate did not reach update 3: {lines}"
+    run.proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    run.finish()
+    assert run.code == 130
+    assert run.ended - interrupted < 5
+    assert "interrupted (Ctrl-C) during the candidate run" in run.err
+    assert "Traceback" not in run.err
+    result = run.result()
+    assert result["verdict"] == "incomplete" and result["checks"] == []
+    assert len(result["runs"]["reference"]["updates"]) == 20
+    assert result["runs"]["reference"]["metrics"] is not None
+    cand = result["runs"]["candidate"]
+    assert [u["step"] for u in cand["updates"]] == [0, 1, 2, 3]
+    assert cand["stopped"] == "interrupted after 4 of 20 updates"
+    assert list(tmp_path.glob("lrcheck-*")) == []
+    run.assert_no_survivors()
