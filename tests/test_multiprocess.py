@@ -51,6 +51,10 @@ def _survivors(mark: str) -> list[str]:
     return found
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Run:
     """One lrcheck (or torchrun) subprocess, in a session of its own like a terminal job."""
 
@@ -62,8 +66,12 @@ class Run:
         self.env.pop("LRCHECK_FAULT", None)
         self.env.update(env)
         self.started = time.monotonic()
+        # A shell that starts its commands in the background (some CI runners, `cmd &`) leaves
+        # SIGINT ignored in them, and Python then keeps it ignored: restore it, as a terminal
+        # job has it.
         self.proc = subprocess.Popen(argv, env=self.env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                     preexec_fn=_default_sigint)
 
     def finish(self, timeout: float = 240) -> Run:
         try:
@@ -71,6 +79,8 @@ class Run:
         finally:
             if self.proc.poll() is None:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+                for line in _survivors(self.mark):  # workers live in sessions of their own
+                    os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
         self.ended, self.ended_wall = time.monotonic(), time.time()
         self.code = self.proc.returncode
         print(f"exit {self.code} after {self.ended - self.started:.1f} s\n--- stdout\n{self.out}"

@@ -25,7 +25,7 @@ class PairTraces:
     environment: dict[str, Any]
 
 
-class _Recorder:
+class _Tracker:
     """What each run has recorded so far: for the progress bar, and for the result of a
     comparison interrupted half-way."""
 
@@ -86,22 +86,22 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     from lrcheck.runner.device import resolve_device
     from lrcheck.runner.loop import environment
 
-    recorder = _Recorder(pair, progress)
+    tracker = _Tracker(pair, progress)
     device = resolve_device(pair.candidate.device)
-    recorder.environment = environment(device, pair.candidate.world)
+    tracker.environment = environment(device, pair.candidate.world)
     try:
         if member is None:
-            traces = {role: recorder.done(role, _run_here(getattr(pair, role), role, device,
-                                                          recorder, timeout))
+            traces = {role: tracker.done(role, _run_here(getattr(pair, role), role, device,
+                                                          tracker, timeout))
                       for role in ROLES}
         else:
-            traces = _run_in_group(pair, member, recorder)
+            traces = _run_in_group(pair, member, tracker)
             if traces is None:
                 return None
     except KeyboardInterrupt:
-        raise recorder.interrupted() from None
-    recorder.environment["launch"] = {role: _how(getattr(pair, role), member) for role in ROLES}
-    return PairTraces(traces["reference"], traces["candidate"], recorder.environment)
+        raise tracker.interrupted() from None
+    tracker.environment["launch"] = {role: _how(getattr(pair, role), member) for role in ROLES}
+    return PairTraces(traces["reference"], traces["candidate"], tracker.environment)
 
 
 def _how(spec: RunSpec, member: Any) -> str:
@@ -112,19 +112,19 @@ def _how(spec: RunSpec, member: Any) -> str:
     return f"launched through torchrun, {spec.world} processes"
 
 
-def _run_here(spec: RunSpec, role: str, device: str, recorder: _Recorder,
+def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
               timeout: float | None) -> RunTrace:
     if spec.world == 1:
         from lrcheck.runner.local import run_local
 
-        return run_local(spec, role, device=device, on_update=recorder.hook(role))
+        return run_local(spec, role, device=device, on_update=tracker.hook(role))
     from lrcheck.runner.launch import check_gpus, launch
 
     check_gpus(spec, device)
-    return launch(spec, role, timeout=timeout, on_update=recorder.hook(role))
+    return launch(spec, role, timeout=timeout, on_update=tracker.hook(role))
 
 
-def _run_in_group(pair: PairSpec, member: Any, recorder: _Recorder) -> dict[str, RunTrace] | None:
+def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, RunTrace] | None:
     from lrcheck.runner.fault import fault_hook
     from lrcheck.runner.local import run_local
 
@@ -138,14 +138,14 @@ def _run_in_group(pair: PairSpec, member: Any, recorder: _Recorder) -> dict[str,
         # Rank 0 trains the reference alone; the others wait on the default group, whose
         # collectives have no --timeout.
         if member.rank == 0:
-            traces["reference"] = recorder.done("reference", run_local(
-                ref, "reference", device=member.device, on_update=recorder.hook("reference")))
+            traces["reference"] = tracker.done("reference", run_local(
+                ref, "reference", device=member.device, on_update=tracker.hook("reference")))
         member.barrier()
     else:
-        traces["reference"] = recorder.done("reference", run_local(
+        traces["reference"] = tracker.done("reference", run_local(
             ref, "reference", device=member.device, rank=member.rank, group=member.group,
-            on_update=recorder.hook("reference")))
-    traces["candidate"] = recorder.done("candidate", run_local(
+            on_update=tracker.hook("reference")))
+    traces["candidate"] = tracker.done("candidate", run_local(
         cand, "candidate", device=member.device, rank=member.rank, group=member.group,
-        on_update=recorder.hook("candidate", fault_hook("candidate", member.rank, os.environ))))
+        on_update=tracker.hook("candidate", fault_hook("candidate", member.rank, os.environ))))
     return traces if member.rank == 0 else None
