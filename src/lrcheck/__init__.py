@@ -17,8 +17,8 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "PairSpec", "RunSpec", "Tolerances", "Report", "ScheduleContext",
-           "LrcheckError", "SpecError", "RunError", "__version__"]
+__all__ = ["compare", "trace_schedule", "PairSpec", "RunSpec", "Tolerances", "Report",
+           "ScheduleContext", "LrcheckError", "SpecError", "RunError", "__version__"]
 
 
 def compare(*args: Any, **kwargs: Any) -> Report:
@@ -26,6 +26,13 @@ def compare(*args: Any, **kwargs: Any) -> Report:
     from lrcheck.api import compare as _compare
 
     return _compare(*args, **kwargs)
+
+
+def trace_schedule(*args: Any, **kwargs: Any) -> Report:
+    """See ``lrcheck.api.trace_schedule``."""
+    from lrcheck.api import trace_schedule as _trace_schedule
+
+    return _trace_schedule(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

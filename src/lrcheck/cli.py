@@ -8,11 +8,13 @@ user is a bug.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lrcheck.errors import LrcheckError
@@ -36,7 +38,7 @@ def _choices(names: Any) -> str:
 def fail(exc: LrcheckError) -> typer.Exit:
     """Print ``exc`` as one line on stderr; the ``typer.Exit`` to raise."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]lrcheck: error:[/] {exc}", markup=True)
+        f"[bold red]lrcheck: error:[/] {escape(str(exc))}", markup=True)
     return typer.Exit(exc.exit_code)
 
 
@@ -70,51 +72,54 @@ def compare_command(
 
     Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed.
     """
-    console = Console(highlight=False)
-    errors = Console(stderr=True, highlight=False)
-    try:
+    def pair() -> PairSpec:
         tolerances = Tolerances.for_dtype(dtype, lr=tol_lr, params=tol_params, loss=tol_loss,
                                           metrics=tol_metrics)
         candidate = RunSpec(task=task, bs=bs, accum=accum, world=1, epochs=epochs,
                             scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
                             policy=policy, tail=tail, loss_norm=loss_norm, seed=seed, dtype=dtype,
                             device=device, samples=samples)
-        pair = PairSpec.build(candidate, ref_bs=ref_bs, tolerances=tolerances)
-        report = _run(pair, out, show_progress=not (quiet or json_out), console=errors)
+        return PairSpec.build(candidate, ref_bs=ref_bs, tolerances=tolerances)
+
+    _pair_command(pair, out, json_out=json_out, quiet=quiet)
+
+
+def _pair_command(pair: Callable[[], PairSpec], out: Path | None, *, json_out: bool,
+                  quiet: bool, trace: bool = False) -> None:
+    """Build the pair, run it (``_run``), show the result and exit with its code."""
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        report = _run(pair(), out, show_progress=not (quiet or json_out), console=errors,
+                      trace=trace)
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
         errors.print("lrcheck: interrupted")
         raise typer.Exit(130) from None
 
-    if json_out:
-        from lrcheck.reports.files import result_json
-
-        sys.stdout.write(result_json(report))
-    elif quiet:
-        from lrcheck.reports.table import verdict_text
-
-        console.print(verdict_text(report))
-    else:
-        from lrcheck.reports.table import render
-
-        console.print(render(report))
+    _show(report, json_out=json_out, quiet=quiet, console=console)
     errors.print(f"report: {report.out}")
     raise typer.Exit(report.exit_code)
 
 
-def _run(pair: PairSpec, out: Path | None, *, show_progress: bool, console: Console) -> Any:
-    """Validate what can be validated before training, train with a progress bar, save."""
+def _run(pair: PairSpec, out: Path | None, *, show_progress: bool, console: Console,
+         trace: bool = False) -> Any:
+    """Validate what can be validated before training, train (or, with ``trace``, step the
+    schedules without a model) with a progress bar, save."""
     from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
     from lrcheck.reports.files import prepare_out
     from lrcheck.runner.device import resolve_device
 
     if pair.candidate.scheduler not in SCHEDULERS:
         load_factory(pair.candidate.scheduler)
-    folder = prepare_out(out if out is not None else DEFAULT_REPORTS / pair.name)
+    default = DEFAULT_REPORTS / (f"trace-{_schedule_name(pair)}" if trace else pair.name)
+    folder = prepare_out(out if out is not None else default)
     resolve_device(pair.candidate.device)
 
     import lrcheck
+
+    run = lrcheck.trace_schedule if trace else lrcheck.compare
 
     if show_progress and console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -129,11 +134,68 @@ def _run(pair: PairSpec, out: Path | None, *, show_progress: bool, console: Cons
                     tasks[role] = bar.add_task(f"{role} updates", total=total)
                 bar.update(tasks[role], completed=done)
 
-            report = lrcheck.compare(pair, progress=progress)
+            report = run(pair, progress=progress)
     else:
-        report = lrcheck.compare(pair)
+        report = run(pair)
     report.out = report.save(folder)
     return report
+
+
+def _schedule_name(pair: PairSpec) -> str:
+    """The pair's name without the task, which a trace does not have."""
+    return pair.name.removeprefix(f"{pair.candidate.task}-")
+
+
+def _show(report: Any, *, json_out: bool, quiet: bool, console: Console) -> None:
+    if json_out:
+        from lrcheck.reports.files import result_json
+
+        sys.stdout.write(result_json(report))
+    elif quiet:
+        from lrcheck.reports.table import verdict_text
+
+        console.print(verdict_text(report))
+    else:
+        from lrcheck.reports.table import render
+
+        console.print(render(report))
+
+
+@app.command("trace")
+def trace_command(
+    samples: Annotated[int, typer.Option(help="Training samples per epoch (the whole data set of the run being checked).")],
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 1,
+    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = 8,
+    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = 1,
+    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
+    ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
+    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = 1,
+    scheduler: Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")] = "cosine",
+    warmup: Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")] = 0.1,
+    lr: Annotated[float, typer.Option(help="Base (peak) learning rate.")] = 0.05,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = "sgd",
+    policy: Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")] = "per-update",
+    tail: Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")] = "drop",
+    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
+) -> None:
+    """Check a schedule without a model, for runs too large to train: step the candidate's and
+    the reference's schedules exactly as the training loop would (world size is arithmetic, no
+    process starts) and check `updates` and `lr`.
+
+    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed.
+    """
+    def pair() -> PairSpec:
+        # The task is a placeholder: a trace has no data, only --samples per epoch.
+        candidate = RunSpec(task="synthetic", bs=bs, accum=accum, world=nproc, epochs=epochs,
+                            scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
+                            policy=policy, tail=tail, device="cpu", samples=samples)
+        return PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
+                              tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
+
+    _pair_command(pair, out, json_out=json_out, quiet=quiet, trace=True)
 
 
 @app.command("list")

@@ -24,6 +24,8 @@ class Report:
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
+    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace).
+    mode: str = "compare"
 
     @property
     def verdict(self) -> str:
@@ -37,6 +39,13 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
+    @property
+    def subject(self) -> str:
+        """What was run: the task, or for a trace the schedule alone."""
+        if self.mode == "trace":
+            return f"schedule only, {self.pair.candidate.samples:,} samples per epoch"
+        return f"task {self.pair.candidate.task}"
+
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
@@ -44,6 +53,7 @@ class Report:
         return {
             "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
+            "mode": self.mode,
             "pair": {"name": self.pair.name, **self.pair.to_dict()},
             "checks": [c.to_dict() for c in self.checks],
             "runs": {"reference": self.reference.to_dict(),

@@ -44,7 +44,8 @@ def prepare_out(out: Path) -> Path:
     return out
 
 
-def report_markdown(report: Report) -> str:
+def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.png",
+                                                                "metrics.png")) -> str:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
     lines = [
@@ -55,7 +56,7 @@ def report_markdown(report: Report) -> str:
         f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
         f"(effective {cand.effective_batch}), policy `{cand.policy}`",
         f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
-        f"- task `{cand.task}`, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
         f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.get('torch')} on "
@@ -69,23 +70,28 @@ def report_markdown(report: Report) -> str:
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | "
                      f"{c.detail.replace('|', '/')} |")
-    lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-    for key in ("accuracy", "f1_macro"):
-        r = (report.reference.metrics or {}).get(key)
-        c = (report.candidate.metrics or {}).get(key)
-        lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
-                     f"{'—' if c is None else f'{c:.4f}'} |")
-    lines += ["", "![LR](lr.png)", "", "![loss](loss.png)", "", "![metrics](metrics.png)", ""]
-    return "\n".join(lines)
+    if report.mode == "compare":
+        lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
+        for key in ("accuracy", "f1_macro"):
+            r = (report.reference.metrics or {}).get(key)
+            c = (report.candidate.metrics or {}).get(key)
+            lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
+                         f"{'—' if c is None else f'{c:.4f}'} |")
+    for name in plots:
+        lines += ["", f"![{name.removesuffix('.png')}]({name})"]
+    return "\n".join(lines + [""])
 
 
 def write_report(report: Report, out: Path) -> Path:
-    """result.json, report.md, lr.png, loss.png and metrics.png in ``out``."""
-    from lrcheck.reports.plots import PLOTS
+    """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
+    only lr.png) in ``out``."""
+    from lrcheck.reports.plots import PLOTS_BY_MODE
 
+    plots = PLOTS_BY_MODE[report.mode]
     out = prepare_out(out)
     write_text(out / "result.json", result_json(report))
-    write_text(out / "report.md", report_markdown(report))
-    for name, plot in PLOTS.items():
+    write_text(out / "report.md", report_markdown(report, tuple(plots)))
+    for name, plot in plots.items():
         plot(report, out / name)
     return out
+

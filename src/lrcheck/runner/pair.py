@@ -30,14 +30,21 @@ def run_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTr
     device = resolve_device(spec.device)
     data = TASKS[spec.task].load(spec.seed, spec.samples)
     on_update = (lambda done, total: progress(role, done, total)) if progress else None
+    return guarded(f"the {role} run",
+                   lambda: train(spec, data, device=device, on_update=on_update))
+
+
+def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
+    """``run()`` with its warnings kept in the trace; a crash becomes a ``RunError`` naming
+    ``what``."""
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            trace = train(spec, data, device=device, on_update=on_update)
+            trace = run()
     except LrcheckError:
         raise
     except Exception as exc:
-        raise RunError(f"the {role} run crashed: {type(exc).__name__}: {exc}") from exc
+        raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
     # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
     # about the run: keep them in the report instead of printing them.
     trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
