@@ -8,19 +8,21 @@ from lrcheck.checks import run_checks, schedule_checks
 from lrcheck.result import Report
 from lrcheck.runner.pair import Progress, run_pair
 from lrcheck.spec import PairSpec, RunSpec, Tolerances
+from lrcheck.trace import RunTrace
 
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
             tolerances: Tolerances | None = None, progress: Progress | None = None,
-            **candidate: Any) -> Report:
+            cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report:
     """Train the reference and the candidate and check that they train alike.
 
     Either pass a ``PairSpec``, or the candidate's ``RunSpec`` fields as keywords
     (``compare(accum=2, bs=16)``); the reference then has ``bs = ref_bs`` (default: the
-    candidate's effective batch), accum 1 and policy ``per-update``.
+    candidate's effective batch), accum 1 and policy ``per-update``. ``cache`` (reference
+    ``RunSpec`` → trace) lets several pairs share one trained reference.
     """
     pair = _pair(pair, ref_bs, ref_world, tolerances, candidate)
-    traces = run_pair(pair, progress)
+    traces = run_pair(pair, progress, cache)
     checks = run_checks(traces.reference, traces.candidate, pair.tolerances)
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment)
 

@@ -24,6 +24,7 @@ from lrcheck.runner.policies import POLICIES
 from lrcheck.spec import DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
+SUITE_LOG_WIDTH = 160
 
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -196,6 +197,84 @@ def trace_command(
                               tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
 
     _pair_command(pair, out, json_out=json_out, quiet=quiet, trace=True)
+
+
+@app.command("suite")
+def suite_command(
+    file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option(help="Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
+    baseline: Annotated[Optional[Path], typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
+    save_baseline: Annotated[Optional[Path], typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
+) -> None:
+    """Run every pair of a suite file in one process and write a CI report.
+
+    Exit codes: 0 every pair met its expectation (and no regression), 1 one did not, 2 bad input,
+    3 a run crashed.
+    """
+    import os
+    import time
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a CI log: wide enough for the table
+        console = Console(highlight=False, width=max(console.width, SUITE_LOG_WIDTH))
+    errors = Console(stderr=True, highlight=False)
+    try:
+        from lrcheck.reports.files import append_text, prepare_out, write_json, write_suite
+        from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
+        from lrcheck.suite.baseline import baseline_document, load_baseline
+        from lrcheck.suite.run import prepare, run_suite
+        from lrcheck.suite.spec import load_suite
+
+        suite = load_suite(file)
+        records = load_baseline(baseline) if baseline is not None else None
+        folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
+        prepare(suite)
+        board = SuiteBoard(suite)
+        live = console.is_terminal and not quiet
+        started = time.perf_counter()
+
+        def done(index: int, outcome: Any) -> None:
+            board.done(index, outcome)
+            if not live and not quiet:
+                console.print(f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}: "
+                              f"{outcome.verdict} (expect {outcome.entry.expect}) → "
+                              f"{outcome.status}, {time.perf_counter() - started:.1f} s",
+                              markup=False)
+
+        def run() -> Any:
+            return run_suite(suite, folder, baseline=records,
+                             baseline_path=None if baseline is None else str(baseline),
+                             on_progress=board.progress if live else None, on_done=done)
+
+        if live:
+            from rich.live import Live
+
+            with Live(board, console=console, refresh_per_second=4):
+                result = run()
+        else:
+            result = run()
+        write_suite(result, folder)
+        if save_baseline is not None:
+            write_json(save_baseline, baseline_document(result.outcomes, suite.path))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            from lrcheck.reports.summary import suite_markdown
+
+            append_text(Path(summary), suite_markdown(result))
+    except LrcheckError as exc:
+        raise fail(exc) from None
+    except KeyboardInterrupt:
+        errors.print("lrcheck: interrupted")
+        raise typer.Exit(130) from None
+
+    if not live and not quiet:
+        console.print(SuiteBoard.finished(result))
+    for line in verdict_lines(result):
+        console.print(line)
+    errors.print(f"report: {folder}" + (f" · baseline saved: {save_baseline}"
+                                        if save_baseline is not None else ""))
+    raise typer.Exit(result.exit_code)
 
 
 @app.command("list")

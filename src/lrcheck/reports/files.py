@@ -1,4 +1,5 @@
-"""The files of a report, each written atomically (a reader never sees half a file)."""
+"""The files of a report and of a suite, each written atomically (a reader never sees half a
+file)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import SpecError
 from lrcheck.result import Report
+
+if TYPE_CHECKING:
+    from lrcheck.suite.outcome import SuiteResult
 
 
 @contextlib.contextmanager
@@ -95,3 +100,27 @@ def write_report(report: Report, out: Path) -> Path:
         plot(report, out / name)
     return out
 
+
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``), which others write too."""
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(text)
+
+
+def write_suite(result: SuiteResult, out: Path) -> Path:
+    """suite.json, summary.md, junit.xml and matrix.png in ``out``, beside the pairs' folders
+    the suite saved as it ran."""
+    from lrcheck.reports.junit import junit_xml
+    from lrcheck.reports.matrix import plot_matrix
+    from lrcheck.reports.summary import suite_markdown
+
+    out = prepare_out(out)
+    write_json(out / "suite.json", result.to_dict())
+    write_text(out / "summary.md", suite_markdown(result))
+    write_text(out / "junit.xml", junit_xml(result))
+    plot_matrix(result, out / "matrix.png")
+    return out

@@ -51,14 +51,20 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
     return trace
 
 
-def run_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
-    """The reference, then the candidate, each from scratch."""
+def run_pair(pair: PairSpec, progress: Progress | None = None,
+             cache: dict[RunSpec, RunTrace] | None = None) -> PairTraces:
+    """The reference, then the candidate, each from scratch. With ``cache``, a reference
+    already trained (the same frozen ``RunSpec``) is taken from it and a new one is added."""
     from lrcheck.runner.device import resolve_device
     from lrcheck.runner.loop import environment
 
     if pair.candidate.world > 1 or pair.reference.world > 1:
         raise RunError("multi-process runs need torchrun, which this build does not launch yet")
     device = resolve_device(pair.candidate.device)
-    reference = run_one(pair.reference, "reference", progress)
+    reference = cache.get(pair.reference) if cache is not None else None
+    if reference is None:
+        reference = run_one(pair.reference, "reference", progress)
+        if cache is not None:
+            cache[pair.reference] = reference
     candidate = run_one(pair.candidate, "candidate", progress)
     return PairTraces(reference, candidate, environment(device, pair.candidate.world))
