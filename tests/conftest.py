@@ -1,8 +1,17 @@
+"""Shared fixtures: the user-schedule fixtures file, and reports built by hand (no training)
+for the unit tests of suites and their writers."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from lrcheck.checks import run_checks
+from lrcheck.result import Report
+from lrcheck.spec import PairSpec, RunSpec
+from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -10,3 +19,32 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture
 def schedules_file() -> Path:
     return FIXTURES / "schedules.py"
+
+
+def fake_trace(spec: RunSpec, lrs: list[float], accuracy: float = 0.9,
+               f1: float = 0.88) -> RunTrace:
+    """A run that made ``len(lrs)`` updates at these LRs, with a loss and parameters that depend
+    only on the update, and these final metrics."""
+    updates = [UpdateRecord(k, (lr, lr), 1.0 / (k + 1), (k + 1) * spec.effective_batch, k, 0)
+               for k, lr in enumerate(lrs)]
+    params = np.arange(len(lrs), dtype=np.float64)[:, None] + 1.0
+    return RunTrace(spec, updates, [EpochMetrics(0, len(lrs) - 1, accuracy, f1)], params,
+                    len(lrs), {})
+
+
+def fake_report(lr_shift: float = 0.0, accuracy: float = 0.9, f1: float = 0.88,
+                scheduler: str = "cosine", n: int = 5) -> Report:
+    """A pair (bs 8 x accum 2 vs bs 16) whose candidate's LR is off by ``lr_shift`` from update
+    2 on, with the candidate's final ``accuracy`` and ``f1`` (the reference has 0.9 / 0.88)."""
+    pair = PairSpec.build(RunSpec(task="wine", bs=8, accum=2, scheduler=scheduler), ref_bs=16)
+    lrs = [0.1 / (k + 1) for k in range(n)]
+    ref = fake_trace(pair.reference, lrs)
+    cand = fake_trace(pair.candidate, [lr + (lr_shift if k >= 2 else 0.0)
+                                       for k, lr in enumerate(lrs)], accuracy, f1)
+    checks = run_checks(ref, cand, pair.tolerances)
+    return Report(pair, ref, cand, checks, {"torch": "test", "device": "cpu"})
+
+
+@pytest.fixture
+def make_report():
+    return fake_report

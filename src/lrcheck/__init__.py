@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
+__all__ = ["compare", "trace_schedule", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
            "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
            "__version__"]
 
@@ -28,6 +28,20 @@ def compare(*args: Any, **kwargs: Any) -> Report | None:
     from lrcheck.api import compare as _compare
 
     return _compare(*args, **kwargs)
+
+
+def trace_schedule(*args: Any, **kwargs: Any) -> Report:
+    """See ``lrcheck.api.trace_schedule``."""
+    from lrcheck.api import trace_schedule as _trace_schedule
+
+    return _trace_schedule(*args, **kwargs)
+
+
+def trace_schedule(*args: Any, **kwargs: Any) -> Report:
+    """See ``lrcheck.api.trace_schedule``."""
+    from lrcheck.api import trace_schedule as _trace_schedule
+
+    return _trace_schedule(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

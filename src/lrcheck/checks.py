@@ -3,7 +3,7 @@ results. Nothing here trains, prints or writes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -141,6 +141,65 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResu
         check_loss(ref, cand, tol.loss, reason),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
+
+
+SIMULATED = ("updates", "lr")
+
+
+def _crossing(lrs: np.ndarray, level: float, start: float = 0,
+              rising: bool = True) -> float | None:
+    """Where, from update ``start`` on, the LR first reaches (``rising``) or falls below
+    ``level``, interpolated between updates; None if it never does."""
+    first = int(np.ceil(start))
+    hits = np.flatnonzero(lrs[first:] >= level if rising else lrs[first:] < level)
+    if not len(hits):
+        return None
+    k = first + int(hits[0])
+    if k == first:
+        return float(k)
+    before, after = lrs[k - 1], lrs[k]
+    return k - 1 + float((level - before) / (after - before)) if after != before else float(k)
+
+
+def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
+    """How many times faster or slower the candidate's schedule (group 0) runs, from when each
+    LR trace first reaches half the lower of the two peaks — during warmup, where there is one —
+    or else first falls below it; None when that cannot tell."""
+    if len(ref) == 0 or len(cand) == 0 or min(ref.max(), cand.max()) <= 0:
+        return None
+    level = 0.5 * min(float(ref.max()), float(cand.max()))
+    k_ref, k_cand = _crossing(ref, level), _crossing(cand, level)
+    edge = "reaches"
+    if not k_ref or k_cand is None:  # no warmup: the LR starts at its peak; watch it fall
+        edge = "falls below"
+        k_ref = _crossing(ref, level, k_ref or 0, rising=False)
+        k_cand = _crossing(cand, level, _crossing(cand, level) or 0, rising=False)
+        if not k_ref:
+            return None
+        if k_cand is None:
+            return (f"the reference's LR falls below {level:.3g} at update {k_ref:.0f}, the "
+                    f"candidate's never does in its {len(cand)} updates: its schedule runs at "
+                    f"least {len(cand) / k_ref:.2g}× too slow")
+    ratio = (k_ref + 1) / (k_cand + 1)  # updates it took each to get there
+    if abs(ratio - 1) < 0.01:
+        return None
+    pace = f"≈{ratio:.3g}× too fast" if ratio > 1 else f"≈{1 / ratio:.3g}× too slow"
+    return (f"the LR {edge} {level:.3g} at update {k_cand:.0f} in the candidate, {k_ref:.0f} in "
+            f"the reference: its schedule runs {pace}")
+
+
+def schedule_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+    """The checks that apply to schedules stepped without a model (``lrcheck trace``):
+    ``updates`` and ``lr``, the latter saying how much faster or slower the candidate's
+    schedule runs when it fails; the others are ``skip``."""
+    lr = check_lr(ref, cand, tol.lr)
+    pace = schedule_pace(ref.lrs()[:, 0], cand.lrs()[:, 0]) if lr.status == FAIL else None
+    if pace:
+        lr = replace(lr, detail=f"{lr.detail}; {pace}")
+    skipped = [CheckResult(name, SKIP, None, None,
+                           "not measured: lrcheck trace steps the schedule without a model")
+               for name in CHECK_NAMES if name not in SIMULATED]
+    return [check_updates(ref, cand), lr, *skipped]
 
 
 def verdict(checks: list[CheckResult]) -> str:

@@ -26,6 +26,7 @@ from lrcheck.spec import DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpe
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
 DEFAULT_TIMEOUT_S = 300.0
+SUITE_LOG_WIDTH = 160
 
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -152,7 +153,8 @@ def _show(report: Any, console: Console, errors: Console, *, json_out: bool, qui
     sys.stdout.flush()
 
 
-def _prepare(pair: PairSpec, out: Path | None, *, create: bool) -> Path:
+def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
+             default: Path | None = None) -> Path:
     """Validate what can be validated before training; the report folder (created when
     ``create``: under torchrun only rank 0 writes)."""
     from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
@@ -162,14 +164,20 @@ def _prepare(pair: PairSpec, out: Path | None, *, create: bool) -> Path:
     if pair.candidate.scheduler not in SCHEDULERS:
         load_factory(pair.candidate.scheduler)
     resolve_device(pair.candidate.device)
-    folder = out if out is not None else DEFAULT_REPORTS / pair.name
+    folder = out if out is not None else (default or DEFAULT_REPORTS / pair.name)
     return prepare_out(folder) if create else folder
 
 
 def _run(pair: PairSpec, folder: Path, *, show_progress: bool, console: Console,
-         timeout: float, member: Any) -> Any:
-    """Train with a progress bar; an interrupted comparison saves what it recorded."""
+         timeout: float | None = None, member: Any = None, trace: bool = False) -> Any:
+    """Train (or, with ``trace``, step the schedules without a model) with a progress bar; an
+    interrupted comparison saves what it recorded."""
     import lrcheck
+
+    def run(**progress: Any) -> Any:
+        if trace:
+            return lrcheck.trace_schedule(pair, **progress)
+        return lrcheck.compare(pair, timeout=timeout, member=member, **progress)
 
     try:
         if show_progress and console.is_terminal:
@@ -185,14 +193,146 @@ def _run(pair: PairSpec, folder: Path, *, show_progress: bool, console: Console,
                         tasks[role] = bar.add_task(f"{role} updates", total=total)
                     bar.update(tasks[role], completed=done)
 
-                return lrcheck.compare(pair, progress=progress, timeout=timeout, member=member)
-        return lrcheck.compare(pair, timeout=timeout, member=member)
+                return run(progress=progress)
+        return run()
     except Interrupted as exc:
         if member is None or member.rank == 0:
             from lrcheck.reports.files import write_incomplete
 
             exc.out = write_incomplete(exc.result, folder)
         raise
+
+
+def _schedule_name(pair: PairSpec) -> str:
+    """The pair's name without the task, which a trace does not have."""
+    return pair.name.removeprefix(f"{pair.candidate.task}-")
+
+
+@app.command("trace")
+def trace_command(
+    samples: Annotated[int, typer.Option(help="Training samples per epoch (the whole data set of the run being checked).")],
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 1,
+    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = 8,
+    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = 1,
+    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
+    ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
+    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = 1,
+    scheduler: Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")] = "cosine",
+    warmup: Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")] = 0.1,
+    lr: Annotated[float, typer.Option(help="Base (peak) learning rate.")] = 0.05,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = "sgd",
+    policy: Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")] = "per-update",
+    tail: Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")] = "drop",
+    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
+) -> None:
+    """Check a schedule without a model, for runs too large to train: step the candidate's and
+    the reference's schedules exactly as the training loop would (world size is arithmetic, no
+    process starts) and check `updates` and `lr`.
+
+    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed.
+    """
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        # The task is a placeholder: a trace has no data, only --samples per epoch.
+        candidate = RunSpec(task="synthetic", bs=bs, accum=accum, world=nproc, epochs=epochs,
+                            scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
+                            policy=policy, tail=tail, device="cpu", samples=samples)
+        pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
+                              tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
+        folder = _prepare(pair, out, create=True,
+                          default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
+        report = _run(pair, folder, show_progress=not (quiet or json_out), console=errors,
+                      trace=True)
+        report.out = report.save(folder)
+    except LrcheckError as exc:
+        raise fail(exc) from None
+    except KeyboardInterrupt:
+        errors.print("lrcheck: interrupted")
+        raise typer.Exit(130) from None
+    _show(report, console, errors, json_out=json_out, quiet=quiet)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command("suite")
+def suite_command(
+    file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option(help="Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
+    baseline: Annotated[Optional[Path], typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
+    save_baseline: Annotated[Optional[Path], typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
+) -> None:
+    """Run every pair of a suite file in one process and write a CI report.
+
+    Exit codes: 0 every pair met its expectation (and no regression), 1 one did not, 2 bad input,
+    3 a run crashed.
+    """
+    import os
+    import time
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a CI log: wide enough for the table
+        console = Console(highlight=False, width=max(console.width, SUITE_LOG_WIDTH))
+    errors = Console(stderr=True, highlight=False)
+    try:
+        from lrcheck.reports.files import append_text, prepare_out, write_json, write_suite
+        from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
+        from lrcheck.suite.baseline import baseline_document, load_baseline
+        from lrcheck.suite.run import prepare, run_suite
+        from lrcheck.suite.spec import load_suite
+
+        suite = load_suite(file)
+        records = load_baseline(baseline) if baseline is not None else None
+        folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
+        prepare(suite)
+        board = SuiteBoard(suite)
+        live = console.is_terminal and not quiet
+        started = time.perf_counter()
+
+        def done(index: int, outcome: Any) -> None:
+            board.done(index, outcome)
+            if not live and not quiet:
+                console.print(f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}: "
+                              f"{outcome.verdict} (expect {outcome.entry.expect}) → "
+                              f"{outcome.status}, {time.perf_counter() - started:.1f} s",
+                              markup=False)
+
+        def run() -> Any:
+            return run_suite(suite, folder, baseline=records,
+                             baseline_path=None if baseline is None else str(baseline),
+                             on_progress=board.progress if live else None, on_done=done)
+
+        if live:
+            from rich.live import Live
+
+            with Live(board, console=console, refresh_per_second=4):
+                result = run()
+        else:
+            result = run()
+        write_suite(result, folder)
+        if save_baseline is not None:
+            write_json(save_baseline, baseline_document(result.outcomes, suite.path))
+        summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary:
+            from lrcheck.reports.summary import suite_markdown
+
+            append_text(Path(summary), suite_markdown(result))
+    except LrcheckError as exc:
+        raise fail(exc) from None
+    except KeyboardInterrupt:
+        errors.print("lrcheck: interrupted")
+        raise typer.Exit(130) from None
+
+    if not live and not quiet:
+        console.print(SuiteBoard.finished(result))
+    for line in verdict_lines(result):
+        console.print(line)
+    errors.print(f"report: {folder}" + (f" · baseline saved: {save_baseline}"
+                                        if save_baseline is not None else ""))
+    raise typer.Exit(result.exit_code)
 
 
 @app.command("list")

@@ -25,6 +25,8 @@ class Report:
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
+    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace).
+    mode: str = "compare"
 
     @property
     def verdict(self) -> str:
@@ -38,12 +40,20 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
+    @property
+    def subject(self) -> str:
+        """What was run: the task, or for a trace the schedule alone."""
+        if self.mode == "trace":
+            return f"schedule only, {self.pair.candidate.samples:,} samples per epoch"
+        return f"task {self.pair.candidate.task}"
+
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _result(self.verdict, self.pair, [c.to_dict() for c in self.checks],
-                       self.reference, self.candidate, self.environment)
+        return {**_result(self.verdict, self.pair, [c.to_dict() for c in self.checks],
+                          self.reference, self.candidate, self.environment),
+                "mode": self.mode}
 
     def save(self, out: str | Path) -> Path:
         """Write result.json, report.md and the plots into ``out``; returns the folder."""

@@ -1,10 +1,17 @@
 """What a run recorded: one ``UpdateRecord`` per optimizer update, metrics per epoch, and the
-parameters after every update (kept in memory for the ``params`` check, not written to JSON)."""
+parameters after every update (kept in memory for the ``params`` check, not written to JSON).
+
+A schedule stepped without a model (``lrcheck trace``) can make hundreds of thousands of updates;
+``ScheduleTrace`` keeps them as numpy columns and writes a thinned selection to JSON, with a
+digest of the whole LR trace.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -49,7 +56,7 @@ class RunTrace:
     planned ``planned_updates`` (a scheduler that refused to step, say)."""
 
     spec: RunSpec
-    updates: list[UpdateRecord]
+    updates: Sequence[UpdateRecord]
     epochs: list[EpochMetrics]
     params: np.ndarray
     planned_updates: int
@@ -98,11 +105,14 @@ class RunTrace:
             seconds=float(data["seconds"]),
             extra={k: v for k, v in data.items() if k not in own},
         )
+    def updates_json(self) -> list[dict[str, Any]]:
+        """The ``updates`` of ``result.json``: every update."""
+        return [u.to_dict() for u in self.updates]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec.to_dict(),
-            "updates": [u.to_dict() for u in self.updates],
+            "updates": self.updates_json(),
             "metrics": self.metrics,
             "epochs": [asdict(e) for e in self.epochs],
             "planned_updates": self.planned_updates,
@@ -112,3 +122,94 @@ class RunTrace:
             "seconds": round(self.seconds, 3),
             **self.extra,
         }
+
+DIGEST_BITS = 40
+
+
+def lr_digest(lrs: np.ndarray) -> str:
+    """``sha256:`` of an LR trace (updates x param groups) in a canonical form: the shape, then
+    every value's binary exponent and its mantissa rounded to ``DIGEST_BITS`` bits (about 12
+    significant digits) as little-endian int64, so that last-bit differences of the maths
+    library between machines do not change it."""
+    rows = np.asarray(lrs, dtype=np.float64).reshape(len(lrs), -1)
+    mantissa, exponent = np.frexp(rows)
+    digest = hashlib.sha256(f"{rows.shape[0]}x{rows.shape[1]}\n".encode())
+    digest.update(np.round(mantissa * 2.0 ** DIGEST_BITS).astype("<i8").tobytes())
+    digest.update(exponent.astype("<i8").tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def thin_indices(n: int, limit: int, pinned: Iterable[int] = (), around: int = 2) -> np.ndarray:
+    """At most about ``limit`` evenly spaced indices of ``range(n)``, always with the first and
+    the last, plus ``around`` on either side of every index in ``pinned``."""
+    if n <= limit:
+        return np.arange(n)
+    even = np.linspace(0, n - 1, limit).astype(np.int64)
+    near = [np.arange(max(0, p - around), min(n, p + around + 1)) for p in pinned]
+    return np.unique(np.concatenate([even, *near]))
+
+
+class UpdateColumns(Sequence[UpdateRecord]):
+    """Per-update records stored as numpy columns (no loss: nothing is trained). Indexing gives
+    ``UpdateRecord`` objects, built on demand, so the checks and reports read it like a list."""
+
+    def __init__(self, lr: np.ndarray, samples_seen: np.ndarray, scheduler_steps: np.ndarray,
+                 epoch: np.ndarray) -> None:
+        self.lr = np.asarray(lr, dtype=np.float64).reshape(len(samples_seen), -1)
+        self.samples_seen = np.asarray(samples_seen, dtype=np.int64)
+        self.scheduler_steps = np.asarray(scheduler_steps, dtype=np.int64)
+        self.epoch = np.asarray(epoch, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.samples_seen)
+
+    @overload
+    def __getitem__(self, k: int) -> UpdateRecord: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[UpdateRecord]: ...
+
+    def __getitem__(self, k: int | slice) -> UpdateRecord | list[UpdateRecord]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        k = range(len(self))[k]
+        return UpdateRecord(k, tuple(self.lr[k].tolist()), float("nan"),
+                            int(self.samples_seen[k]), int(self.scheduler_steps[k]),
+                            int(self.epoch[k]))
+
+    def __iter__(self) -> Iterator[UpdateRecord]:
+        return (self[k] for k in range(len(self)))
+
+
+MAX_STORED_UPDATES = 2000
+
+
+@dataclass
+class ScheduleTrace(RunTrace):
+    """A run's schedule stepped without a model (``lrcheck trace``): ``updates`` is an
+    ``UpdateColumns``. In JSON, ``updates`` holds every update when there are at most
+    ``MAX_STORED_UPDATES``, else an evenly spaced selection with the first and last updates and
+    those around ``pinned`` (the first divergence); ``updates_stored`` says which, and
+    ``lr_digest`` covers the whole trace."""
+
+    pinned: tuple[int, ...] = ()
+
+    def lrs(self) -> np.ndarray:
+        return self.updates.lr  # type: ignore[attr-defined]
+
+    def losses(self) -> np.ndarray:
+        return np.full(len(self.updates), np.nan)
+
+    def updates_json(self) -> list[dict[str, Any]]:
+        keep = thin_indices(len(self.updates), MAX_STORED_UPDATES, self.pinned)
+        return [{**self.updates[int(k)].to_dict(), "loss": None} for k in keep]
+
+    def to_dict(self) -> dict[str, Any]:
+        n = len(self.updates)
+        stored = len(thin_indices(n, MAX_STORED_UPDATES, self.pinned))
+        return {**super().to_dict(),
+                "updates_stored": {"total": n, "stored": stored,
+                                   "selection": "all" if stored == n else
+                                   "evenly spaced, with the first, the last and 2 either side "
+                                   "of the first divergence"},
+                "lr_digest": lr_digest(self.lrs())}

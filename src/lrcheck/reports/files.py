@@ -1,4 +1,5 @@
-"""The files of a report, each written atomically (a reader never sees half a file)."""
+"""The files of a report and of a suite, each written atomically (a reader never sees half a
+file)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import SpecError
 from lrcheck.result import IncompleteResult, Report
+
+if TYPE_CHECKING:
+    from lrcheck.suite.outcome import SuiteResult
 
 
 @contextlib.contextmanager
@@ -44,7 +49,8 @@ def prepare_out(out: Path) -> Path:
     return out
 
 
-def report_markdown(report: Report) -> str:
+def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.png",
+                                                                "metrics.png")) -> str:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
     lines = [
@@ -55,7 +61,7 @@ def report_markdown(report: Report) -> str:
         f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
         f"(effective {cand.effective_batch}), policy `{cand.policy}`",
         f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
-        f"- task `{cand.task}`, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
         f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.get('torch')} on "
@@ -69,24 +75,28 @@ def report_markdown(report: Report) -> str:
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | "
                      f"{c.detail.replace('|', '/')} |")
-    lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-    for key in ("accuracy", "f1_macro"):
-        r = (report.reference.metrics or {}).get(key)
-        c = (report.candidate.metrics or {}).get(key)
-        lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
-                     f"{'—' if c is None else f'{c:.4f}'} |")
-    lines += ["", "![LR](lr.png)", "", "![loss](loss.png)", "", "![metrics](metrics.png)", ""]
-    return "\n".join(lines)
+    if report.mode == "compare":
+        lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
+        for key in ("accuracy", "f1_macro"):
+            r = (report.reference.metrics or {}).get(key)
+            c = (report.candidate.metrics or {}).get(key)
+            lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
+                         f"{'—' if c is None else f'{c:.4f}'} |")
+    for name in plots:
+        lines += ["", f"![{name.removesuffix('.png')}]({name})"]
+    return "\n".join(lines + [""])
 
 
 def write_report(report: Report, out: Path) -> Path:
-    """result.json, report.md, lr.png, loss.png and metrics.png in ``out``."""
-    from lrcheck.reports.plots import PLOTS
+    """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
+    only lr.png) in ``out``."""
+    from lrcheck.reports.plots import PLOTS_BY_MODE
 
+    plots = PLOTS_BY_MODE[report.mode]
     out = prepare_out(out)
     write_text(out / "result.json", result_json(report))
-    write_text(out / "report.md", report_markdown(report))
-    for name, plot in PLOTS.items():
+    write_text(out / "report.md", report_markdown(report, tuple(plots)))
+    for name, plot in plots.items():
         plot(report, out / name)
     return out
 
@@ -97,3 +107,26 @@ def write_incomplete(result: IncompleteResult, out: Path) -> Path:
     out = prepare_out(out)
     write_text(out / "result.json", result_json(result))
     return out / "result.json"
+def write_json(path: Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``), which others write too."""
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(text)
+
+
+def write_suite(result: SuiteResult, out: Path) -> Path:
+    """suite.json, summary.md, junit.xml and matrix.png in ``out``, beside the pairs' folders
+    the suite saved as it ran."""
+    from lrcheck.reports.junit import junit_xml
+    from lrcheck.reports.matrix import plot_matrix
+    from lrcheck.reports.summary import suite_markdown
+
+    out = prepare_out(out)
+    write_json(out / "suite.json", result.to_dict())
+    write_text(out / "summary.md", suite_markdown(result))
+    write_text(out / "junit.xml", junit_xml(result))
+    plot_matrix(result, out / "matrix.png")
+    return out

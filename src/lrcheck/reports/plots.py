@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 
 from lrcheck.result import Report
+from lrcheck.trace import thin_indices
 
 MAX_POINTS = 4000
 REF_STYLE = {"color": "tab:blue", "label": "reference"}
 CAND_STYLE = {"color": "tab:orange", "linestyle": "--", "label": "candidate"}
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,15 +25,12 @@ def _pyplot():
 
 
 def _thin(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    steps = np.arange(len(values))
-    if len(values) <= MAX_POINTS:
-        return steps, values
-    pick = np.unique(np.linspace(0, len(values) - 1, MAX_POINTS).astype(np.int64))
-    return steps[pick], values[pick]
+    pick = thin_indices(len(values), MAX_POINTS)
+    return pick, values[pick]
 
 
 def plot_lr(report: Report, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
                                       gridspec_kw={"height_ratios": [3, 2]})
@@ -51,11 +49,11 @@ def plot_lr(report: Report, path: Path) -> None:
                          label="first divergence")
     bottom.set_ylabel("candidate − reference")
     bottom.set_xlabel("optimizer update")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_loss(report: Report, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axis = plt.subplots(figsize=(8, 4))
     axis.plot(*_thin(report.reference.losses()), **REF_STYLE)
     axis.plot(*_thin(report.candidate.losses()), **CAND_STYLE)
@@ -63,11 +61,11 @@ def plot_loss(report: Report, path: Path) -> None:
     axis.set_ylabel("training loss (effective batch)")
     axis.set_title(f"loss — {report.pair.name}", fontsize=9)
     axis.legend()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_metrics(report: Report, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharex=True)
     for axis, key, title in ((axes[0], "accuracy", "accuracy"), (axes[1], "f1_macro", "macro-F1")):
         for trace, style in ((report.reference, REF_STYLE), (report.candidate, CAND_STYLE)):
@@ -77,16 +75,18 @@ def plot_metrics(report: Report, path: Path) -> None:
         axis.set_xlabel("epoch")
     axes[0].legend()
     fig.suptitle(f"test split — {report.pair.name}", fontsize=9)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     from lrcheck.reports.files import atomic_path
 
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 PLOTS = {"lr.png": plot_lr, "loss.png": plot_loss, "metrics.png": plot_metrics}
+# A trace has no model: only its LR is drawn.
+PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": plot_lr}}

@@ -23,8 +23,8 @@ def _number(value: float | None) -> str:
 def checks_table(report: Report) -> Table:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
-    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
-                        f"vs {ref.label} (world {ref.world}) · {cand.task} · {cand.scheduler}",
+    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) vs "
+                        f"{ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}",
                   title_justify="left")
     table.add_column("check")
     table.add_column("status")
@@ -72,5 +72,29 @@ def verdict_text(report: Report) -> Text:
     return text
 
 
+def trace_table(report: Report) -> Table:
+    """What the two simulated schedules did, and what simulating them cost."""
+    table = Table(title="simulated schedules (no model)", title_justify="left")
+    table.add_column("")
+    table.add_column(f"reference {report.pair.reference.label}", justify="right")
+    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    runs = (report.reference, report.candidate)
+    lrs = [trace.lrs()[:, 0] for trace in runs]
+    steps = [trace.extra.get("scheduler_steps", 0) for trace in runs]
+    rows = [
+        ("optimizer updates", [f"{len(t.updates):,} of {t.planned_updates:,}" for t in runs]),
+        ("scheduler.step() calls", [f"{n:,}" for n in steps]),
+        ("peak LR (group 0)", [_number(float(v.max())) if len(v) else "—" for v in lrs]),
+        ("final LR (group 0)", [_number(float(v[-1])) if len(v) else "—" for v in lrs]),
+        ("simulated in", [f"{t.seconds:.2f} s ({1e6 * t.seconds / max(n, 1):.1f} µs per step)"
+                          for t, n in zip(runs, steps)]),
+    ]
+    for label, (ref, cand) in rows:
+        table.add_row(label, ref, cand)
+    return table
+
+
 def render(report: Report) -> Group:
+    if report.mode == "trace":
+        return Group(checks_table(report), trace_table(report), verdict_text(report))
     return Group(checks_table(report), metrics_table(report), verdict_text(report))

@@ -22,16 +22,23 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
     from lrcheck.runner.loop import train
 
     data = TASKS[spec.task].load(spec.seed, spec.samples)
+    where = f" on rank {rank}" if spec.world > 1 else ""
+    return guarded(f"the {role} run{where}", lambda: train(
+        spec, data, device=device, rank=rank, group=group, on_update=on_update,
+        on_start=on_start))
+
+
+def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
+    """``run()`` with its warnings kept in the trace; a crash becomes a ``RunError`` naming
+    ``what``."""
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            trace = train(spec, data, device=device, rank=rank, group=group, on_update=on_update,
-                          on_start=on_start)
+            trace = run()
     except LrcheckError:
         raise
     except Exception as exc:
-        where = f" on rank {rank}" if spec.world > 1 else ""
-        raise RunError(f"the {role} run crashed{where}: {type(exc).__name__}: {exc}") from exc
+        raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
     # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
     # about the run: keep them in the report instead of printing them.
     trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})

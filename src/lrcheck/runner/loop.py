@@ -21,7 +21,7 @@ from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import plan_steps, schedule_context
+from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
@@ -154,8 +154,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
                 try:
                     scheduler.step()
                 except Exception as exc:  # a schedule that refuses to step is a finding
-                    stopped = (f"scheduler.step() raised {type(exc).__name__} at update "
-                               f"{batch.update}: {exc}")
+                    stopped = step_failure(exc, batch.update)
                     break
                 scheduler_steps += 1
         if not stepped:  # the schedule stopped the run inside an accumulation window

@@ -74,8 +74,10 @@ class _Tracker:
 
 
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
-             member: Any = None) -> PairTraces | None:
-    """The reference, then the candidate, each from scratch.
+             member: Any = None, cache: dict[RunSpec, RunTrace] | None = None
+             ) -> PairTraces | None:
+    """The reference, then the candidate, each from scratch. With ``cache``, a reference
+    already trained (the same frozen ``RunSpec``) is taken from it and a new one is added.
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
     included). ``member`` (a ``group.Member``): lrcheck runs inside torchrun; the candidate runs
@@ -91,9 +93,14 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     tracker.environment = environment(device, pair.candidate.world)
     try:
         if member is None:
-            traces = {role: tracker.done(role, _run_here(getattr(pair, role), role, device,
-                                                          tracker, timeout))
-                      for role in ROLES}
+            traces = {}
+            for role in ROLES:
+                spec = getattr(pair, role)
+                cached = cache.get(spec) if cache is not None and role == "reference" else None
+                traces[role] = tracker.done(role, cached or _run_here(spec, role, device,
+                                                                      tracker, timeout))
+            if cache is not None:
+                cache[pair.reference] = traces["reference"]
         else:
             traces = _run_in_group(pair, member, tracker)
             if traces is None:

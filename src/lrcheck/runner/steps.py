@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from lrcheck.errors import SpecError
 from lrcheck.runner.policies import POLICIES
 
@@ -114,3 +116,65 @@ def schedule_context(plan: StepPlan, policy: str, warmup: float) -> ScheduleCont
         total_steps=total_steps,
         warmup_steps=warmup_steps,
     )
+
+
+@dataclass(frozen=True)
+class UpdateRun:
+    """``count`` consecutive updates of epoch ``epoch``, each over ``samples`` samples split
+    into ``micro_batches`` micro-batches per process."""
+
+    epoch: int
+    count: int
+    samples: int
+    micro_batches: int
+
+
+def update_runs(plan: StepPlan) -> list[UpdateRun]:
+    """The updates of ``plan`` in order, as runs of equal updates: the same sizes
+    ``order.global_batches`` and ``order.micro_batches`` produce, without building any
+    permutation, so that ``lrcheck trace`` can walk runs of billions of samples."""
+    effective, per_forward = plan.effective_batch, plan.micro_batch_size * plan.world
+    runs: list[UpdateRun] = []
+    carried = 0
+    for epoch in range(plan.epochs):
+        full, left = divmod(carried + plan.num_samples, effective)
+        runs.append(UpdateRun(epoch, full, effective, plan.accum))
+        if plan.tail == "flush" and left:
+            runs.append(UpdateRun(epoch, 1, left, math.ceil(left / per_forward)))
+        carried = left if plan.tail == "carry" else 0
+    return [run for run in runs if run.count]
+
+
+@dataclass(frozen=True)
+class UpdateCounters:
+    """Per update, as ``loop.train`` counts them: samples seen after it, ``scheduler.step()``
+    calls made when its LR is read, and its epoch; and the calls made by the end of the last."""
+
+    samples_seen: np.ndarray
+    steps_at_read: np.ndarray
+    epoch: np.ndarray
+    steps_made: int
+
+
+def update_counters(runs: list[UpdateRun], updates: int,
+                    every_micro_batch: bool) -> UpdateCounters:
+    """The counters of the first ``updates`` updates of ``runs`` when ``scheduler.step()`` runs
+    after every micro-batch (``every_micro_batch``) or once per update."""
+    left, counts = updates, []
+    for run in runs:
+        counts.append(min(run.count, left))
+        left -= counts[-1]
+    micro = np.array([run.micro_batches for run in runs], dtype=np.int64)
+    per_update = np.repeat(micro if every_micro_batch else np.ones_like(micro), counts)
+    made = np.cumsum(per_update)
+    return UpdateCounters(
+        samples_seen=np.cumsum(np.repeat([run.samples for run in runs], counts)).astype(np.int64),
+        steps_at_read=made - 1,
+        epoch=np.repeat([run.epoch for run in runs], counts).astype(np.int64),
+        steps_made=int(made[-1]) if len(made) else 0,
+    )
+
+
+def step_failure(exc: BaseException, update: int) -> str:
+    """Why a run stopped when ``scheduler.step()`` raised during update ``update``."""
+    return f"scheduler.step() raised {type(exc).__name__} at update {update}: {exc}"

@@ -1,0 +1,70 @@
+"""``summary.md``: the suite as GitHub-flavoured Markdown (also appended to
+``$GITHUB_STEP_SUMMARY``). Links to plots are relative to the report folder."""
+
+from __future__ import annotations
+
+from lrcheck.checks import CHECK_NAMES
+from lrcheck.reports.plots import PLOTS_BY_MODE
+from lrcheck.suite.outcome import OK, PairOutcome, SuiteResult
+
+STATUS_MARK = {"pass": "✅ pass", "fail": "❌ fail", "warn": "⚠️ warn", "skip": "➖ skip"}
+OUTCOME_MARK = {OK: "✅ ok", "unexpected": "❌ unexpected", "regression": "❌ regression",
+                "error": "💥 error"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def _row(outcome: PairOutcome) -> str:
+    name = outcome.entry.name
+    statuses = {c.name: c.status for c in outcome.report.checks} if outcome.report else {}
+    d = outcome.deltas()
+    plots = " · ".join(f"[{p.removesuffix('.png')}]({name}/{p})"
+                       for p in PLOTS_BY_MODE["compare"]) if outcome.report else "—"
+    cells = [f"`{name}`", outcome.entry.expect, STATUS_MARK.get(outcome.verdict, "💥 error"),
+             OUTCOME_MARK[outcome.status],
+             *(STATUS_MARK.get(statuses.get(c, ""), "—") for c in CHECK_NAMES),
+             _number(d["max_abs_dlr"], "{:.3g}"), _number(d["accuracy"], "{:+.4f}"),
+             _number(d["f1_macro"], "{:+.4f}"), plots]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def suite_markdown(result: SuiteResult) -> str:
+    counts = result.counts()
+    mark = "✅" if result.verdict == "pass" else "❌"
+    lines = [
+        f"## {mark} lrcheck suite `{result.suite.path}`: {result.verdict.upper()}",
+        "",
+        f"{counts[OK]} of {counts['pairs']} pairs as expected "
+        f"({counts['unexpected']} unexpected, {counts['regression']} regressions, "
+        f"{counts['error']} errors) in {result.seconds:.1f} s"
+        + (f"; baseline `{result.baseline_path}`" if result.baseline_path else "") + ".",
+        "",
+        "| pair | expect | verdict | outcome | " + " | ".join(CHECK_NAMES)
+        + " | max \\|ΔLR\\| | Δ accuracy | Δ macro-F1 | plots |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in CHECK_NAMES)
+        + " | ---: | ---: | ---: | --- |",
+        *(_row(o) for o in result.outcomes),
+    ]
+    problems = [o for o in result.outcomes if o.status != OK]
+    if problems:
+        lines += ["", "### Not as expected", ""]
+        lines += [f"- **`{o.entry.name}`** ({OUTCOME_MARK[o.status]}): {_cell(o.reason)}"
+                  for o in problems]
+    if result.baseline_missing:
+        lines += ["", "Note: in the baseline but not in this suite: "
+                  + ", ".join(f"`{n}`" for n in result.baseline_missing)]
+    failed = [(o, c) for o in result.outcomes if o.report for c in o.report.checks
+              if c.status == "fail"]
+    if failed:
+        lines += ["", "<details><summary>Failed checks</summary>", ""]
+        lines += [f"- `{o.entry.name}` **{c.name}**"
+                  f"{' (expected)' if o.entry.expect == 'fail' else ''}: {_cell(c.detail)}"
+                  for o, c in failed]
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""``lrcheck trace``: a run's schedule stepped without a model, for runs far too large to train.
+
+The simulation uses the pieces the training loop uses — ``plan_steps``, ``schedule_context``,
+the policy, ``make_scheduler`` and the loop's own optimizer — and calls ``scheduler.step()``
+exactly where ``loop.train`` calls it, so the LR it records for update k is the one a real run
+records. What it leaves out is all that cannot move the LR:
+
+- no data, no model, no forward or backward: the optimizer holds one weight and one bias in the
+  loop's two param groups, so a factory sees the optimizer shape and hyper-parameters it sees in a
+  real run;
+- the world size is arithmetic: every rank steps its own scheduler identically, so one rank is
+  simulated, with ``ceil(samples / (bs·world))`` micro-batches per update;
+- ``optimizer.step()`` runs once, at the first update, where the loop first calls it. torch only
+  looks at it on a scheduler's first ``step()`` (to warn about calling them in the wrong order),
+  and it does not touch the LR, so the warnings match a real run's and the remaining updates cost
+  one ``scheduler.step()`` each, not an optimizer step as well;
+- a policy that steps every micro-batch costs ``micro-batches - 1`` bare ``scheduler.step()``
+  calls before the LR is read: nothing else runs per micro-batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.runner.local import guarded
+from lrcheck.runner.pair import PairTraces, Progress
+from lrcheck.runner.loop import make_optimizer
+from lrcheck.runner.policies import POLICIES
+from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, update_counters,
+                                  update_runs)
+from lrcheck.spec import PairSpec, RunSpec
+from lrcheck.trace import ScheduleTrace, UpdateColumns
+
+OnUpdate = Callable[[int, int], None]
+PROGRESS_EVERY = 4096
+WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simulation is
+
+
+def simulate(spec: RunSpec, num_samples: int | None = None,
+             on_update: OnUpdate | None = None) -> ScheduleTrace:
+    """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
+    ``spec.samples``) as ``loop.train`` would, recording the LR of every update."""
+    _load_optimizer_code()
+    started = time.perf_counter()
+    plan = plan_steps(spec.samples if num_samples is None else num_samples, spec.bs, spec.accum,
+                      spec.world, spec.epochs, spec.tail)
+    ctx = schedule_context(plan, spec.policy, spec.warmup)
+    optimizer = make_optimizer(spec, torch.nn.Linear(1, 1))
+    scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
+    every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
+    runs = update_runs(plan)
+
+    # Only scheduler.step() runs per step; the counters of every update follow from the runs
+    # (update_counters) and are not kept in the loop.
+    groups, step, lr_of = optimizer.param_groups, scheduler.step, operator.itemgetter("lr")
+    lrs: list[float] = []
+    record = lrs.extend
+    phase, first = WINDOW, True
+    stepped_in_window = 0
+    stopped: str | None = None
+    try:
+        for run in runs:
+            before_read = run.micro_batches - 1 if every_micro_batch else 0
+            for chunk in range(0, run.count, PROGRESS_EVERY):
+                for _ in range(min(PROGRESS_EVERY, run.count - chunk)):
+                    phase = WINDOW
+                    for stepped_in_window in range(before_read):  # micro-batches before the last
+                        step()
+                    phase = READ
+                    record(map(lr_of, groups))  # the LR this update uses
+                    if first:
+                        optimizer.step()  # once; see the module docstring
+                        first = False
+                    phase = AFTER
+                    step()
+                if on_update is not None:
+                    on_update(len(lrs) // len(groups), plan.total_updates)
+    except Exception as exc:
+        if phase == READ:
+            raise
+        made = len(lrs) // len(groups)
+        # Inside the window the update is not made; after it, it was.
+        stopped = step_failure(exc, made if phase == WINDOW else made - 1)
+    made = len(lrs) // len(groups)
+    counters = update_counters(runs, made, every_micro_batch)
+    steps = counters.steps_made
+    if stopped:
+        steps += stepped_in_window if phase == WINDOW else -1
+
+    columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
+                            counters.samples_seen, counters.steps_at_read, counters.epoch)
+    return ScheduleTrace(
+        spec=spec, updates=columns, epochs=[], params=np.empty((made, 0)),
+        planned_updates=plan.total_updates, context=ctx.to_dict(), stopped=stopped,
+        seconds=time.perf_counter() - started, extra={"scheduler_steps": steps},
+    )
+
+
+@functools.cache
+def _load_optimizer_code() -> None:
+    """torch imports much of its optimizer machinery on the first ``optimizer.step()``
+    (about a second); pay that once, outside the timed simulation."""
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()
+
+
+def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> ScheduleTrace:
+    """``simulate`` with torch's warnings kept in the trace, as ``pair.run_one`` keeps them."""
+    on_update = (lambda done, total: progress(role, done, total)) if progress else None
+    trace = guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
+    assert isinstance(trace, ScheduleTrace)
+    return trace
+
+
+def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
+    """Both schedules of ``pair``, over ``samples`` training samples per epoch each."""
+    from lrcheck.runner.loop import environment
+
+    reference = simulate_one(pair.reference, "reference", progress)
+    candidate = simulate_one(pair.candidate, "candidate", progress)
+    env = environment("none (schedule simulated, no model)", pair.candidate.world)
+    return PairTraces(reference, candidate, env)

@@ -1,0 +1,1 @@
+"""lrcheck suite: many pairs from one TOML file, their expectations and baselines."""

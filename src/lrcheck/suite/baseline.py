@@ -1,0 +1,116 @@
+"""Baselines: what each pair of a suite gave once, to tell a later run what changed.
+
+A baseline file (JSON, ``schema_version`` 1, ``kind`` ``lrcheck-baseline``) holds per pair name
+the digest of the candidate's and the reference's LR traces (``trace.lr_digest``), the number of
+updates, the final LR, the candidate's final accuracy and macro-F1, and the pair's settings.
+Comparing a report with its record gives a ``Regression`` when an LR trace changed or accuracy or
+macro-F1 dropped by more than the pair's ``tol_metrics``. Pairs are matched by name: give pairs a
+``name`` so that a change of their settings is compared, not taken for a new pair.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lrcheck.errors import SpecError
+from lrcheck.result import Report
+from lrcheck.suite.outcome import PairOutcome, Regression
+from lrcheck.trace import lr_digest
+
+SCHEMA_VERSION = 1
+KIND = "lrcheck-baseline"
+RECORD_KEYS = ("lr_digest", "reference_lr_digest", "updates", "metrics", "pair")
+
+
+def record(report: Report) -> dict[str, Any]:
+    """The baseline record of one pair's report."""
+    cand = report.candidate
+    return {
+        "lr_digest": lr_digest(cand.lrs()),
+        "reference_lr_digest": lr_digest(report.reference.lrs()),
+        "updates": len(cand.updates),
+        "final_lr": cand.updates[-1].lr[0] if len(cand.updates) else None,
+        "metrics": cand.metrics,
+        "pair": report.pair.to_dict(),
+    }
+
+
+def baseline_document(outcomes: list[PairOutcome], suite_path: str) -> dict[str, Any]:
+    """The baseline file's content: a record for every pair that has a report."""
+    import lrcheck
+
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "lrcheck": lrcheck.__version__,
+            "suite": suite_path,
+            "pairs": {o.entry.name: record(o.report) for o in outcomes if o.report is not None}}
+
+
+def load_baseline(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The records of the baseline file at ``path``, by pair name. A missing, unreadable or
+    corrupt file, or one of another schema version, is bad input (``SpecError``)."""
+    where = f"--baseline {str(path)!r}"
+    fix = "save one with --save-baseline"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{where} does not exist; {fix}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{where} cannot be read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where} is corrupt: not JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise SpecError(f"{where} is not an lrcheck baseline (no \"kind\": \"{KIND}\"); {fix}")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise SpecError(f"{where} has schema version {data.get('schema_version')!r}; this "
+                        f"lrcheck reads version {SCHEMA_VERSION}; {fix}")
+    pairs = data.get("pairs")
+    if not isinstance(pairs, dict):
+        raise SpecError(f"{where} is corrupt: \"pairs\" is not an object; {fix}")
+    for name, rec in pairs.items():
+        missing = [k for k in RECORD_KEYS if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise SpecError(f"{where} is corrupt: pair {name!r} lacks {', '.join(missing)}; {fix}")
+    return pairs
+
+
+def regressions(report: Report, rec: dict[str, Any]) -> list[Regression]:
+    """What changed for the worse against the baseline record ``rec`` of the same pair."""
+    found = []
+    changed = _changed_settings(rec["pair"], report.pair.to_dict())
+    because = f"; settings changed: {changed}" if changed else ""
+    cand = report.candidate
+    changed = [who for who, trace, key in (("candidate's", cand, "lr_digest"),
+                                           ("reference's", report.reference,
+                                            "reference_lr_digest"))
+               if lr_digest(trace.lrs()) != rec[key]]
+    if changed:
+        final = cand.updates[-1].lr[0] if len(cand.updates) else None
+        found.append(Regression(
+            "lr", f"the {' and the '.join(changed)} LR trace{'s' if len(changed) > 1 else ''} "
+                  f"changed (candidate: {rec['updates']} → {len(cand.updates)} updates, final LR "
+                  f"{_g(rec.get('final_lr'))} → {_g(final)}){because}"))
+    base, now = rec.get("metrics") or {}, cand.metrics or {}
+    tol = report.pair.tolerances.metrics
+    for key, label in (("accuracy", "accuracy"), ("f1_macro", "macro-F1")):
+        if key in base and key in now and base[key] - now[key] > tol:
+            found.append(Regression(key, f"{label} dropped {base[key]:.4f} → {now[key]:.4f} "
+                                         f"({now[key] - base[key]:+.4f}, tolerance {tol:g})"))
+    return found
+
+
+def _changed_settings(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """``scheduler 'cosine' → 'linear'`` for every setting of the pair that differs."""
+    changes = []
+    for side, prefix in (("candidate", ""), ("reference", "ref_"), ("tolerances", "tol_")):
+        old, new = before.get(side) or {}, after.get(side) or {}
+        for key in sorted(set(old) | set(new)):
+            if side == "reference" and key not in ("bs", "world"):
+                continue  # the rest is the candidate's, or fixed
+            if old.get(key) != new.get(key):
+                changes.append(f"{prefix}{key} {old.get(key)!r} → {new.get(key)!r}")
+    return ", ".join(changes)
+
+
+def _g(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"

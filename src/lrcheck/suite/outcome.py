@@ -1,0 +1,164 @@
+"""What a suite found: per pair, its report (or why it has none), whether it met its expectation,
+and its regressions against a baseline; for the suite, the exit code.
+
+``SuiteResult.to_dict()`` is ``suite.json`` (schema_version 1): keep its keys stable and add
+beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lrcheck.checks import FAIL, PASS
+from lrcheck.result import Report
+from lrcheck.suite.spec import Suite, SuiteEntry
+
+SCHEMA_VERSION = 1
+OK, UNEXPECTED, REGRESSION, ERROR = "ok", "unexpected", "regression", "error"
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A change against the baseline: ``what`` is ``lr`` (an LR trace changed), ``accuracy`` or
+    ``f1_macro`` (dropped)."""
+
+    what: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"what": self.what, "detail": self.detail}
+
+
+@dataclass
+class PairOutcome:
+    """One pair of a suite after it ran. ``baseline`` is ``compared``, ``new`` (not in the
+    baseline) or ``none`` (no baseline given)."""
+
+    entry: SuiteEntry
+    report: Report | None = None
+    error: str | None = None
+    error_code: int = 0
+    regressions: list[Regression] = field(default_factory=list)
+    baseline: str = "none"
+    shared_reference: bool = False
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        return self.report.verdict if self.report is not None else ERROR
+
+    @property
+    def met(self) -> bool:
+        return self.report is not None and self.verdict == self.entry.expect
+
+    @property
+    def status(self) -> str:
+        """``ok``, or the worst of ``error``, ``unexpected`` and ``regression``."""
+        if self.report is None:
+            return ERROR
+        if not self.met:
+            return UNEXPECTED
+        return REGRESSION if self.regressions else OK
+
+    @property
+    def exit_code(self) -> int:
+        if self.report is None:
+            return self.error_code
+        return 0 if self.met and not self.regressions else 1
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [c.name for c in self.report.checks if c.status == FAIL] if self.report else []
+
+    @property
+    def reason(self) -> str:
+        """One line: why the pair is what its status says."""
+        if self.report is None:
+            return f"no result: {self.error}"
+        parts = []
+        if self.met and not self.regressions:
+            parts.append("passed as expected" if self.verdict == PASS else
+                         f"failed as expected ({', '.join(self.failed_checks)})")
+        elif not self.met and self.entry.expect == FAIL:
+            parts.append("expected fail but passed: every check passed, so this known-bad "
+                         "configuration is no longer detected")
+        elif not self.met:
+            first = next(c for c in self.report.checks if c.status == FAIL)
+            parts.append(f"expected pass but failed ({', '.join(self.failed_checks)}): "
+                         f"{first.name}: {first.detail}")
+        if self.regressions:
+            parts.append("regression against the baseline: " +
+                         "; ".join(r.detail for r in self.regressions))
+        return "; ".join(parts)
+
+    def deltas(self) -> dict[str, float | None]:
+        """max |ΔLR| of the ``lr`` check, and candidate − reference accuracy and macro-F1."""
+        if self.report is None:
+            return {"max_abs_dlr": None, "accuracy": None, "f1_macro": None}
+        ref, cand = self.report.reference.metrics or {}, self.report.candidate.metrics or {}
+        diff = {k: cand[k] - ref[k] if k in ref and k in cand else None
+                for k in ("accuracy", "f1_macro")}
+        return {"max_abs_dlr": self.report.check("lr").max_abs_diff, **diff}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.entry.name,
+            "origin": self.entry.origin,
+            "expect": self.entry.expect,
+            "verdict": self.verdict,
+            "status": self.status,
+            "met": self.met,
+            "reason": self.reason,
+            "folder": self.entry.name if self.report is not None else None,
+            "checks": [c.to_dict() for c in self.report.checks] if self.report else [],
+            "deltas": self.deltas(),
+            "metrics": self.report.candidate.metrics if self.report else None,
+            "baseline": self.baseline,
+            "regressions": [r.to_dict() for r in self.regressions],
+            "error": self.error,
+            "shared_reference": self.shared_reference,
+            "seconds": round(self.seconds, 3),
+            "pair": self.entry.pair.to_dict(),
+        }
+
+
+@dataclass
+class SuiteResult:
+    suite: Suite
+    outcomes: list[PairOutcome]
+    seconds: float = 0.0
+    baseline_path: str | None = None
+    # Pairs of the baseline that this suite does not have (renamed or removed).
+    baseline_missing: list[str] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 every pair met its expectation without regressions; 1 one did not; 2 bad input in
+        a pair; 3 a run crashed (the highest wins)."""
+        return max((o.exit_code for o in self.outcomes), default=0)
+
+    @property
+    def verdict(self) -> str:
+        return PASS if self.exit_code == 0 else FAIL
+
+    def counts(self) -> dict[str, int]:
+        statuses = [o.status for o in self.outcomes]
+        return {"pairs": len(statuses), **{s: statuses.count(s)
+                                           for s in (OK, UNEXPECTED, REGRESSION, ERROR)}}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "lrcheck-suite",
+            "suite": self.suite.path,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "baseline": self.baseline_path,
+            "baseline_missing": self.baseline_missing,
+            "pairs": [o.to_dict() for o in self.outcomes],
+            "environment": self.environment,
+            "seconds": round(self.seconds, 3),
+        }

@@ -1,0 +1,82 @@
+"""Runs every pair of a suite in this process, one after the other.
+
+torch is imported once; a reference that several pairs share (the same frozen ``RunSpec``) is
+trained once. Each pair's report is saved into ``out/<name>`` as soon as it is done, so an
+interrupted suite leaves what it finished. A pair that crashes or turns out to be bad input is
+recorded with its reason and the suite goes on. Multi-process pairs go through the same
+``lrcheck.compare`` as on the command line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lrcheck.errors import LrcheckError
+from lrcheck.spec import RunSpec
+from lrcheck.suite.baseline import regressions
+from lrcheck.suite.outcome import PairOutcome, SuiteResult
+from lrcheck.suite.spec import Suite
+from lrcheck.trace import RunTrace
+
+OnProgress = Callable[[int, str, int, int], None]
+OnDone = Callable[[int, PairOutcome], None]
+
+
+def prepare(suite: Suite) -> None:
+    """Check before training what can fail for the whole suite: every scheduler factory imports
+    and every device exists."""
+    from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
+    from lrcheck.runner.device import resolve_device
+
+    for name in sorted({e.pair.candidate.scheduler for e in suite.entries} - set(SCHEDULERS)):
+        load_factory(name)
+    for device in sorted({e.pair.candidate.device for e in suite.entries}):
+        resolve_device(device)
+
+
+def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | None = None,
+              baseline_path: str | None = None, on_progress: OnProgress | None = None,
+              on_done: OnDone | None = None) -> SuiteResult:
+    """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
+    ``on_progress(index, role, done, total)`` follows the updates of the pair being trained;
+    ``on_done(index, outcome)`` is called as each pair ends."""
+    import lrcheck
+    from lrcheck.runner.loop import environment
+
+    started = time.perf_counter()
+    references: dict[RunSpec, RunTrace] = {}
+    outcomes = []
+    for index, entry in enumerate(suite.entries):
+        began = time.perf_counter()
+        progress = ((lambda role, done, total, i=index: on_progress(i, role, done, total))
+                    if on_progress else None)
+        outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
+        try:
+            outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
+            outcome.report.save(out / entry.name)
+        except LrcheckError as exc:
+            outcome.error, outcome.error_code = str(exc), exc.exit_code
+        if outcome.report is not None:
+            # The candidate's parameters served the checks; only a shared reference is needed
+            # again, so the suite's memory does not grow with every pair.
+            outcome.report.candidate.params = outcome.report.candidate.params[:0]
+            if baseline is not None:
+                rec = baseline.get(entry.name)
+                outcome.baseline = "new" if rec is None else "compared"
+                outcome.regressions = regressions(outcome.report, rec) if rec else []
+        outcome.seconds = time.perf_counter() - began
+        outcomes.append(outcome)
+        if on_done is not None:
+            on_done(index, outcome)
+
+    names = {e.name for e in suite.entries}
+    device = next((o.report.environment["device"] for o in outcomes if o.report), "cpu")
+    return SuiteResult(
+        suite, outcomes, seconds=time.perf_counter() - started, baseline_path=baseline_path,
+        baseline_missing=sorted(set(baseline or {}) - names),
+        environment={**environment(device, 1), "world_size": max(
+            e.pair.candidate.world for e in suite.entries)},
+    )

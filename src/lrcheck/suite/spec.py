@@ -1,0 +1,229 @@
+"""A suite file (TOML) → the pairs it asks for, validated, before anything is trained.
+
+The file has an optional ``[defaults]`` table, ``[[pair]]`` entries and ``[[grid]]`` entries
+whose list-valued keys expand to their cartesian product. Every key of ``lrcheck compare`` is
+allowed (snake_case; ``nproc`` and ``ref_nproc`` are the two runs' process counts), plus ``name``
+and ``expect = "pass" | "fail"``. ``ref_bs = "auto"`` (the default) means ``bs·accum·nproc``
+(over ``ref_nproc``). Each value is checked by the same ``RunSpec``/``PairSpec``/``Tolerances``
+validation the command line uses; an error names the file, the entry and the key.
+
+Pure: reads the file, imports no torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from lrcheck.errors import SpecError
+from lrcheck.spec import PairSpec, RunSpec, Tolerances
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
+
+EXPECTS = ("pass", "fail")
+# Suite key → RunSpec field, where they differ.
+RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"nproc": "world"}
+TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
+PAIR_KEYS = ("ref_bs", "ref_nproc")
+META_KEYS = ("name", "expect")
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS)
+TABLES = ("defaults", "pair", "grid")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
+# "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
+_FLAG = re.compile(r"--([a-z][a-z-]*)")
+_LEADING_FLAG = re.compile(r"^--[a-z][a-z-]* ")
+
+
+@dataclass(frozen=True)
+class SuiteEntry:
+    """One pair of the suite: its unique ``name`` (also its report folder), the pair, what it is
+    expected to give, and where in the file it came from (``[[grid]] #1``)."""
+
+    name: str
+    pair: PairSpec
+    expect: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: str
+    entries: tuple[SuiteEntry, ...]
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read and validate the suite file at ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"suite file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"suite file {str(path)!r} cannot be read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return parse_suite(data, str(path))
+
+
+def parse_suite(data: dict[str, Any], source: str) -> Suite:
+    """The suite ``data`` (a parsed TOML document from ``source``) describes."""
+    for table in data:
+        if table not in TABLES:
+            raise SpecError(f"{source}: unknown table {table!r}{_hint(table, TABLES)}; a suite "
+                            "has [defaults], [[pair]] and [[grid]]")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
+    _check_keys(source, "[defaults]", defaults, lists=False)
+    if "name" in defaults:
+        raise SpecError(f"{source}: [defaults], key 'name': a name belongs to one pair; "
+                        "set it in [[pair]] or [[grid]]")
+
+    entries: list[SuiteEntry] = []
+    for kind in (k for k in data if k in ("pair", "grid")):  # in the order the file has them
+        items = data.get(kind, [])
+        if not (isinstance(items, list) and all(isinstance(i, dict) for i in items)):
+            raise SpecError(f"{source}: {kind!r} must be an array of tables: write [[{kind}]]")
+        for number, item in enumerate(items, 1):
+            origin = f"[[{kind}]] #{number}"
+            _check_keys(source, origin, item, lists=kind == "grid")
+            entries += (_expand(source, origin, defaults, item) if kind == "grid"
+                        else [_entry(source, origin, {**defaults, **item}, None)])
+    if not entries:
+        raise SpecError(f"{source}: the suite has no pairs; add a [[pair]] or a [[grid]]")
+    _check_unique(source, entries)
+    return Suite(source, tuple(entries))
+
+
+def _expand(source: str, origin: str, defaults: dict[str, Any],
+            grid: dict[str, Any]) -> list[SuiteEntry]:
+    """One entry per combination of the grid's list-valued keys, first key slowest."""
+    axes = {k: v for k, v in grid.items() if isinstance(v, list)}
+    entries = []
+    for combo in itertools.product(*axes.values()):
+        chosen = dict(zip(axes, combo))
+        where = f"{origin} ({', '.join(f'{k}={v!r}' for k, v in chosen.items())})"
+        entries.append(_entry(source, where, {**defaults, **grid, **chosen}, grid.get("name")))
+    return entries
+
+
+def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | None) -> SuiteEntry:
+    """The entry for the merged ``values`` (each already checked on its own) of one pair."""
+    run = {RUN_KEYS[k]: v for k, v in values.items() if k in RUN_KEYS}
+    tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
+    ref_bs = values.get("ref_bs", "auto")
+    try:
+        candidate = RunSpec(**run)
+        pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
+                              ref_world=values.get("ref_nproc", 1),
+                              tolerances=Tolerances.for_dtype(candidate.dtype, **tol))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
+    name = _name(source, where, values, grid_name, pair)
+    return SuiteEntry(name, pair, values.get("expect", "pass"), where)
+
+
+def _name(source: str, where: str, values: dict[str, Any], grid_name: str | None,
+          pair: PairSpec) -> str:
+    """A grid's ``name`` is a template (``"sched-{scheduler}-a{accum}"``) or a prefix to the
+    pair's own name; without one, the pair's own name."""
+    if grid_name is None:
+        name = values.get("name", pair.name)
+    elif "{" in grid_name:
+        fill = {**values, **{k: getattr(pair.candidate, field) for k, field in RUN_KEYS.items()},
+                "ref_bs": pair.reference.bs, "ref_nproc": pair.reference.world}
+        try:
+            name = grid_name.format_map(fill)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise SpecError(f"{source}: {where}, key 'name': the template {grid_name!r} "
+                            f"cannot be filled ({type(exc).__name__}: {exc}); use "
+                            f"{{key}} with keys of the entry") from None
+    else:
+        name = f"{grid_name}-{pair.name}"
+    if not NAME.fullmatch(name):
+        raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
+                        "use letters, digits, '.', '_' and '-' (at most 120)")
+    return name
+
+
+def _check_keys(source: str, where: str, table: dict[str, Any], *, lists: bool) -> None:
+    for key, value in table.items():
+        if key not in KEYS:
+            raise SpecError(f"{source}: {where}: unknown key {key!r}{_hint(key, KEYS)}; "
+                            f"known keys: {', '.join(KEYS)}")
+        if isinstance(value, list):
+            if not lists:
+                raise SpecError(f"{source}: {where}, key {key!r}: lists expand only in "
+                                f"[[grid]], got {value!r}")
+            if not value:
+                raise SpecError(f"{source}: {where}, key {key!r}: an empty list gives no pairs")
+            if key in META_KEYS:
+                raise SpecError(f"{source}: {where}, key {key!r}: cannot be a list; "
+                                f"a grid's name is a template such as 'sweep-{{accum}}'")
+            for item in value:
+                _check_value(source, where, key, item)
+        else:
+            _check_value(source, where, key, value)
+
+
+def _check_value(source: str, where: str, key: str, value: Any) -> None:
+    """``value`` for ``key`` on its own, with the checks the command line applies to its flag."""
+    def bad(message: str) -> SpecError:
+        return SpecError(f"{source}: {where}, key {key!r}: {message}")
+
+    if isinstance(value, bool) or isinstance(value, (dict, list)):
+        raise bad(f"expected a number or a string, got {value!r}")
+    if key == "expect":
+        if value not in EXPECTS:
+            raise bad(f"{value!r} is not known; choose one of: {', '.join(EXPECTS)}")
+    elif key == "name":
+        if not isinstance(value, str):
+            raise bad(f"expected a string, got {value!r}")
+    elif key == "ref_bs":
+        if value != "auto" and not (isinstance(value, int) and value >= 1):
+            raise bad(f"must be a whole number >= 1 or \"auto\" (bs·accum·nproc), got {value!r}")
+    elif key == "ref_nproc":
+        if not (isinstance(value, int) and value >= 1):
+            raise bad(f"must be a whole number >= 1, got {value!r}")
+    else:
+        try:
+            if key in TOLERANCE_KEYS:
+                Tolerances.for_dtype("float64", **{key.removeprefix("tol_"): value})
+            else:
+                RunSpec(**{RUN_KEYS[key]: value})
+        except (SpecError, TypeError) as exc:
+            raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
+
+
+def _check_unique(source: str, entries: list[SuiteEntry]) -> None:
+    seen: dict[str, SuiteEntry] = {}
+    for entry in entries:
+        if entry.name in seen:
+            raise SpecError(f"{source}: two pairs are named {entry.name!r} "
+                            f"({seen[entry.name].origin} and {entry.origin}); give one a "
+                            "different 'name'")
+        seen[entry.name] = entry
+
+
+def _in_suite_words(message: str) -> str:
+    """``--ref-bs`` → ``ref_bs``, ``--world`` → ``nproc``: the message in the file's words."""
+    def key(match: re.Match[str]) -> str:
+        flag = match[1].replace("-", "_")
+        return "nproc" if flag == "world" else flag
+
+    return _FLAG.sub(key, message)
+
+
+def _hint(word: str, choices: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word.replace("-", "_"), choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

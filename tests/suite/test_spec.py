@@ -1,0 +1,133 @@
+"""Suite files: grid expansion, names, defaults, and errors that name the file, entry and key."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from lrcheck.errors import SpecError
+from lrcheck.suite.spec import load_suite
+
+
+def suite(tmp_path, text: str):
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(text))
+    return load_suite(path)
+
+
+def error(tmp_path, text: str) -> str:
+    with pytest.raises(SpecError) as caught:
+        suite(tmp_path, text)
+    message = str(caught.value)
+    assert "ci.toml" in message, message
+    return message
+
+
+def test_grid_expands_to_the_cartesian_product_first_key_slowest(tmp_path):
+    s = suite(tmp_path, """
+        [defaults]
+        task = "wine"
+        epochs = 2
+
+        [[grid]]
+        name = "g-{scheduler}-x{accum}-n{nproc}"
+        scheduler = ["linear", "cosine", "onecycle"]
+        accum = [1, 2, 4]
+        nproc = [1, 2]
+        bs = 4
+        ref_bs = "auto"
+    """)
+    assert len(s.entries) == 18
+    assert [e.name for e in s.entries[:3]] == ["g-linear-x1-n1", "g-linear-x1-n2",
+                                               "g-linear-x2-n1"]
+    for entry in s.entries:
+        cand, ref = entry.pair.candidate, entry.pair.reference
+        assert (cand.task, cand.epochs, cand.bs) == ("wine", 2, 4)
+        assert ref.bs == cand.bs * cand.accum * cand.world and ref.world == 1
+        assert entry.expect == "pass" and entry.origin.startswith("[[grid]] #1 (scheduler=")
+    assert {e.pair.candidate.world for e in s.entries} == {1, 2}
+
+
+def test_pairs_defaults_ref_nproc_tolerances_and_default_names(tmp_path):
+    s = suite(tmp_path, """
+        [defaults]
+        task = "wine"
+        tol_metrics = 0.05
+
+        [[pair]]
+        accum = 2
+        bs = 8
+
+        [[pair]]
+        name = "ddp"
+        nproc = 4
+        ref_nproc = 2
+        bs = 4
+        expect = "fail"
+        tol_lr = 0.0
+
+        [[grid]]
+        name = "sweep"
+        policy = ["per-update", "per-micro-batch"]
+        accum = 2
+        bs = 8
+    """)
+    first, ddp, *grid = s.entries
+    assert first.name == first.pair.name == "wine-cosine-bs8x2-vs-bs16"
+    assert first.pair.tolerances.metrics == 0.05
+    assert (ddp.pair.reference.bs, ddp.pair.reference.world, ddp.expect) == (8, 2, "fail")
+    assert ddp.pair.tolerances.lr == 0.0
+    assert [g.name for g in grid] == ["sweep-wine-cosine-bs8x2-vs-bs16",
+                                      "sweep-wine-cosine-bs8x2-per-micro-batch-vs-bs16"]
+
+
+def test_pairs_and_grids_keep_the_order_of_the_file(tmp_path):
+    s = suite(tmp_path, """
+        [[grid]]
+        name = "g{accum}"
+        accum = [2, 3]
+        [[pair]]
+        name = "p"
+    """)
+    assert [e.name for e in s.entries] == ["g2", "g3", "p"]
+
+
+@pytest.mark.parametrize("text, where, says", [
+    ("[[pair]]\nacum = 2\n", "[[pair]] #1", "unknown key 'acum' (did you mean 'accum'?)"),
+    ("[[pair]]\nref-bs = 2\n", "[[pair]] #1", "did you mean 'ref_bs'?"),
+    ("[defaults]\nbs = 0\n[[pair]]\n", "[defaults], key 'bs'",
+     "must be a whole number >= 1, got 0"),
+    ("[[pair]]\nscheduler = 'cosine2'\n", "[[pair]] #1, key 'scheduler'", "'cosine2' is not known"),
+    ("[[pair]]\nlr = true\n", "[[pair]] #1, key 'lr'", "expected a number or a string, got True"),
+    ("[[pair]]\nwarmup = '0.1'\n", "[[pair]] #1, key 'warmup'", "fraction of the run"),
+    ("[[pair]]\nexpect = 'passes'\n", "[[pair]] #1, key 'expect'", "choose one of: pass, fail"),
+    ("[[pair]]\ntol_lr = -1\n", "[[pair]] #1, key 'tol_lr'", "must be a number >= 0"),
+    ("[[pair]]\nref_bs = 'big'\n", "[[pair]] #1, key 'ref_bs'", '"auto"'),
+    ("[[pair]]\nnproc = 0\n", "[[pair]] #1, key 'nproc'", ">= 1, got 0"),
+    ("[[pair]]\naccum = [1, 2]\n", "[[pair]] #1, key 'accum'", "lists expand only in [[grid]]"),
+    ("[[grid]]\naccum = []\n", "[[grid]] #1, key 'accum'", "empty list"),
+    ("[[grid]]\naccum = [2, 0]\n", "[[grid]] #1, key 'accum'", "got 0"),
+    ("[[grid]]\nexpect = ['pass', 'fail']\n", "[[grid]] #1, key 'expect'", "cannot be a list"),
+    ("[[pair]]\nbs = 8\naccum = 2\nref_bs = 12\n", "[[pair]] #1:", "set ref_bs 16"),
+    ("[[grid]]\naccum = [2, 4]\nbs = 8\nref_bs = 16\n", "[[grid]] #1 (accum=4):", "ref_bs 16"),
+    ("[[grid]]\nname = 'g-{acum}'\naccum = [2]\n", "[[grid]] #1 (accum=2), key 'name'", "template"),
+    ("[[pair]]\nname = 'a b'\n", "[[pair]] #1, key 'name'", "cannot name a report folder"),
+    ("[[pair]]\nname = 'x'\n[[pair]]\nname = 'x'\n", "",
+     "two pairs are named 'x' ([[pair]] #1 and [[pair]] #2)"),
+    ("[defaults]\nname = 'x'\n[[pair]]\n", "[defaults], key 'name'", "belongs to one pair"),
+    ("[pairs]\nbs = 2\n", "", "unknown table 'pairs' (did you mean 'pair'?)"),
+    ("[pair]\nbs = 2\n", "", "write [[pair]]"),
+    ("[defaults]\nbs = 2\n", "", "has no pairs"),
+    ("[[pair]\nbs = 2\n", "", "not valid TOML"),
+])
+def test_bad_suites_name_the_file_entry_and_key(tmp_path, text, where, says):
+    message = error(tmp_path, text)
+    assert where in message and says in message, message
+    assert "--" not in re.sub(r"--(baseline|save-baseline)", "", message), message
+
+
+def test_a_missing_file_is_bad_input(tmp_path):
+    with pytest.raises(SpecError, match="does not exist"):
+        load_suite(tmp_path / "nope.toml")

@@ -1,0 +1,139 @@
+"""``lrcheck suite`` and ``lrcheck trace`` end to end through the command line (small runs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+from typer.testing import CliRunner
+
+from lrcheck.cli import app
+from lrcheck.runner import pair as pair_module
+
+SUITE = """
+    [defaults]
+    task = "wine"
+    epochs = 2
+
+    [[pair]]
+    name = "accum"
+    accum = 2
+    bs = 8
+    scheduler = "{scheduler}"
+
+    # Shares its reference (bs 16, cosine) with "accum" while that one runs cosine.
+    [[pair]]
+    name = "bug"
+    accum = 2
+    bs = 8
+    policy = "per-micro-batch"
+    expect = "{expect}"
+"""
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    print(result.output)  # shown when a test fails
+    return result
+
+
+def write(tmp_path, scheduler="cosine", expect="fail"):
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(SUITE.format(scheduler=scheduler, expect=expect)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """The suite run once, with a baseline saved, counting the runs trained."""
+    tmp = tmp_path_factory.mktemp("suite")
+    trained = []
+    original = pair_module._run_here
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pair_module, "_run_here",
+                   lambda spec, role, *args: trained.append(role) or original(spec, role, *args))
+        result = invoke("suite", write(tmp), "--out", tmp / "R",
+                        "--save-baseline", tmp / "baseline.json",
+                        env={"GITHUB_STEP_SUMMARY": str(tmp / "step-summary.md")})
+    return tmp, result, trained
+
+
+@pytest.mark.slow
+def test_suite_writes_the_report_and_exits_0_when_every_expectation_is_met(first_run):
+    tmp, result, trained = first_run
+    assert result.exit_code == 0
+    assert "suite: PASS — 2 of 2 pairs as expected" in result.output
+    assert trained == ["reference", "candidate", "candidate"]  # the reference trained once
+    out = tmp / "R"
+    assert {"summary.md", "junit.xml", "suite.json", "matrix.png", "accum", "bug"} <= {
+        p.name for p in out.iterdir()}
+    assert {p.name for p in (out / "bug").iterdir()} >= {"result.json", "lr.png"}
+    data = json.loads((out / "suite.json").read_text())
+    assert [(p["name"], p["verdict"], p["status"], p["shared_reference"])
+            for p in data["pairs"]] == [("accum", "pass", "ok", False),
+                                        ("bug", "fail", "ok", True)]
+    ET.parse(out / "junit.xml")
+    assert (tmp / "step-summary.md").read_text() == (out / "summary.md").read_text()
+    assert json.loads((tmp / "baseline.json").read_text())["kind"] == "lrcheck-baseline"
+
+
+@pytest.mark.slow
+def test_flipping_an_expectation_exits_1_and_says_which_pair_and_why(first_run, tmp_path):
+    result = invoke("suite", write(tmp_path, expect="pass"), "--out", tmp_path / "R")
+    assert result.exit_code == 1
+    assert "suite: FAIL — 1 of 2 pairs as expected" in result.output
+    assert "UNEXPECTED bug: expected pass but failed (lr" in result.output
+
+
+@pytest.mark.slow
+def test_a_changed_scheduler_is_a_regression_against_the_baseline(first_run, tmp_path):
+    base, _, _ = first_run
+    result = invoke("suite", write(tmp_path, scheduler="linear"), "--out", tmp_path / "R",
+                    "--baseline", base / "baseline.json")
+    assert result.exit_code == 1
+    assert "REGRESSION accum: regression against the baseline: the candidate's and the " \
+           "reference's LR traces changed" in " ".join(result.output.split())
+    assert "scheduler 'cosine' → 'linear'" in (tmp_path / "R" / "summary.md").read_text()
+    junit = ET.parse(tmp_path / "R" / "junit.xml").getroot()
+    failure = junit.find("testsuite[@name='accum']/testcase[@name='baseline']/failure")
+    assert failure is not None and "LR traces changed" in failure.text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--baseline", "missing.json"], "does not exist"),
+    (["--out", "ci.toml"], "is an existing file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, says):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path)
+    result = invoke("suite", "ci.toml", *args)
+    assert result.exit_code == 2
+    assert says in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_trace_passes_fails_and_writes_the_schedule_report(tmp_path):
+    args = ["trace", "--bs", "4", "--accum", "8", "--nproc", "64", "--ref-bs", "2048",
+            "--samples", "2000000"]
+    ok = invoke(*args, "--out", tmp_path / "ok")
+    assert ok.exit_code == 0 and "verdict: PASS" in ok.output
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["lr.png", "report.md",
+                                                                  "result.json"]
+    data = json.loads((tmp_path / "ok" / "result.json").read_text())
+    assert data["mode"] == "trace" and data["runs"]["candidate"]["spec"]["world"] == 64
+    bad = invoke(*args, "--policy", "per-micro-batch", "--out", tmp_path / "bad", "-q")
+    assert bad.exit_code == 1 and "failed: lr" in bad.output
+    wrong = invoke(*args[:-4], "--ref-bs", "1000", "--samples", "2000000")
+    assert wrong.exit_code == 2 and "set --ref-bs 2048" in wrong.output
+
+
+def test_help_does_not_import_torch_sklearn_or_matplotlib():
+    code = ("import sys; from typer.testing import CliRunner; from lrcheck.cli import app; "
+            "r = CliRunner().invoke(app, ['suite', '--help']); assert r.exit_code == 0; "
+            "print(sorted(m for m in ('torch', 'sklearn', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
