@@ -55,6 +55,25 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[fl
     return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
 
 
+def batch_dependent_layers(net: torch.nn.Module) -> tuple[str, ...]:
+    """The names of ``net``'s layer types that make it not comparable across batch splits."""
+    return tuple(sorted({type(m).__name__ for m in net.modules()
+                         if isinstance(m, BATCH_DEPENDENT)}))
+
+
+def micro_batch_loss(per_sample: torch.Tensor, spec: RunSpec,
+                     n_global: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss to backpropagate for one micro-batch of this rank, and its (detached) share of
+    the update's training loss (summed over micro-batches, then over ranks)."""
+    if spec.loss_norm == "global":
+        # Sum over the micro-batch, divided by the global batch size: the gradient is then the
+        # mean over the whole effective batch. x world undoes DDP's average.
+        return per_sample.sum() * (spec.world / n_global), per_sample.detach().sum() / n_global
+    # The common per-micro-batch mean divided by accum.
+    loss = per_sample.sum() / max(len(per_sample), 1) / spec.accum
+    return loss, loss.detach() / spec.world
+
+
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           on_update: OnUpdate | None = None) -> RunTrace:
     """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` (the process group is set
@@ -68,8 +87,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
 
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data.num_features, data.num_classes).to(device, dtype)
-    not_comparable = tuple(sorted({type(m).__name__ for m in net.modules()
-                                   if isinstance(m, BATCH_DEPENDENT)}))
+    not_comparable = batch_dependent_layers(net)
     model: torch.nn.Module = net
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(net)
@@ -101,15 +119,8 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
             with sync:
                 per_sample = F.cross_entropy(model(x_train[idx]), y_train[idx], reduction="none")
-                if spec.loss_norm == "global":
-                    # Sum over the micro-batch, divided by the global batch size: the gradient is
-                    # then the mean over the whole effective batch. x world undoes DDP's average.
-                    loss = per_sample.sum() * (world / n_global)
-                    loss_sum += per_sample.detach().sum() / n_global
-                else:
-                    # The common per-micro-batch mean divided by accum.
-                    loss = per_sample.sum() / max(len(idx), 1) / spec.accum
-                    loss_sum += loss.detach() / world
+                loss, share = micro_batch_loss(per_sample, spec, n_global)
+                loss_sum += share
                 loss.backward()
             if last:
                 lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
