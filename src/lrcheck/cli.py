@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lrcheck.errors import LrcheckError
@@ -36,7 +37,7 @@ def _choices(names: Any) -> str:
 def fail(exc: LrcheckError) -> typer.Exit:
     """Print ``exc`` as one line on stderr; the ``typer.Exit`` to raise."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[bold red]lrcheck: error:[/] {exc}", markup=True)
+        f"[bold red]lrcheck: error:[/] {escape(str(exc))}", markup=True)
     return typer.Exit(exc.exit_code)
 
 
