@@ -9,6 +9,7 @@ from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError
 from lrcheck.experiments.tasks import TASKS
+from lrcheck.runner.policies import require_extra
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace
 
@@ -25,8 +26,11 @@ class PairTraces:
 def run_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTrace:
     """Train ``spec`` (world 1) in this process. A crash inside training is a ``RunError``."""
     from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import train
 
+    if spec.policy == "accelerate":
+        from lrcheck.runner.accelerated import train
+    else:
+        from lrcheck.runner.loop import train
     device = resolve_device(spec.device)
     data = TASKS[spec.task].load(spec.seed, spec.samples)
     on_update = (lambda done, total: progress(role, done, total)) if progress else None
@@ -52,6 +56,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
     if pair.candidate.world > 1 or pair.reference.world > 1:
         raise RunError("multi-process runs need torchrun, which this build does not launch yet")
     device = resolve_device(pair.candidate.device)
+    frameworks = require_extra(pair.candidate.policy)  # a missing extra is bad input: say so now
     reference = run_one(pair.reference, "reference", progress)
     candidate = run_one(pair.candidate, "candidate", progress)
-    return PairTraces(reference, candidate, environment(device, pair.candidate.world))
+    return PairTraces(reference, candidate,
+                      {**environment(device, pair.candidate.world), **frameworks})
