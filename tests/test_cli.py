@@ -36,7 +36,8 @@ def test_help_and_list_do_not_import_torch(argv):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
             "from lrcheck.cli import app\n"
             "try:\n    app()\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('torch', 'sklearn', 'matplotlib') if m in sys.modules]\n"
+            "heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
+            "         if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)" % (argv,))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in done.stderr, done.stderr
@@ -126,3 +127,18 @@ def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
     assert result.exit_code == 3
     assert result.stderr.strip().splitlines() == [
         "lrcheck: error: the reference run crashed: RuntimeError: the GPU caught fire"]
+
+
+def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking for the accelerate extra")
+
+    monkeypatch.setitem(sys.modules, "accelerate", None)  # `import accelerate` raises ImportError
+    monkeypatch.setattr(loop, "train", trained)
+    result = invoke("compare", "--policy", "accelerate", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "lrcheck: error: --policy accelerate trains through accelerate, which is not installed; "
+        "install it with: pip install 'lrcheck[accelerate]'"]

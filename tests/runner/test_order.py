@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from lrcheck.runner.order import epoch_permutation, global_batches, micro_batches, rank_share
+from lrcheck.runner.order import (dealt_order, epoch_permutation, global_batches, micro_batches,
+                                  rank_share)
 from lrcheck.runner.steps import plan_steps
 
 CONFIGS = [(32, 1, 1), (16, 2, 1), (8, 4, 1), (8, 2, 2), (4, 4, 2), (2, 4, 4), (5, 3, 3), (1, 1, 7)]
@@ -59,3 +60,15 @@ def test_carry_opens_the_next_epoch_with_the_leftovers():
     assert np.array_equal(batches[3].indices[:4], leftover)
     assert np.array_equal(batches[3].indices[4:], epoch_permutation(0, 1, n)[:28])
     assert [b.epoch for b in batches] == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("bs,accum,world", CONFIGS)
+def test_dealt_order_hands_each_rank_its_share_when_batches_are_dealt_round_robin(bs, accum, world):
+    """Accelerate's prepared loader without split_batches gives rank r batches r, r+world, …"""
+    for batch in global_batches(503, bs * accum * world, 1, seed=3, tail="drop"):
+        stream = dealt_order(batch.indices, bs, world)
+        loader = [stream[i:i + bs] for i in range(0, len(stream), bs)]
+        for r in range(world):
+            mine = loader[r::world]
+            want = [rank_share(m, r, world) for m in micro_batches(batch.indices, bs, world)]
+            assert len(mine) == accum and all(np.array_equal(a, b) for a, b in zip(mine, want))

@@ -64,8 +64,10 @@ def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.pn
         f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
         f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
-        f"- environment: torch {report.environment.get('torch')} on "
-        f"{report.environment.get('device')}",
+        f"- environment: torch {report.environment.get('torch')}"
+        + (f", accelerate {report.environment['accelerate']}"
+           if "accelerate" in report.environment else "")
+        + f" on {report.environment.get('device')}",
         "",
         "| check | status | max abs diff | first divergence | detail |",
         "| --- | --- | --- | --- | --- |",

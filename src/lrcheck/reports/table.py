@@ -23,8 +23,10 @@ def _number(value: float | None) -> str:
 def checks_table(report: Report) -> Table:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
-    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) vs "
-                        f"{ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}",
+    via = report.environment.get("accelerate")
+    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
+                        f"vs {ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}"
+                        + (f" · accelerate {via}" if via else ""),
                   title_justify="left")
     table.add_column("check")
     table.add_column("status")

@@ -19,10 +19,16 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
     ``RunError`` naming the role."""
-    from lrcheck.runner.loop import train
-
     data = TASKS[spec.task].load(spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
+    if spec.policy == "accelerate":
+        from lrcheck.runner import accelerated
+
+        # Accelerate sets up (or finds) the process group itself.
+        return guarded(f"the {role} run{where}", lambda: accelerated.train(
+            spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
+    from lrcheck.runner.loop import train
+
     return guarded(f"the {role} run{where}", lambda: train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,
         on_start=on_start))

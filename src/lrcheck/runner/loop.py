@@ -72,6 +72,27 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[fl
     return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
 
 
+def batch_dependent_layers(net: torch.nn.Module) -> tuple[str, ...]:
+    """The names of ``net``'s layer types that make it not comparable across batch splits."""
+    return tuple(sorted({type(m).__name__ for m in net.modules()
+                         if isinstance(m, BATCH_DEPENDENT)}))
+
+
+def micro_batch_loss(per_item: torch.Tensor, n_local: torch.Tensor, spec: RunSpec,
+                     n_global: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss to backpropagate for one micro-batch of this rank, and its (detached) share of
+    the update's training loss (summed over micro-batches, then over ranks). ``n_local`` and
+    ``n_global``: loss items (samples or tokens) in this rank's micro-batch and in the whole
+    effective batch."""
+    if spec.loss_norm == "global":
+        # Sum over the micro-batch, divided by the items of the global batch: the gradient is
+        # then the mean over the whole effective batch. x world undoes DDP's average.
+        return per_item.sum() * (spec.world / n_global), per_item.detach().sum() / n_global
+    # The common per-micro-batch mean divided by accum.
+    loss = per_item.sum() / n_local.clamp(min=1) / spec.accum
+    return loss, loss.detach() / spec.world
+
+
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
           on_start: Callable[[], None] | None = None) -> RunTrace:
@@ -92,8 +113,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
 
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data).to(device, dtype)
-    not_comparable = tuple(sorted({type(m).__name__ for m in net.modules()
-                                   if isinstance(m, BATCH_DEPENDENT)}))
+    not_comparable = batch_dependent_layers(net)
     model: torch.nn.Module = net
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(net, process_group=group)
@@ -132,17 +152,9 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
             with sync:
                 per_item = item_losses(model, x_train[idx], y_train[idx])
-                if spec.loss_norm == "global":
-                    # Sum over the micro-batch, divided by the items of the global batch: the
-                    # gradient is then the mean over the whole effective batch. x world undoes
-                    # DDP's average.
-                    loss = per_item.sum() * (world / n_global)
-                    loss_sum += per_item.detach().sum() / n_global
-                else:
-                    # The common per-micro-batch mean divided by accum.
-                    n_local = items_on_device[idx].sum().clamp(min=1)  # stays on the device
-                    loss = per_item.sum() / n_local / spec.accum
-                    loss_sum += loss.detach() / world
+                loss, share = micro_batch_loss(per_item, items_on_device[idx].sum(), spec,
+                                               n_global)
+                loss_sum += share
                 loss.backward()
             if last:
                 lr = tuple(float(g["lr"]) for g in optimizer.param_groups)

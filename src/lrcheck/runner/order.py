@@ -66,3 +66,11 @@ def micro_batches(indices: Indices, bs: int, world: int) -> list[Indices]:
 def rank_share(micro_batch: Indices, rank: int, world: int) -> Indices:
     """Rank ``rank``'s part of one micro-batch: every ``world``-th sample starting at ``rank``."""
     return micro_batch[rank::world]
+
+
+def dealt_order(indices: np.ndarray, bs: int, world: int) -> np.ndarray:
+    """The global batch as one stream such that cutting it into batches of ``bs`` and dealing
+    them round-robin to ``world`` processes (what Accelerate's prepared dataloader does without
+    ``split_batches``) hands every rank its ``rank_share`` of each full micro-batch."""
+    return np.concatenate([rank_share(m, r, world) for m in micro_batches(indices, bs, world)
+                           for r in range(world)])

@@ -11,6 +11,7 @@ from typing import Any
 
 from lrcheck.errors import Interrupted, SpecError
 from lrcheck.runner.loop import OnUpdate
+from lrcheck.runner.policies import require_extra
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, UpdateRecord
 
@@ -90,7 +91,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
 
     tracker = _Tracker(pair, progress)
     device = resolve_device(pair.candidate.device)
-    tracker.environment = environment(device, pair.candidate.world)
+    frameworks = require_extra(pair.candidate.policy)  # a missing extra is bad input: say so now
+    tracker.environment = {**environment(device, pair.candidate.world), **frameworks}
     try:
         if member is None:
             traces = {}

@@ -19,8 +19,9 @@ class ScheduleContext:
     """What a schedule factory ``make(optimizer, ctx)`` is told (DESIGN.md, "Schedulers").
 
     ``micro_batches_per_epoch`` is what ``len(train_loader)`` gives on one rank; ``total_steps``
-    and ``warmup_steps`` are in the policy's own unit (optimizer updates, or micro-batches for
-    ``per-micro-batch-scaled``). Factories that compute lengths from the raw fields instead are
+    and ``warmup_steps`` are in the policy's own unit (optimizer updates; micro-batches for
+    ``per-micro-batch-scaled``; updates of the single-process loader, updates x world, for
+    ``accelerate``). Factories that compute lengths from the raw fields instead are
     where accumulation and world-size bugs live, and lrcheck shows them.
     """
 
@@ -100,8 +101,11 @@ def plan_steps(num_samples: int, bs: int, accum: int, world: int, epochs: int,
 def schedule_context(plan: StepPlan, policy: str, warmup: float) -> ScheduleContext:
     """The context for ``plan`` under ``policy`` with ``warmup`` as a fraction of the run."""
     warmup_updates = round(warmup * plan.total_updates)
-    if POLICIES[policy].lengths_in_micro_batches:
+    unit = POLICIES[policy]
+    if unit.lengths_in_micro_batches:
         total_steps, warmup_steps = plan.total_micro_batches, warmup_updates * plan.accum
+    elif unit.lengths_times_world:
+        total_steps, warmup_steps = plan.total_updates * plan.world, warmup_updates * plan.world
     else:
         total_steps, warmup_steps = plan.total_updates, warmup_updates
     return ScheduleContext(
