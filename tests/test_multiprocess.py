@@ -234,3 +234,29 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_recorded(tmp_path):
     assert cand["stopped"] == "interrupted after 4 of 20 updates"
     assert list(tmp_path.glob("lrcheck-*")) == []
     run.assert_no_survivors()
+
+
+def test_accelerate_on_two_processes_follows_its_convention_and_catches_per_process_sizing(
+        tmp_path, schedules_file):
+    """Accelerate steps the schedule once per process on every update, so a schedule sized by
+    its convention (updates of the single-process loader) passes on world 2, while one sized
+    from the prepared, per-process loader runs twice too fast (accelerate #2773)."""
+    pytest.importorskip("accelerate", reason="the accelerate extra is not installed")
+    common = ["--nproc", "2", "--bs", "8", "--accum", "2", "--ref-bs", "32", "--epochs", "2",
+              "--policy", "accelerate"]
+    good = Run(LRCHECK + common + ["--out", "good"], tmp_path).finish()
+    assert good.code == 0
+    result = json.loads((tmp_path / "good" / "result.json").read_text())
+    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert _check(result, "params")["max_rel_diff"] <= 1e-9
+    steps = [u["scheduler_steps"] for u in result["runs"]["candidate"]["updates"][:3]]
+    assert steps == [0, 2, 4]  # two scheduler steps per update: one per process
+    assert result["runs"]["candidate"]["schedule_context"]["total_steps"] == 2 * 88
+    good.assert_no_survivors()
+
+    bad = Run(LRCHECK + common + ["--scheduler", f"{schedules_file}:sized_from_prepared_loader",
+                                  "--out", "bad"], tmp_path).finish()
+    assert bad.code == 1
+    lr = _check(json.loads((tmp_path / "bad" / "result.json").read_text()), "lr")
+    assert lr["status"] == "fail" and lr["first_divergence"] == 1
+    bad.assert_no_survivors()

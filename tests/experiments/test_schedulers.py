@@ -65,7 +65,7 @@ def expected(name: str, k: int) -> float:
         frac = (k - (W - 1)) / (T - 1 - (W - 1))
         return final + (peak - final) * 0.5 * (1 + math.cos(math.pi * frac))
     if k < W:
-        return LR * (k + 1) / (W + 1)
+        return LR * k / W
     return LR * main_factor(name, k - W)
 
 

@@ -2,8 +2,11 @@
 
 Every schedule is made as ``make(optimizer, ctx)`` with ``ctx`` a ``ScheduleContext``; built-ins
 read only ``ctx.total_steps`` and ``ctx.warmup_steps``, the policy's own unit. With ``W`` warmup
-steps the factor at step ``k < W`` is ``(k + 1) / (W + 1)`` (``LinearLR`` from ``1/(W+1)``), then
-the main schedule runs over the remaining ``D = total - W`` steps (``SequentialLR``).
+steps the factor at step ``k < W`` is ``k / W`` (Transformers' convention: the first update runs
+at LR 0), then the main schedule runs over the remaining ``D = total - W`` steps
+(``SequentialLR``). A warmup that is a function of ``k / W`` alone keeps a schedule stepped ``n``
+times as often over an ``n`` times longer length equal at every update, which is what
+Accelerate's multi-process convention relies on.
 
 The registry is data, importable without torch.
 """
@@ -52,8 +55,7 @@ class Scheduler:
         warmup, decay = ctx.warmup_steps, max(1, ctx.total_steps - ctx.warmup_steps)
         if warmup <= 0:
             return self.main(optimizer, decay)
-        ramp = lrs.LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0,
-                            total_iters=warmup)
+        ramp = lrs.LambdaLR(optimizer, lambda step: step / warmup)
         return lrs.SequentialLR(optimizer, [ramp, self.main(optimizer, decay)], [warmup])
 
 
