@@ -107,3 +107,20 @@ def test_tokens_global_normalisation_is_exact_and_mean_is_not(accum, bs):
         check = bad.check(name)
         assert check.status == "fail" and check.max_rel_diff > 1e-4, summary(bad)
     assert bad.check("lr").status == "pass"
+
+
+def test_a_skipped_fp16_step_holds_the_schedule_for_per_update_only():
+    common = dict(accum=2, bs=16, epochs=1, dtype="float32", amp="fp16", inject_overflow=(3, 20))
+    good = lrcheck.compare(**common)
+    assert good.ok, summary(good)
+    skipped = good.check("skipped-steps")
+    assert skipped.status == "pass" and "3, 20" in skipped.detail
+    assert good.candidate.extra["skipped"] == [{"update": 3, "scheduler_steps": 0},
+                                               {"update": 20, "scheduler_steps": 0}]
+    # the skipped update used the same LR as the one after it: the schedule held still
+    lrs = [u.lr[0] for u in good.candidate.updates]
+    assert lrs[3] == lrs[4] and lrs[2] != lrs[3]
+    bad = lrcheck.compare(**common, policy="per-micro-batch")
+    skipped = bad.check("skipped-steps")
+    assert skipped.status == "fail" and skipped.first_divergence == 3, summary(bad)
+    assert "advanced 2 step(s) on skipped update 3" in skipped.detail

@@ -97,3 +97,20 @@ def test_verdict_fails_on_any_failed_check():
     results = run_checks(trace([0.1, 0.1]), trace([0.1, 0.2]), Tolerances())
     assert [r.name for r in results] == ["updates", "lr", "params", "loss", "metrics"]
     assert verdict(results) == "fail"
+
+
+def test_skipped_steps_and_lr_aligned_by_applied_updates():
+    from lrcheck.checks import check_skipped_steps
+
+    ref = trace([0.3, 0.2, 0.1])
+    cand = trace([0.3, 0.3, 0.2, 0.1])  # update 1 was skipped and the schedule held still
+    cand.extra["skipped"] = [{"update": 1, "scheduler_steps": 0}]
+    assert check_lr(ref, cand, 1e-12).status == "pass"
+    assert check_skipped_steps(ref, cand).status == "pass"
+    moved = trace([0.3, 0.3, 0.1, 0.05])
+    moved.extra["skipped"] = [{"update": 1, "scheduler_steps": 1}]
+    lr = check_lr(ref, moved, 1e-12)
+    assert lr.status == "fail" and lr.first_divergence == 2  # the candidate's own numbering
+    skipped = check_skipped_steps(ref, moved)
+    assert skipped.status == "fail" and skipped.first_divergence == 1
+    assert check_skipped_steps(ref, ref).status == "skip"

@@ -46,3 +46,20 @@ def test_tolerances_per_dtype_and_overrides():
     assert Tolerances.for_dtype("float64", params=1e-6).params == 1e-6
     with pytest.raises(SpecError, match="--tol-metrics must be a number >= 0"):
         Tolerances.for_dtype("float64", metrics=-1.0)
+
+
+@pytest.mark.parametrize("changes,needle", [
+    ({"amp": "fp16"}, "add --dtype float32"),
+    ({"inject_overflow": (3,)}, "--inject-overflow needs --amp fp16"),
+    ({"amp": "bf16"}, "--amp 'bf16' is not known; choose one of: off, fp16"),
+    ({"amp": "fp16", "dtype": "float32", "inject_overflow": (-1,)}, "--inject-overflow must be"),
+])
+def test_amp_values(changes, needle):
+    with pytest.raises(SpecError) as info:
+        RunSpec(**changes)
+    assert needle in str(info.value)
+
+
+def test_amp_has_its_own_calibrated_tolerances():
+    assert Tolerances.for_dtype("float32", "fp16").params == 5e-2
+    assert PairSpec.build(RunSpec(dtype="float32", amp="fp16", inject_overflow=[2])).reference.inject_overflow == (2,)

@@ -56,12 +56,30 @@ def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
                        f"reference made {n_ref} optimizer updates, candidate {n_cand}")
 
 
+def skipped_updates(trace: RunTrace) -> list[dict[str, int]]:
+    """The updates whose optimizer step the GradScaler skipped, with the scheduler steps made
+    during each (``--amp fp16``); empty otherwise."""
+    return list(trace.extra.get("skipped", []))
+
+
+def _applied(trace: RunTrace) -> np.ndarray:
+    """Indices of the updates whose optimizer step was applied."""
+    skipped = {s["update"] for s in skipped_updates(trace)}
+    return np.array([k for k in range(len(trace.updates)) if k not in skipped], dtype=np.int64)
+
+
 def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
-    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``."""
-    n = min(len(ref.updates), len(cand.updates))
+    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``. Runs with skipped
+    optimizer steps are aligned by applied updates; update numbers stay the candidate's."""
+    a, b = ref.lrs(), cand.lrs()
+    index = np.arange(len(cand.updates))
+    if skipped_updates(ref) or skipped_updates(cand):
+        index = _applied(cand)
+        a, b = a[_applied(ref)], b[index]
+    n, lengths = min(len(a), len(b)), (len(a), len(b))
     if n == 0:
         return CheckResult("lr", SKIP, None, None, "no updates to compare")
-    a, b = ref.lrs()[:n], cand.lrs()[:n]
+    a, b = a[:n], b[:n]
     if a.shape != b.shape:
         return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
                            f"candidate {b.shape[1]}")
@@ -69,14 +87,15 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
     bad = np.argwhere(diff > tol * np.maximum(1.0, np.abs(a)))
     worst = float(diff.max())
     if len(bad):
-        k, g = (int(v) for v in bad[0])
+        i, g = (int(v) for v in bad[0])
+        k = int(index[i])
         group = f" (param group {g})" if a.shape[1] > 1 else ""
         return CheckResult("lr", FAIL, worst, k,
-                           f"first differs at update {k}{group}: reference {a[k, g]:.10g}, "
-                           f"candidate {b[k, g]:.10g}; max |ΔLR| {worst:.3g}")
-    if len(ref.updates) != len(cand.updates):
+                           f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
+                           f"candidate {b[i, g]:.10g}; max |ΔLR| {worst:.3g}")
+    if lengths[0] != lengths[1]:
         return CheckResult("lr", FAIL, worst, n, f"equal for the first {n} updates, then only "
-                           f"one run goes on ({len(ref.updates)} vs {len(cand.updates)} updates)")
+                           f"one run goes on ({lengths[0]} vs {lengths[1]} updates)")
     return CheckResult("lr", PASS, worst, None,
                        f"equal at all {n} updates ({a.shape[1]} param groups)")
 
@@ -131,16 +150,38 @@ def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None)
     return CheckResult("metrics", FAIL, worst, None, f"{text}; beyond tolerance {tol:g}")
 
 
+def check_skipped_steps(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    """On an update whose optimizer step was skipped (non-finite fp16 gradients), the schedule
+    must not advance — as Accelerate and DeepSpeed do."""
+    skipped = skipped_updates(cand)
+    if not skipped:
+        return CheckResult("skipped-steps", SKIP, None, None, "no optimizer step was skipped")
+    listed = ", ".join(str(s["update"]) for s in skipped)
+    moved = [s for s in skipped if s["scheduler_steps"] > 0]
+    if moved:
+        first = moved[0]
+        return CheckResult("skipped-steps", FAIL, float(first["scheduler_steps"]),
+                           first["update"],
+                           f"the scheduler advanced {first['scheduler_steps']} step(s) on skipped "
+                           f"update {first['update']}; skipped updates: {listed}")
+    return CheckResult("skipped-steps", PASS, 0.0, None,
+                       f"the scheduler held still on every skipped update: {listed}")
+
+
 def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
-    """Every check of the contract, in the order of ``CHECK_NAMES``."""
+    """Every check of the contract, in the order of ``CHECK_NAMES``; ``skipped-steps`` too when
+    the runs used a GradScaler (``--amp fp16``)."""
     reason = not_comparable_reason(ref, cand)
-    return [
+    checks = [
         check_updates(ref, cand),
         check_lr(ref, cand, tol.lr),
         check_params(ref, cand, tol.params, reason),
         check_loss(ref, cand, tol.loss, reason),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
+    if "skipped" in cand.extra or "skipped" in ref.extra:
+        checks.append(check_skipped_steps(ref, cand))
+    return checks
 
 
 SIMULATED = ("updates", "lr")

@@ -22,7 +22,7 @@ from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
-from lrcheck.spec import DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
+from lrcheck.spec import AMPS, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
 DEFAULT_TIMEOUT_S = 300.0
@@ -36,6 +36,15 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=N
 
 def _choices(names: Any) -> str:
     return ", ".join(names)
+
+
+def parse_updates(flag: str, text: str) -> tuple[int, ...]:
+    """``"3,7"`` → ``(3, 7)``: update numbers given on the command line."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecError(f"{flag} takes update numbers separated by commas, such as 3,7; "
+                        f"got {text!r}") from None
 
 
 def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
@@ -68,6 +77,8 @@ def compare_command(
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = 0,
     dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = "float64",
     device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = "auto",
+    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = "off",
+    inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
     tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
     tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
@@ -94,12 +105,13 @@ def compare_command(
         if not timeout > 0:
             raise SpecError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
         check_ref_world(ref_nproc, env)
-        tolerances = Tolerances.for_dtype(dtype, lr=tol_lr, params=tol_params, loss=tol_loss,
-                                          metrics=tol_metrics)
+        tolerances = Tolerances.for_dtype(dtype, amp, lr=tol_lr, params=tol_params,
+                                          loss=tol_loss, metrics=tol_metrics)
         candidate = RunSpec(task=task, bs=bs, accum=accum, world=candidate_world(nproc, env),
                             epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
                             optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
-                            seed=seed, dtype=dtype, device=device, samples=samples)
+                            seed=seed, dtype=dtype, device=device, samples=samples, amp=amp,
+                            inject_overflow=parse_updates("--inject-overflow", inject_overflow))
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
         folder = _prepare(pair, out, create=speak)
         if env is not None and env.world > 1:

@@ -93,6 +93,37 @@ def micro_batch_loss(per_item: torch.Tensor, n_local: torch.Tensor, spec: RunSpe
     return loss, loss.detach() / spec.world
 
 
+# A low initial scale, so that only the injected overflows make the GradScaler skip a step (at
+# GradScaler's default of 2**16 this model's first fp16 gradients overflow by themselves).
+AMP_INIT_SCALE = 2.0 ** 8
+
+
+def make_scaler(spec: RunSpec, device: str) -> torch.amp.GradScaler | None:
+    """The GradScaler of ``--amp fp16``, or None."""
+    if spec.amp != "fp16":
+        return None
+    return torch.amp.GradScaler(device, init_scale=AMP_INIT_SCALE)
+
+
+def amp_autocast(spec: RunSpec, device: str) -> Any:
+    """float16 autocast for ``--amp fp16``, else a context that does nothing."""
+    if spec.amp != "fp16":
+        return contextlib.nullcontext()
+    return torch.autocast(device, dtype=torch.float16)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None) -> bool:
+    """``optimizer.step()``, through the scaler when there is one; True when the scaler skipped
+    the step because the gradients were not finite (its scale then drops)."""
+    if scaler is None:
+        optimizer.step()
+        return False
+    before = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() < before
+
+
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
           on_start: Callable[[], None] | None = None) -> RunTrace:
@@ -118,6 +149,8 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(net, process_group=group)
     optimizer = make_optimizer(spec, net)
+    scaler = make_scaler(spec, device)
+    autocast = amp_autocast(spec, device)
 
     plan = plan_steps(len(data.y_train), spec.bs, spec.accum, world, spec.epochs, spec.tail)
     ctx = schedule_context(plan, spec.policy, spec.warmup)
@@ -130,6 +163,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     epochs: list[EpochMetrics] = []
     samples_seen = scheduler_steps = 0
     stopped: str | None = None
+    skipped_updates: list[dict[str, int]] = []
 
     if on_start is not None:
         on_start()
@@ -144,25 +178,31 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         # the global batch, so this equals the all-reduce of the ranks' counts without one.
         n_global = int(items[batch.indices].sum())
         loss_sum = torch.zeros((), dtype=dtype, device=device)
-        stepped = False
+        stepped = skipped = False
+        steps_before = scheduler_steps
         for m, shared in enumerate(micro):
             last = m == len(micro) - 1
             idx = rank_share(shared, rank, world)
             # DDP all-reduces gradients only on the last micro-batch of an update.
             sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
             with sync:
-                per_item = item_losses(model, x_train[idx], y_train[idx])
-                loss, share = micro_batch_loss(per_item, items_on_device[idx].sum(), spec,
-                                               n_global)
+                with autocast:
+                    per_item = item_losses(model, x_train[idx], y_train[idx])
+                loss, share = micro_batch_loss(per_item.to(dtype), items_on_device[idx].sum(),
+                                               spec, n_global)
                 loss_sum += share
-                loss.backward()
+                (loss if scaler is None else scaler.scale(loss)).backward()
             if last:
                 lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
                 steps_at_read = scheduler_steps
-                optimizer.step()
+                if batch.update in spec.inject_overflow:
+                    params[0].grad.fill_(float("inf"))  # what an fp16 overflow leaves behind
+                skipped = optimizer_step(optimizer, scaler)
                 optimizer.zero_grad(set_to_none=True)
                 stepped = True
-            if last or policy.steps_every_micro_batch:
+            # per-update: after each optimizer step that was not skipped; the micro-batch
+            # policies step on every micro-batch, skipped or not.
+            if (last and not skipped) or policy.steps_every_micro_batch:
                 try:
                     scheduler.step()
                 except Exception as exc:  # a schedule that refuses to step is a finding
@@ -174,6 +214,9 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         if world > 1:
             dist.all_reduce(loss_sum, group=group)
         samples_seen += n_global
+        if skipped:
+            skipped_updates.append({"update": batch.update,
+                                    "scheduler_steps": scheduler_steps - steps_before})
         record = UpdateRecord(batch.update, lr, float(loss_sum), samples_seen, steps_at_read,
                               batch.epoch)
         updates.append(record)
@@ -191,6 +234,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         params=snapshots[:len(updates)].cpu().numpy(), planned_updates=plan.total_updates,
         context=ctx.to_dict(), not_comparable=not_comparable, stopped=stopped,
         seconds=time.perf_counter() - started,
+        extra={"skipped": skipped_updates} if scaler is not None else {},
     )
 
 

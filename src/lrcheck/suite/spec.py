@@ -126,7 +126,7 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
         candidate = RunSpec(**run)
         pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
                               ref_world=values.get("ref_nproc", 1),
-                              tolerances=Tolerances.for_dtype(candidate.dtype, **tol))
+                              tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp, **tol))
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
