@@ -78,6 +78,8 @@ def compare_command(
     dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = "float64",
     device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = "auto",
     amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = "off",
+    resume_at: Annotated[Optional[int], typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
+    resume_at_micro: Annotated[Optional[int], typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
     tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
     tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
@@ -111,7 +113,8 @@ def compare_command(
                             epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
                             optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
                             seed=seed, dtype=dtype, device=device, samples=samples, amp=amp,
-                            inject_overflow=parse_updates("--inject-overflow", inject_overflow))
+                            inject_overflow=parse_updates("--inject-overflow", inject_overflow),
+                            resume_at=resume_at, resume_at_micro=resume_at_micro)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
         folder = _prepare(pair, out, create=speak)
         if env is not None and env.world > 1:

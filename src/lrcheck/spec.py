@@ -58,6 +58,8 @@ class RunSpec:
     samples: int = 2000
     amp: str = "off"
     inject_overflow: tuple[int, ...] = ()
+    resume_at: int | None = None
+    resume_at_micro: int | None = None
 
     def __post_init__(self) -> None:
         _one_of("--task", self.task, list(TASKS))
@@ -90,6 +92,15 @@ class RunSpec:
             raise SpecError("--amp fp16 autocasts float32 to float16; add --dtype float32")
         if self.amp == "fp16" and self.policy == "accelerate":
             raise SpecError("--amp fp16 is not supported with --policy accelerate yet; "
+                            "use another --policy")
+        for flag, value in (("--resume-at", self.resume_at),
+                            ("--resume-at-micro", self.resume_at_micro)):
+            if value is not None:
+                _at_least(flag, value, 0)
+        if self.resume_at is not None and self.resume_at_micro is not None:
+            raise SpecError("give --resume-at or --resume-at-micro, not both")
+        if self.policy == "accelerate" and (self.resume_at, self.resume_at_micro) != (None, None):
+            raise SpecError("--resume-at with --policy accelerate is not supported yet; "
                             "use another --policy")
         if self.inject_overflow and self.amp != "fp16":
             raise SpecError("--inject-overflow needs --amp fp16: a GradScaler is what skips the "
@@ -196,7 +207,8 @@ class PairSpec:
         if ref_bs is None:
             ref_bs = max(1, candidate.effective_batch // ref_world)
         _at_least("--ref-bs", ref_bs, 1)
-        reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY)
+        reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY,
+                                      resume_at=None, resume_at_micro=None)
         return cls(reference, candidate, tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
 
     @property

@@ -8,8 +8,11 @@ normalisation that makes the gradient the mean over the whole effective batch.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.runner.order import global_batches, micro_batches, rank_share
@@ -124,6 +128,27 @@ def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScale
     return scaler.get_scale() < before
 
 
+@dataclass
+class Parts:
+    """What a run trains with; a resume saves their state and builds them again from scratch."""
+
+    net: torch.nn.Module
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler | None
+
+
+@dataclass
+class Window:
+    """The accumulation window in progress: where it is, and what it has gathered so far."""
+
+    update: int
+    micro: int = 0
+    loss_sum: torch.Tensor | None = None
+    steps_before: int = 0
+
+
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
           on_start: Callable[[], None] | None = None) -> RunTrace:
@@ -131,111 +156,207 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     update used. When ``world > 1`` the caller has set up the process group; ``group`` (default:
     the default group) is the one DDP and the loss all-reduce use. ``on_start`` is called once
     everything is built (DDP's constructor waits for every rank), just before the first
-    micro-batch."""
-    started = time.perf_counter()
-    world, policy = spec.world, POLICIES[spec.policy]
-    dtype = getattr(torch, spec.dtype)
-    x_train = as_input(data.x_train, dtype, device)
-    y_train = torch.as_tensor(data.y_train, device=device)
-    x_test = as_input(data.x_test, dtype, device)
-    # Loss items per training sample: 1, or its number of (non-padding) tokens.
-    items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
-    items_on_device = torch.as_tensor(items, dtype=dtype, device=device)
+    micro-batch.
 
-    torch.manual_seed(spec.seed)
-    net = TASKS[spec.task].build_model(data).to(device, dtype)
-    not_comparable = batch_dependent_layers(net)
-    model: torch.nn.Module = net
-    if world > 1:
-        model = torch.nn.parallel.DistributedDataParallel(net, process_group=group)
-    optimizer = make_optimizer(spec, net)
-    scaler = make_scaler(spec, device)
-    autocast = amp_autocast(spec, device)
-
-    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, world, spec.epochs, spec.tail)
-    ctx = schedule_context(plan, spec.policy, spec.warmup)
-    scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
-
-    params = list(net.parameters())
-    snapshots = torch.empty(plan.total_updates, sum(p.numel() for p in params), dtype=dtype,
-                            device=device)
-    updates: list[UpdateRecord] = []
-    epochs: list[EpochMetrics] = []
-    samples_seen = scheduler_steps = 0
-    stopped: str | None = None
-    skipped_updates: list[dict[str, int]] = []
-
+    With ``--resume-at``/``--resume-at-micro`` the run stops there, saves everything a real
+    checkpoint holds, builds model, optimizer, scheduler and scaler again from scratch with the
+    same factories, loads the checkpoint and goes on (``runner.checkpoint``)."""
+    run = _Run(spec, data, device, rank, group, on_update)
+    parts = run.build()
     if on_start is not None:
         on_start()
-    model.train()
-    for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs, spec.seed,
-                                spec.tail):
-        # One host-to-device copy per update; micro-batches and rank shares are views of it, so
-        # a micro-batch never waits for the host.
-        indices = torch.from_numpy(batch.indices).to(device)
-        micro = micro_batches(indices, spec.bs, world)
-        # Loss items behind the whole update, over all ranks. Every rank holds the data set and
-        # the global batch, so this equals the all-reduce of the ranks' counts without one.
-        n_global = int(items[batch.indices].sum())
-        loss_sum = torch.zeros((), dtype=dtype, device=device)
-        stepped = skipped = False
-        steps_before = scheduler_steps
-        for m, shared in enumerate(micro):
-            last = m == len(micro) - 1
-            idx = rank_share(shared, rank, world)
-            # DDP all-reduces gradients only on the last micro-batch of an update.
-            sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
-            with sync:
-                with autocast:
-                    per_item = item_losses(model, x_train[idx], y_train[idx])
-                loss, share = micro_batch_loss(per_item.to(dtype), items_on_device[idx].sum(),
-                                               spec, n_global)
-                loss_sum += share
-                (loss if scaler is None else scaler.scale(loss)).backward()
-            if last:
-                lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
-                steps_at_read = scheduler_steps
-                if batch.update in spec.inject_overflow:
-                    params[0].grad.fill_(float("inf"))  # what an fp16 overflow leaves behind
-                skipped = optimizer_step(optimizer, scaler)
-                optimizer.zero_grad(set_to_none=True)
-                stepped = True
-            # per-update: after each optimizer step that was not skipped; the micro-batch
-            # policies step on every micro-batch, skipped or not.
-            if (last and not skipped) or policy.steps_every_micro_batch:
-                try:
-                    scheduler.step()
-                except Exception as exc:  # a schedule that refuses to step is a finding
-                    stopped = step_failure(exc, batch.update)
-                    break
-                scheduler_steps += 1
-        if not stepped:  # the schedule stopped the run inside an accumulation window
-            break
-        if world > 1:
-            dist.all_reduce(loss_sum, group=group)
-        samples_seen += n_global
-        if skipped:
-            skipped_updates.append({"update": batch.update,
-                                    "scheduler_steps": scheduler_steps - steps_before})
-        record = UpdateRecord(batch.update, lr, float(loss_sum), samples_seen, steps_at_read,
-                              batch.epoch)
-        updates.append(record)
-        snapshots[batch.update].copy_(torch.cat([p.detach().reshape(-1) for p in params]))
-        if on_update is not None:
-            on_update(record, plan.total_updates)
-        if batch.ends_epoch or stopped:
-            acc, f1 = evaluate(net, x_test, data.y_test)
-            epochs.append(EpochMetrics(batch.epoch, batch.update, acc, f1))
-        if stopped:
-            break
+    paused = run.loop(parts, start=None, pause=run.pause)
+    if paused is not None:
+        from lrcheck.runner import checkpoint
 
-    return RunTrace(
-        spec=spec, updates=updates, epochs=epochs,
-        params=snapshots[:len(updates)].cpu().numpy(), planned_updates=plan.total_updates,
-        context=ctx.to_dict(), not_comparable=not_comparable, stopped=stopped,
-        seconds=time.perf_counter() - started,
-        extra={"skipped": skipped_updates} if scaler is not None else {},
-    )
+        with tempfile.TemporaryDirectory(prefix="lrcheck-resume-") as folder:
+            path = checkpoint.save(Path(folder), parts, run, paused)
+            del parts
+            parts = run.build()
+            start = checkpoint.load(path, parts, run)
+            # The window in progress at the pause: update N with ``micro_batches_done`` of its
+            # micro-batches trained (0: the pause came right after update N - 1).
+            run.extra["resumed"] = {"update": paused.update, "micro_batches_done": paused.micro,
+                                    "checkpoint_bytes": path.stat().st_size}
+        run.loop(parts, start=start, pause=None)
+    return run.trace()
+
+
+class _Run:
+    """One run's data, plan and recording; ``loop`` is the training loop itself."""
+
+    def __init__(self, spec: RunSpec, data: Dataset, device: str, rank: int,
+                 group: dist.ProcessGroup | None, on_update: OnUpdate | None) -> None:
+        self.started = time.perf_counter()
+        self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
+        self.on_update = on_update
+        self.dtype = getattr(torch, spec.dtype)
+        self.x_train = as_input(data.x_train, self.dtype, device)
+        self.y_train = torch.as_tensor(data.y_train, device=device)
+        self.x_test = as_input(data.x_test, self.dtype, device)
+        # Loss items per training sample: 1, or its number of (non-padding) tokens.
+        self.items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
+        self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
+        self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
+                               spec.tail)
+        self.ctx = schedule_context(self.plan, spec.policy, spec.warmup)
+        self.pause = resume_point(spec, self.plan)
+        self.updates: list[UpdateRecord] = []
+        self.epochs: list[EpochMetrics] = []
+        self.skipped: list[dict[str, int]] = []
+        self.samples_seen = self.scheduler_steps = 0
+        self.stopped: str | None = None
+        self.snapshots: torch.Tensor | None = None
+        self.not_comparable: tuple[str, ...] = ()
+        self.amp = spec.amp == "fp16"
+        self.extra: dict[str, Any] = {}
+
+    def build(self) -> Parts:
+        """Model, optimizer, scheduler and scaler, from scratch (the same weights every time:
+        the generator is seeded first)."""
+        spec = self.spec
+        torch.manual_seed(spec.seed)
+        net = TASKS[spec.task].build_model(self.data).to(self.device, self.dtype)
+        self.not_comparable = batch_dependent_layers(net)
+        model: torch.nn.Module = net
+        if spec.world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(net, process_group=self.group)
+        optimizer = make_optimizer(spec, net)
+        scheduler = make_scheduler(spec.scheduler, optimizer, self.ctx)
+        if self.snapshots is None:
+            size = sum(p.numel() for p in net.parameters())
+            self.snapshots = torch.empty(self.plan.total_updates, size, dtype=self.dtype,
+                                         device=self.device)
+        return Parts(net, model, optimizer, scheduler, make_scaler(spec, self.device))
+
+    def loop(self, parts: Parts, *, start: Window | None, pause: Window | None) -> Window | None:
+        """Train from ``start`` (the beginning when None) to the end, or until ``pause``: then
+        return the window in progress there."""
+        spec, world, rank = self.spec, self.spec.world, self.rank
+        policy = POLICIES[spec.policy]
+        net, model, optimizer, scheduler, scaler = (parts.net, parts.model, parts.optimizer,
+                                                    parts.scheduler, parts.scaler)
+        params = list(net.parameters())
+        autocast = amp_autocast(spec, self.device)
+        model.train()
+        for batch in global_batches(self.plan.num_samples, self.plan.effective_batch,
+                                    spec.epochs, spec.seed, spec.tail):
+            if start is not None and batch.update < start.update:
+                continue  # before the checkpoint: already trained
+            # One host-to-device copy per update; micro-batches and rank shares are views of
+            # it, so a micro-batch never waits for the host.
+            indices = torch.from_numpy(batch.indices).to(self.device)
+            micro = micro_batches(indices, spec.bs, world)
+            # Loss items behind the whole update, over all ranks. Every rank holds the data set
+            # and the global batch, so this equals the all-reduce of the ranks' counts.
+            n_global = int(self.items[batch.indices].sum())
+            window = Window(batch.update, 0, torch.zeros((), dtype=self.dtype, device=self.device),
+                            self.scheduler_steps)
+            if start is not None and batch.update == start.update:
+                if start.loss_sum is not None:
+                    window = start  # resumed inside this accumulation window
+                start = None
+            stepped = skipped = False
+            for m, shared in enumerate(micro):
+                if m < window.micro:
+                    continue
+                last = m == len(micro) - 1
+                idx = rank_share(shared, rank, world)
+                # DDP all-reduces gradients only on the last micro-batch of an update.
+                sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
+                with sync:
+                    with autocast:
+                        per_item = item_losses(model, self.x_train[idx], self.y_train[idx])
+                    loss, share = micro_batch_loss(per_item.to(self.dtype),
+                                                   self.items_on_device[idx].sum(), spec, n_global)
+                    window.loss_sum += share
+                    (loss if scaler is None else scaler.scale(loss)).backward()
+                if last:
+                    lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
+                    steps_at_read = self.scheduler_steps
+                    if batch.update in spec.inject_overflow:
+                        params[0].grad.fill_(float("inf"))  # what an fp16 overflow leaves
+                    skipped = optimizer_step(optimizer, scaler)
+                    optimizer.zero_grad(set_to_none=True)
+                    stepped = True
+                # per-update: after each optimizer step that was not skipped; the micro-batch
+                # policies step on every micro-batch, skipped or not.
+                if (last and not skipped) or policy.steps_every_micro_batch:
+                    try:
+                        scheduler.step()
+                    except Exception as exc:  # a schedule that refuses to step is a finding
+                        self.stopped = step_failure(exc, batch.update)
+                        break
+                    self.scheduler_steps += 1
+                window.micro = m + 1
+                if pause is not None and not last and (batch.update, m) == (pause.update,
+                                                                           pause.micro):
+                    return window
+            if not stepped:  # the schedule stopped the run inside an accumulation window
+                break
+            self._record(batch, window, lr, steps_at_read, skipped, n_global, params)
+            if batch.ends_epoch or self.stopped:
+                acc, f1 = evaluate(net, self.x_test, self.data.y_test)
+                self.epochs.append(EpochMetrics(batch.epoch, batch.update, acc, f1))
+            if self.stopped:
+                break
+            if pause is not None and pause.micro is None and batch.update == pause.update:
+                return Window(batch.update + 1, 0, None, self.scheduler_steps)
+        return None
+
+    def _record(self, batch: Any, window: Window, lr: tuple[float, ...], steps_at_read: int,
+                skipped: bool, n_global: int, params: list[torch.Tensor]) -> None:
+        loss_sum = window.loss_sum
+        if self.spec.world > 1:
+            dist.all_reduce(loss_sum, group=self.group)
+        self.samples_seen += n_global
+        if skipped:
+            self.skipped.append({"update": batch.update,
+                                 "scheduler_steps": self.scheduler_steps - window.steps_before})
+        record = UpdateRecord(batch.update, lr, float(loss_sum), self.samples_seen,
+                              steps_at_read, batch.epoch)
+        self.updates.append(record)
+        self.snapshots[batch.update].copy_(torch.cat([p.detach().reshape(-1) for p in params]))
+        if self.on_update is not None:
+            self.on_update(record, self.plan.total_updates)
+
+    def trace(self) -> RunTrace:
+        extra = dict(self.extra)
+        if self.amp:
+            extra["skipped"] = self.skipped
+        return RunTrace(
+            spec=self.spec, updates=self.updates, epochs=self.epochs,
+            params=self.snapshots[:len(self.updates)].cpu().numpy(),
+            planned_updates=self.plan.total_updates, context=self.ctx.to_dict(),
+            not_comparable=self.not_comparable, stopped=self.stopped,
+            seconds=time.perf_counter() - self.started, extra=extra)
+
+
+def resume_point(spec: RunSpec, plan: Any) -> Window | None:
+    """Where ``--resume-at K`` (after update K) or ``--resume-at-micro M`` (after micro-batch M
+    of this rank, counted over the run) stops the run, as a window position: ``micro`` None means
+    after the whole update."""
+    if spec.resume_at is not None:
+        if spec.resume_at >= plan.total_updates - 1:
+            raise SpecError(f"--resume-at {spec.resume_at}: the run has {plan.total_updates} "
+                            f"updates; resume after one of 0..{plan.total_updates - 2}")
+        return Window(spec.resume_at, None)  # type: ignore[arg-type]
+    if spec.resume_at_micro is not None:
+        done = 0
+        for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
+                                    spec.seed, spec.tail):
+            count = len(micro_batches(batch.indices, spec.bs, spec.world))
+            if spec.resume_at_micro < done + count:
+                m = spec.resume_at_micro - done
+                last = m == count - 1
+                if last and batch.update >= plan.total_updates - 1:
+                    break
+                return Window(batch.update, None if last else m)  # type: ignore[arg-type]
+            done += count
+        raise SpecError(f"--resume-at-micro {spec.resume_at_micro}: the run has "
+                        f"{plan.total_micro_batches} micro-batches; resume after one of "
+                        f"0..{plan.total_micro_batches - 2}")
+    return None
 
 
 def environment(device: str, world: int) -> dict[str, Any]:
