@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "trace_schedule", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
+__all__ = ["compare", "trace_schedule", "diff", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
            "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
            "__version__"]
 
@@ -37,11 +37,11 @@ def trace_schedule(*args: Any, **kwargs: Any) -> Report:
     return _trace_schedule(*args, **kwargs)
 
 
-def trace_schedule(*args: Any, **kwargs: Any) -> Report:
-    """See ``lrcheck.api.trace_schedule``."""
-    from lrcheck.api import trace_schedule as _trace_schedule
+def diff(*args: Any, **kwargs: Any) -> Report:
+    """See ``lrcheck.api.diff``."""
+    from lrcheck.api import diff as _diff
 
-    return _trace_schedule(*args, **kwargs)
+    return _diff(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,14 +1,18 @@
-"""The library calls behind the commands: ``lrcheck.compare`` and ``lrcheck.trace_schedule``."""
+"""The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
+``lrcheck.diff``. Importing this module does not import torch; training does."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lrcheck.checks import run_checks, schedule_checks
+from lrcheck.checks import recorded_checks, run_checks, schedule_checks
 from lrcheck.result import Report
-from lrcheck.runner.pair import Progress, run_pair
-from lrcheck.spec import PairSpec, RunSpec, Tolerances
+from lrcheck.spec import FilePair, PairSpec, RunSpec, Tolerances
 from lrcheck.trace import RunTrace
+
+if TYPE_CHECKING:
+    from lrcheck.runner.pair import Progress
 
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
@@ -27,6 +31,8 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     candidate, and ranks other than 0 get None instead of a report. ``cache`` (reference
     ``RunSpec`` → trace) lets several pairs share one trained reference.
     """
+    from lrcheck.runner.pair import run_pair
+
     pair = _pair(pair, ref_bs, ref_world, tolerances, candidate)
     traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache)
     if traces is None:
@@ -52,6 +58,24 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
         trace.pinned = pinned  # type: ignore[attr-defined]
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
                   mode="trace")
+
+
+def diff(reference: str | Path, candidate: str | Path, *,
+         tolerances: Tolerances | None = None) -> Report:
+    """``lrcheck diff``: read two files written by ``lrcheck.Recorder``, align their updates by
+    ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``). Trains
+    nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
+    the line). Default tolerances are float32's (a file does not say its dtype)."""
+    from lrcheck import __version__
+    from lrcheck.recorder import read_records
+
+    pair = FilePair(str(reference), str(candidate),
+                    **({} if tolerances is None else {"tolerances": tolerances}))
+    ref, cand = (RunTrace.from_records(read_records(path), str(path))
+                 for path in (reference, candidate))
+    checks = recorded_checks(ref, cand, pair.tolerances)
+    return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
+                  mode="diff")
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,

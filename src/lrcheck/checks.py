@@ -68,18 +68,29 @@ def _applied(trace: RunTrace) -> np.ndarray:
     return np.array([k for k in range(len(trace.updates)) if k not in skipped], dtype=np.int64)
 
 
-def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
-    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``. Runs with skipped
-    optimizer steps are aligned by applied updates; update numbers stay the candidate's."""
-    a, b = ref.lrs(), cand.lrs()
-    index = np.arange(len(cand.updates))
-    if skipped_updates(ref) or skipped_updates(cand):
-        index = _applied(cand)
-        a, b = a[_applied(ref)], b[index]
-    n, lengths = min(len(a), len(b)), (len(a), len(b))
+def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
+             pairs: tuple[np.ndarray, np.ndarray] | None = None) -> CheckResult:
+    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``. ``pairs`` (reference
+    indices, candidate indices) compares those updates with each other instead of update k with
+    update k, and names updates by their reference index (``lrcheck diff``). Runs with skipped
+    optimizer steps are aligned by applied updates, named by the candidate's index."""
+    lengths = (len(ref.updates), len(cand.updates))
+    if pairs is not None:
+        ref_at, cand_at = pairs
+        named, lengths = ref_at, (len(ref_at), len(ref_at))
+    elif skipped_updates(ref) or skipped_updates(cand):
+        ref_at, cand_at = _applied(ref), _applied(cand)
+        lengths = (len(ref_at), len(cand_at))
+        n = min(lengths)
+        ref_at, cand_at = ref_at[:n], cand_at[:n]
+        named = cand_at
+    else:
+        n = min(lengths)
+        ref_at = cand_at = named = np.arange(n)
+    n = len(ref_at)
     if n == 0:
         return CheckResult("lr", SKIP, None, None, "no updates to compare")
-    a, b = a[:n], b[:n]
+    a, b = ref.lrs()[ref_at], cand.lrs()[cand_at]
     if a.shape != b.shape:
         return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
                            f"candidate {b.shape[1]}")
@@ -88,7 +99,7 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
     worst = float(diff.max())
     if len(bad):
         i, g = (int(v) for v in bad[0])
-        k = int(index[i])
+        k = int(named[i])
         group = f" (param group {g})" if a.shape[1] > 1 else ""
         return CheckResult("lr", FAIL, worst, k,
                            f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
@@ -101,19 +112,22 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float) -> CheckResult:
 
 
 def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.ndarray,
-              tol: float, reason: str | None) -> CheckResult:
+              tol: float, reason: str | None, steps: np.ndarray | None = None) -> CheckResult:
+    """Rows k of both, relative to ``scale[k]``; ``steps[k]`` (default k) names row k."""
     n = min(len(ref_rows), len(cand_rows))
     if n == 0:
         return CheckResult(name, SKIP, None, None, "no updates to compare")
     diff = np.abs(cand_rows[:n] - ref_rows[:n]).reshape(n, -1).max(axis=1)
     rel = diff / np.maximum(scale[:n], _TINY)
+    steps = np.arange(n) if steps is None else steps
     worst_abs, worst_rel = float(diff.max()), float(rel.max())
     over = np.flatnonzero(rel > tol)
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
                            f"max relative {worst_rel:.3g} ≤ {tol:g} over {n} updates", worst_rel)
-    k = int(over[0])
-    measured = (f"relative {rel[k]:.3g} > {tol:g} at update {k}; max relative {worst_rel:.3g}")
+    i = int(over[0])
+    k = int(steps[i])
+    measured = (f"relative {rel[i]:.3g} > {tol:g} at update {k}; max relative {worst_rel:.3g}")
     if reason:
         return CheckResult(name, WARN, worst_abs, k, f"not comparable: {reason}; {measured}",
                            worst_rel)
@@ -241,6 +255,58 @@ def schedule_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                            "not measured: lrcheck trace steps the schedule without a model")
                for name in CHECK_NAMES if name not in SIMULATED]
     return [check_updates(ref, cand), lr, *skipped]
+
+
+def align(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (reference, candidate) of the updates that ended at the same ``samples_seen``."""
+    a = np.array([u.samples_seen for u in ref.updates], dtype=np.int64)
+    b = np.array([u.samples_seen for u in cand.updates], dtype=np.int64)
+    _, ref_at, cand_at = np.intersect1d(a, b, assume_unique=False, return_indices=True)
+    return ref_at, cand_at
+
+
+def check_aligned_updates(ref: RunTrace, cand: RunTrace,
+                          pairs: tuple[np.ndarray, np.ndarray]) -> CheckResult:
+    """Every update of each run has one in the other at the same ``samples_seen``."""
+    for who, trace, matched, other in (("reference", ref, pairs[0], "candidate"),
+                                       ("candidate", cand, pairs[1], "reference")):
+        alone = np.setdiff1d(np.arange(len(trace.updates)), matched)
+        if len(alone):
+            k = int(alone[0])
+            return CheckResult(
+                "updates", FAIL, float(abs(len(ref.updates) - len(cand.updates))), k,
+                f"{who} update {k} (samples_seen {trace.updates[k].samples_seen:,}) has no "
+                f"{other} update at the same samples_seen; {len(alone)} such in the {who}, "
+                f"{len(ref.updates)} reference and {len(cand.updates)} candidate updates")
+    return CheckResult("updates", PASS, 0.0, None,
+                       f"{len(ref.updates)} in both files, at the same samples_seen")
+
+
+def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+    """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
+    ``samples_seen``. ``updates``, ``lr`` and ``loss`` (where both files recorded one) apply;
+    ``params`` and ``metrics`` are not recorded."""
+    pairs = align(ref, cand)
+    ref_at, cand_at = pairs
+    a, b = ref.losses()[ref_at], cand.losses()[cand_at]
+    recorded = np.array([ref.updates[int(i)].loss is not None
+                         and cand.updates[int(j)].loss is not None
+                         for i, j in zip(ref_at, cand_at)], dtype=bool)
+    if recorded.any():
+        loss = _relative("loss", a[recorded], b[recorded], np.abs(a[recorded]), tol.loss, None,
+                         ref_at[recorded])
+    else:
+        loss = CheckResult("loss", SKIP, None, None,
+                           "not recorded: no update has a loss in both files")
+    lr = check_lr(ref, cand, tol.lr, pairs)
+    pace = schedule_pace(ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0]) if lr.status == FAIL else None
+    if pace:
+        lr = replace(lr, detail=f"{lr.detail}; {pace}")
+    skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
+               for name in ("params", "metrics")}
+    found = {"updates": check_aligned_updates(ref, cand, pairs), "lr": lr, "loss": loss,
+             **skipped}
+    return [found[name] for name in CHECK_NAMES]
 
 
 def verdict(checks: list[CheckResult]) -> str:

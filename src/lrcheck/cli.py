@@ -272,6 +272,37 @@ def trace_command(
     raise typer.Exit(report.exit_code)
 
 
+@app.command("diff")
+def diff_command(
+    reference: Annotated[Path, typer.Argument(help="The reference run's file, written by lrcheck.Recorder.", show_default=False)],
+    candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
+    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
+) -> None:
+    """Check your own training: compare two files written by lrcheck.Recorder (one JSON line per
+    optimizer update), aligned by samples seen, and check `updates`, `lr` and `loss`.
+
+    Exit codes: 0 the runs match, 1 they do not, 2 bad input (a missing file, a malformed line).
+    """
+    import lrcheck
+    from lrcheck.spec import DIFF_DTYPE
+
+    console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
+    try:
+        tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
+        report = lrcheck.diff(reference, candidate, tolerances=tolerances)
+        report.out = report.save(out if out is not None
+                                 else DEFAULT_REPORTS / f"diff-{report.pair.name}")
+    except LrcheckError as exc:
+        raise fail(exc) from None
+    _show(report, console, errors, json_out=json_out, quiet=quiet)
+    raise typer.Exit(report.exit_code)
+
+
 @app.command("suite")
 def suite_command(
     file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lrcheck.checks import PASS, CheckResult, verdict
-from lrcheck.spec import PairSpec
+from lrcheck.spec import FilePair, PairSpec
 from lrcheck.trace import RunTrace
 
 SCHEMA_VERSION = 1
@@ -20,12 +20,13 @@ INCOMPLETE = "incomplete"
 
 @dataclass
 class Report:
-    pair: PairSpec
+    pair: PairSpec | FilePair
     reference: RunTrace
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
-    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace).
+    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace);
+    # "diff": two Recorder files (lrcheck diff), whose ``pair`` is a ``FilePair``.
     mode: str = "compare"
 
     @property
@@ -42,7 +43,9 @@ class Report:
 
     @property
     def subject(self) -> str:
-        """What was run: the task, or for a trace the schedule alone."""
+        """What was run: the task, for a trace the schedule alone, for a diff the files."""
+        if isinstance(self.pair, FilePair):
+            return f"Recorder files {self.pair.candidate} vs {self.pair.reference}"
         if self.mode == "trace":
             return f"schedule only, {self.pair.candidate.samples:,} samples per epoch"
         return f"task {self.pair.candidate.task}"
@@ -83,7 +86,7 @@ class IncompleteResult:
                 "incomplete": self.reason}
 
 
-def _result(verdict: str, pair: PairSpec, checks: list[dict[str, Any]], reference: RunTrace,
+def _result(verdict: str, pair: PairSpec | FilePair, checks: list[dict[str, Any]], reference: RunTrace,
             candidate: RunTrace, environment: dict[str, Any]) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,

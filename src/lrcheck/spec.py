@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import SpecError
@@ -23,6 +24,9 @@ AMPS = ("off", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
 
 REFERENCE_POLICY = "per-update"
+# A Recorder file does not say its dtype; users mostly train in float32 (or lower), so ``lrcheck
+# diff`` allows float32's loss tolerance unless told otherwise.
+DIFF_DTYPE = "float32"
 
 
 def _one_of(flag: str, value: str, choices: tuple[str, ...] | list[str]) -> None:
@@ -228,6 +232,26 @@ class PairSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference.to_dict(), "candidate": self.candidate.to_dict(),
+                "tolerances": asdict(self.tolerances)}
+
+
+@dataclass(frozen=True)
+class FilePair:
+    """``lrcheck diff``: two Recorder files, the reference and the candidate, by path. It stands
+    where a ``PairSpec`` stands in a report of runs lrcheck trained itself."""
+
+    reference: str
+    candidate: str
+    tolerances: Tolerances = field(default_factory=lambda: Tolerances.for_dtype(DIFF_DTYPE))
+
+    @property
+    def name(self) -> str:
+        """E.g. ``cand-vs-ref`` for ``ref.jsonl`` and ``cand.jsonl``."""
+        stems = (_safe(Path(p).stem) for p in (self.candidate, self.reference))
+        return "-vs-".join(stems)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
 
 

@@ -22,14 +22,16 @@ from lrcheck.spec import RunSpec
 class UpdateRecord:
     """Optimizer update ``step``: the LR of every param group read just before
     ``optimizer.step()``, the training loss over the whole effective batch, samples seen after
-    it, and how many times ``scheduler.step()`` had run when the LR was read."""
+    it, and how many times ``scheduler.step()`` had run when the LR was read. A trace read from
+    a Recorder file has None for what the file does not record (the scheduler steps, the epoch,
+    a loss the user did not pass)."""
 
     step: int
     lr: tuple[float, ...]
-    loss: float
+    loss: float | None
     samples_seen: int
-    scheduler_steps: int
-    epoch: int
+    scheduler_steps: int | None
+    epoch: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "lr": list(self.lr), "loss": self.loss,
@@ -38,8 +40,13 @@ class UpdateRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UpdateRecord:
-        return cls(int(data["step"]), tuple(float(v) for v in data["lr"]), float(data["loss"]),
-                   int(data["samples_seen"]), int(data["scheduler_steps"]), int(data["epoch"]))
+        return cls(int(data["step"]), tuple(float(v) for v in data["lr"]),
+                   _maybe(float, data["loss"]), int(data["samples_seen"]),
+                   _maybe(int, data["scheduler_steps"]), _maybe(int, data["epoch"]))
+
+
+def _maybe(kind: type, value: Any) -> Any:
+    return None if value is None else kind(value)
 
 
 @dataclass(frozen=True)
@@ -53,9 +60,10 @@ class EpochMetrics:
 @dataclass
 class RunTrace:
     """Everything one run recorded. ``stopped`` holds the reason when the run ended before its
-    planned ``planned_updates`` (a scheduler that refused to step, say)."""
+    planned ``planned_updates`` (a scheduler that refused to step, say). A run lrcheck did not
+    train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from."""
 
-    spec: RunSpec
+    spec: RunSpec | None
     updates: Sequence[UpdateRecord]
     epochs: list[EpochMetrics]
     params: np.ndarray
@@ -65,6 +73,7 @@ class RunTrace:
     stopped: str | None = None
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None
 
     @property
     def metrics(self) -> dict[str, float] | None:
@@ -72,6 +81,15 @@ class RunTrace:
             return None
         last = self.epochs[-1]
         return {"accuracy": last.accuracy, "f1_macro": last.f1_macro}
+
+    @classmethod
+    def from_records(cls, records: Sequence[dict[str, Any]], source: str) -> RunTrace:
+        """A run read from a Recorder file (``lrcheck.recorder.read_records``): its updates in
+        the file's order, nothing else."""
+        updates = [UpdateRecord(r["step"], tuple(r["lr"]), r["loss"], r["samples_seen"], None,
+                                None) for r in records]
+        return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
+                   planned_updates=len(updates), context={}, source=source)
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""
@@ -94,7 +112,7 @@ class RunTrace:
         own = {"spec", "updates", "metrics", "epochs", "planned_updates", "schedule_context",
                "not_comparable", "stopped", "seconds"}
         return cls(
-            spec=RunSpec(**data["spec"]),
+            spec=RunSpec(**data["spec"]) if isinstance(data["spec"], dict) else None,
             updates=[UpdateRecord.from_dict(u) for u in data["updates"]],
             epochs=[EpochMetrics(**e) for e in data["epochs"]],
             params=params,
@@ -104,14 +122,17 @@ class RunTrace:
             stopped=data["stopped"],
             seconds=float(data["seconds"]),
             extra={k: v for k, v in data.items() if k not in own},
+            source=None if isinstance(data["spec"], dict) else data["spec"],
         )
+
     def updates_json(self) -> list[dict[str, Any]]:
         """The ``updates`` of ``result.json``: every update."""
         return [u.to_dict() for u in self.updates]
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "spec": self.spec.to_dict(),
+            # A trace read from a file has the file's path where a RunSpec would be.
+            "spec": self.spec.to_dict() if self.spec is not None else self.source,
             "updates": self.updates_json(),
             "metrics": self.metrics,
             "epochs": [asdict(e) for e in self.epochs],

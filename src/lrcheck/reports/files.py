@@ -51,27 +51,10 @@ def prepare_out(out: Path) -> Path:
 
 def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.png",
                                                                 "metrics.png")) -> str:
-    pair = report.pair
-    ref, cand = pair.reference, pair.candidate
-    lines = [
-        f"# lrcheck: {pair.name}",
-        "",
-        f"**Verdict: {report.verdict.upper()}**",
-        "",
-        f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
-        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
-        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
-        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
-        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
-        f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
-        f"- environment: torch {report.environment.get('torch')}"
-        + (f", accelerate {report.environment['accelerate']}"
-           if "accelerate" in report.environment else "")
-        + f" on {report.environment.get('device')}",
-        "",
-        "| check | status | max abs diff | first divergence | detail |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
+             *_settings(report), "",
+             "| check | status | max abs diff | first divergence | detail |",
+             "| --- | --- | --- | --- | --- |"]
     for c in report.checks:
         diff = "—" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
         first = "—" if c.first_divergence is None else str(c.first_divergence)
@@ -89,9 +72,32 @@ def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.pn
     return "\n".join(lines + [""])
 
 
+def _settings(report: Report) -> list[str]:
+    """The bullet list of what was compared."""
+    pair = report.pair
+    ref, cand = pair.reference, pair.candidate
+    if report.mode == "diff":
+        return [f"- candidate: `{cand}`, {len(report.candidate.updates)} updates",
+                f"- reference: `{ref}`, {len(report.reference.updates)} updates",
+                "- Recorder files, updates aligned by samples_seen; "
+                f"lrcheck {report.environment.get('lrcheck')}"]
+    return [
+        f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
+        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
+        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
+        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
+        f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
+        f"- environment: torch {report.environment.get('torch')}"
+        + (f", accelerate {report.environment['accelerate']}"
+           if "accelerate" in report.environment else "")
+        + f" on {report.environment.get('device')}",
+    ]
+
+
 def write_report(report: Report, out: Path) -> Path:
     """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
-    only lr.png) in ``out``."""
+    only lr.png, a diff no metrics.png) in ``out``."""
     from lrcheck.reports.plots import PLOTS_BY_MODE
 
     plots = PLOTS_BY_MODE[report.mode]

@@ -39,8 +39,15 @@ def plot_lr(report: Report, path: Path) -> None:
     top.set_ylabel("learning rate (group 0)")
     top.set_title(f"LR used by each optimizer update — {report.pair.name}", fontsize=9)
     top.legend()
-    n = min(len(ref), len(cand))
-    bottom.plot(*_thin(cand[:n] - ref[:n]), color="tab:red")
+    if report.mode == "diff":  # updates at the same samples_seen, at the reference's index
+        from lrcheck.checks import align
+
+        ref_at, cand_at = align(report.reference, report.candidate)
+        pick, gap = _thin(cand[cand_at] - ref[ref_at])
+        bottom.plot(ref_at[pick], gap, color="tab:red")
+    else:
+        n = min(len(ref), len(cand))
+        bottom.plot(*_thin(cand[:n] - ref[:n]), color="tab:red")
     bottom.axhline(0.0, color="grey", linewidth=0.5)
     lr_check = report.check("lr")
     if lr_check.first_divergence is not None:
@@ -88,5 +95,6 @@ def save_figure(fig, path: Path) -> None:
 
 
 PLOTS = {"lr.png": plot_lr, "loss.png": plot_loss, "metrics.png": plot_metrics}
-# A trace has no model: only its LR is drawn.
-PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": plot_lr}}
+# A trace has no model: only its LR is drawn. A diff's files record no evaluation.
+PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": plot_lr},
+                 "diff": {"lr.png": plot_lr, "loss.png": plot_loss}}

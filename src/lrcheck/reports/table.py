@@ -20,14 +20,19 @@ def _number(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def checks_table(report: Report) -> Table:
+def _title(report: Report) -> str:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
+    if report.mode == "diff":
+        return f"lrcheck diff: candidate {cand} vs reference {ref} · aligned by samples_seen"
     via = report.environment.get("accelerate")
-    table = Table(title=f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
-                        f"vs {ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}"
-                        + (f" · accelerate {via}" if via else ""),
-                  title_justify="left")
+    return (f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
+            f"vs {ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}"
+            + (f" · accelerate {via}" if via else ""))
+
+
+def checks_table(report: Report) -> Table:
+    table = Table(title=_title(report), title_justify="left")
     table.add_column("check")
     table.add_column("status")
     table.add_column("max |Δ|", justify="right")
@@ -96,7 +101,30 @@ def trace_table(report: Report) -> Table:
     return table
 
 
+def files_table(report: Report) -> Table:
+    """What each Recorder file holds (``lrcheck diff``)."""
+    table = Table(title="recorded runs", title_justify="left")
+    table.add_column("")
+    table.add_column("reference", justify="right")
+    table.add_column("candidate", justify="right")
+    runs = (report.reference, report.candidate)
+    losses = [[u.loss for u in t.updates if u.loss is not None] for t in runs]
+    rows = [
+        ("file", [str(t.source) for t in runs]),
+        ("optimizer updates", [f"{len(t.updates):,}" for t in runs]),
+        ("samples seen", [f"{t.updates[-1].samples_seen:,}" for t in runs]),
+        ("param groups", [str(len(t.updates[0].lr)) for t in runs]),
+        ("final LR (group 0)", [f"{t.updates[-1].lr[0]:.4g}" for t in runs]),
+        ("final loss", [f"{v[-1]:.6f}" if v else "not recorded" for v in losses]),
+    ]
+    for label, (ref, cand) in rows:
+        table.add_row(label, ref, cand)
+    return table
+
+
 def render(report: Report) -> Group:
+    if report.mode == "diff":
+        return Group(checks_table(report), files_table(report), verdict_text(report))
     if report.mode == "trace":
         return Group(checks_table(report), trace_table(report), verdict_text(report))
     return Group(checks_table(report), metrics_table(report), verdict_text(report))

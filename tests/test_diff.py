@@ -1,0 +1,197 @@
+"""``lrcheck diff`` on Recorder files: written by a plain PyTorch loop (the central test), by hand
+for alignment and bad input, through the library and through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import lrcheck
+from lrcheck.cli import app
+from lrcheck.errors import SpecError
+
+SAMPLES, FEATURES, EPOCHS = 256, 8, 2
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    result = runner.invoke(app, [str(a) for a in args])
+    print("exit", result.exit_code, "\nstdout:\n", result.stdout, "\nstderr:\n", result.stderr)
+    return result
+
+
+def plain_loop(path: Path, bs: int, accum: int, *, per_micro_batch: bool = False) -> None:
+    """A hand-written loop as users write it: a linear model, SGD, a LinearLR warmup over the
+    run's optimizer updates, and ``scheduler.step()`` after each update — or, the bug, after
+    each micro-batch."""
+    data = torch.Generator().manual_seed(0)
+    x = torch.randn(SAMPLES, FEATURES, generator=data)
+    y = x @ torch.randn(FEATURES, 1, generator=data) + 0.1 * torch.randn(SAMPLES, 1, generator=data)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(FEATURES, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    updates = SAMPLES // (bs * accum) * EPOCHS
+    scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.1, end_factor=1.0,
+                                                  total_iters=updates)
+    with lrcheck.Recorder(path) as recorder, warnings.catch_warnings():
+        # The bug itself steps the schedule before the first optimizer.step(); torch warns.
+        warnings.simplefilter("ignore", UserWarning)
+        for epoch in range(EPOCHS):
+            order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(epoch))
+            loss_sum = 0.0
+            for i in range(SAMPLES // bs):
+                batch = order[i * bs:(i + 1) * bs]
+                loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch]) / accum
+                loss.backward()
+                loss_sum += loss.item()
+                if (i + 1) % accum == 0:
+                    recorder.record(optimizer, samples=bs * accum, loss=loss_sum)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    loss_sum = 0.0
+                    if not per_micro_batch:
+                        scheduler.step()
+                if per_micro_batch:
+                    scheduler.step()
+
+
+@pytest.fixture(scope="module")
+def loop_files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("loops")
+    files = {"ref": folder / "bs32.jsonl", "accum": folder / "bs16x2.jsonl",
+             "micro": folder / "bs16x2-per-micro-batch.jsonl"}
+    plain_loop(files["ref"], 32, 1)
+    plain_loop(files["accum"], 16, 2)
+    plain_loop(files["micro"], 16, 2, per_micro_batch=True)
+    return files
+
+
+def test_plain_loop_with_accumulation_passes(loop_files):
+    report = lrcheck.diff(loop_files["ref"], loop_files["accum"])
+    statuses = {c.name: c.status for c in report.checks}
+    print(statuses, [c.detail for c in report.checks])
+    assert report.ok and report.mode == "diff"
+    assert statuses == {"updates": "pass", "lr": "pass", "params": "skip", "loss": "pass",
+                        "metrics": "skip"}
+    assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS
+    # float32 in both loops: the losses differ in their last bits only.
+    assert report.check("loss").max_rel_diff < 1e-5
+
+
+def test_plain_loop_stepping_per_micro_batch_fails_at_the_first_update(loop_files):
+    report = lrcheck.diff(loop_files["ref"], loop_files["micro"])
+    lr = report.check("lr")
+    print(lr)
+    assert not report.ok and report.exit_code == 1
+    assert report.check("updates").status == "pass"
+    # The bug steps the schedule once before update 0's optimizer.step(): update 0 already uses
+    # the LR of schedule step 1. LinearLR from 0.1·lr to lr over 16 steps.
+    expected = 0.1 * (0.1 + 0.9 * 1 / 16)
+    assert lr.status == "fail" and lr.first_divergence == 0
+    assert "first differs at update 0: reference 0.01, candidate " in lr.detail
+    assert float(lr.detail.split("candidate ")[1].split(";")[0]) == pytest.approx(expected,
+                                                                                  rel=1e-9)
+    assert "too fast" in lr.detail
+
+
+def write(path: Path, rows: list[tuple[int, float, float | None]]) -> Path:
+    """A Recorder file by hand: (samples_seen, lr, loss) per update."""
+    path.write_text("".join(json.dumps({"step": k, "samples_seen": s, "lr": [lr], "loss": loss})
+                            + "\n" for k, (s, lr, loss) in enumerate(rows)))
+    return path
+
+
+def schedule(samples: int) -> float:
+    return 0.1 * (1 - samples / 1000)
+
+
+def test_updates_are_aligned_by_samples_seen_not_by_position(tmp_path):
+    rows = [(32 * (k + 1), schedule(32 * (k + 1)), 1.0 / (k + 1)) for k in range(10)]
+    ref = write(tmp_path / "ref.jsonl", rows)
+    # The candidate lost the line of its update 2 (samples 96): by position every later update
+    # would differ; by samples seen the LR and the loss still agree.
+    cand = write(tmp_path / "cand.jsonl", rows[:2] + rows[3:])
+    report = lrcheck.diff(ref, cand)
+    updates = report.check("updates")
+    print(updates)
+    assert updates.status == "fail" and updates.first_divergence == 2
+    assert "reference update 2 (samples_seen 96) has no candidate update" in updates.detail
+    assert report.check("lr").status == "pass" and report.check("loss").status == "pass"
+    assert "9 updates" in report.check("loss").detail
+
+
+def test_a_coarser_candidate_is_compared_where_both_recorded(tmp_path):
+    """Effective batch 64 against 32: the candidate's updates meet every other reference
+    update, and the LR is compared there (named by the reference's update)."""
+    ref = write(tmp_path / "ref.jsonl", [(32 * (k + 1), 0.1, None) for k in range(8)])
+    cand = write(tmp_path / "cand.jsonl", [(64 * (k + 1), 0.1 if k < 2 else 0.05, None)
+                                           for k in range(4)])
+    report = lrcheck.diff(ref, cand)
+    print(report.checks)
+    assert report.check("updates").first_divergence == 0
+    lr = report.check("lr")
+    assert lr.status == "fail" and lr.first_divergence == 5  # samples_seen 192
+    assert report.check("loss").status == "skip" and "not recorded" in report.check("loss").detail
+
+
+def test_bad_files_are_spec_errors_naming_file_and_line(tmp_path):
+    good = write(tmp_path / "good.jsonl", [(32, 0.1, 1.0), (64, 0.1, 1.0)])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(good.read_text() + '{"step": 2, "samples_seen": 96, "lr": [0.1]\n')
+    with pytest.raises(SpecError, match=f"{bad}:3: not JSON"):
+        lrcheck.diff(good, bad)
+    result = invoke("diff", good, bad, "--out", tmp_path / "r")
+    assert result.exit_code == 2 and f"{bad}:3" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    missing = invoke("diff", good, tmp_path / "missing.jsonl", "--out", tmp_path / "r")
+    assert missing.exit_code == 2 and "missing.jsonl" in missing.stderr
+
+
+def test_cli_prints_the_table_and_writes_the_report(loop_files, tmp_path):
+    result = invoke("diff", loop_files["ref"], loop_files["micro"], "--out", tmp_path / "r")
+    assert result.exit_code == 1
+    for text in ("lrcheck diff", "updates", "lr", "FAIL", "update 0", "recorded runs",
+                 "verdict: FAIL"):
+        assert text in result.stdout
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
+        "loss.png", "lr.png", "report.md", "result.json"]
+    ok = invoke("diff", loop_files["ref"], loop_files["accum"], "--quiet", "--out",
+                tmp_path / "ok")
+    assert ok.exit_code == 0 and ok.stdout.strip() == "verdict: PASS"
+
+
+def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
+    result = invoke("diff", loop_files["ref"], loop_files["micro"], "--json", "--tol-lr", "0",
+                    "--out", tmp_path / "r")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert data == json.loads((tmp_path / "r" / "result.json").read_text())
+    assert data["schema_version"] == 1 and data["verdict"] == "fail" and data["mode"] == "diff"
+    assert [c["name"] for c in data["checks"]] == ["updates", "lr", "params", "loss", "metrics"]
+    assert data["pair"]["tolerances"]["lr"] == 0
+    runs = data["runs"]
+    assert runs["reference"]["spec"] == str(loop_files["ref"])
+    assert runs["candidate"]["spec"] == str(loop_files["micro"])
+    first = runs["candidate"]["updates"][0]
+    assert first["samples_seen"] == 32 and first["scheduler_steps"] is None
+    assert isinstance(first["loss"], float)
+
+
+def test_diff_imports_no_torch(loop_files, tmp_path):
+    code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
+            "from lrcheck.cli import app\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print('TORCH', 'torch' in sys.modules, file=sys.stderr)")
+    for argv in (["diff", "--help"],
+                 ["diff", str(loop_files["ref"]), str(loop_files["accum"]), "--quiet", "--out",
+                  str(tmp_path / "r")]):
+        done = subprocess.run([sys.executable, "-c", code % (argv,)], capture_output=True,
+                              text=True, timeout=120)
+        assert "TORCH False" in done.stderr, done.stderr
