@@ -27,6 +27,14 @@ from lrcheck.spec import AMPS, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, P
 DEFAULT_REPORTS = Path("lrcheck-reports")
 DEFAULT_TIMEOUT_S = 300.0
 SUITE_LOG_WIDTH = 160
+LOG_WIDTH = 110  # tables printed to a file or a CI log: wide enough not to fold every detail
+
+
+def _stdout_console() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, LOG_WIDTH))
+    return console
 
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
@@ -98,7 +106,7 @@ def compare_command(
     Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed or hung,
     130 interrupted (what was recorded is saved with verdict "incomplete").
     """
-    console = Console(highlight=False)
+    console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
     speak, member = os.environ.get("RANK", "0") == "0", None
     try:
@@ -249,7 +257,7 @@ def trace_command(
 
     Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed.
     """
-    console = Console(highlight=False)
+    console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
     try:
         # The task is a placeholder: a trace has no data, only --samples per epoch.
@@ -290,7 +298,7 @@ def diff_command(
     import lrcheck
     from lrcheck.spec import DIFF_DTYPE
 
-    console = Console(highlight=False)
+    console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
     try:
         tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
