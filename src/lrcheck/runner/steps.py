@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
 from lrcheck.runner.policies import POLICIES
+
+if TYPE_CHECKING:  # numpy stays off the import path of `lrcheck --help`
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ def update_counters(runs: list[UpdateRun], updates: int,
                     every_micro_batch: bool) -> UpdateCounters:
     """The counters of the first ``updates`` updates of ``runs`` when ``scheduler.step()`` runs
     after every micro-batch (``every_micro_batch``) or once per update."""
+    import numpy as np
+
     left, counts = updates, []
     for run in runs:
         counts.append(min(run.count, left))
