@@ -150,3 +150,20 @@ def test_resume_after_an_update_and_a_schedule_in_a_closure(schedules_file):
     # Update 21 runs on the LR restored with the optimizer's state; update 22's is the first the
     # rebuilt scheduler computes, from a count that started again.
     assert lr.status == "fail" and lr.first_divergence == 22, summary(resumed)
+
+
+def test_a_resume_point_or_overflow_past_the_end_is_bad_input_before_training(monkeypatch):
+    import lrcheck.runner.local as local
+    from lrcheck.errors import SpecError
+
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: pytest.fail("trained anyway"))
+    with pytest.raises(SpecError, match="--resume-at 500: the run has 44 updates"):
+        lrcheck.compare(accum=2, bs=16, epochs=1, resume_at=500)
+    with pytest.raises(SpecError, match="--inject-overflow 99: the run has 44 updates"):
+        lrcheck.compare(accum=2, bs=16, epochs=1, dtype="float32", amp="fp16",
+                        inject_overflow=(3, 99))
+
+
+def test_samples_seen_counts_samples_for_token_tasks_too():
+    report = lrcheck.compare(task="tokens", accum=2, bs=8, epochs=1, samples=200, lr=0.5)
+    assert [u.samples_seen for u in report.candidate.updates[:2]] == [16, 32]

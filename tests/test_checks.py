@@ -114,3 +114,12 @@ def test_skipped_steps_and_lr_aligned_by_applied_updates():
     skipped = check_skipped_steps(ref, moved)
     assert skipped.status == "fail" and skipped.first_divergence == 1
     assert check_skipped_steps(ref, ref).status == "skip"
+
+
+def test_a_run_that_diverged_to_nan_fails_instead_of_passing():
+    ref = trace([0.1, 0.1], params=[[1.0, 1.0, 1.0]] * 2, losses=[1.0, 0.5])
+    cand = trace([0.1, float("nan")], params=[[1.0, 1.0, 1.0], [float("nan")] * 3],
+                 losses=[1.0, float("nan")])
+    for result in (check_params(ref, cand, 1e-9, None), check_lr(ref, cand, 1e-12)):
+        assert result.status == "fail" and result.first_divergence == 1, result
+    assert "not finite" in check_params(ref, cand, 1e-9, None).detail

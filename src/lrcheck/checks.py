@@ -95,7 +95,7 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
         return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
                            f"candidate {b.shape[1]}")
     diff = np.abs(b - a)
-    bad = np.argwhere(diff > tol * np.maximum(1.0, np.abs(a)))
+    bad = np.argwhere(~(diff <= tol * np.maximum(1.0, np.abs(a))))  # NaN fails too
     worst = float(diff.max())
     if len(bad):
         i, g = (int(v) for v in bad[0])
@@ -121,13 +121,17 @@ def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.
     rel = diff / np.maximum(scale[:n], _TINY)
     steps = np.arange(n) if steps is None else steps
     worst_abs, worst_rel = float(diff.max()), float(rel.max())
-    over = np.flatnonzero(rel > tol)
+    over = np.flatnonzero(~(rel <= tol))  # NaN (a run that diverged) fails too
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
                            f"max relative {worst_rel:.3g} ≤ {tol:g} over {n} updates", worst_rel)
     i = int(over[0])
     k = int(steps[i])
-    measured = (f"relative {rel[i]:.3g} > {tol:g} at update {k}; max relative {worst_rel:.3g}")
+    if not np.isfinite(rel[i]):
+        measured = f"not finite (NaN or inf) at update {k}"
+    else:
+        measured = (f"relative {rel[i]:.3g} > {tol:g} at update {k}; "
+                    f"max relative {worst_rel:.3g}")
     if reason:
         return CheckResult(name, WARN, worst_abs, k, f"not comparable: {reason}; {measured}",
                            worst_rel)

@@ -30,10 +30,11 @@ SUITE_LOG_WIDTH = 160
 LOG_WIDTH = 110  # tables printed to a file or a CI log: wide enough not to fold every detail
 
 
-def _stdout_console() -> Console:
+def _stdout_console(width: int = LOG_WIDTH) -> Console:
+    """stdout; when it is a file or a CI log, at least ``width`` columns wide."""
     console = Console(highlight=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, LOG_WIDTH))
+        console = Console(highlight=False, width=max(console.width, width))
     return console
 
 
@@ -327,9 +328,7 @@ def suite_command(
     import os
     import time
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # a CI log: wide enough for the table
-        console = Console(highlight=False, width=max(console.width, SUITE_LOG_WIDTH))
+    console = _stdout_console(SUITE_LOG_WIDTH)
     errors = Console(stderr=True, highlight=False)
     try:
         from lrcheck.reports.files import append_text, prepare_out, write_json, write_suite

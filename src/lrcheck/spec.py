@@ -228,6 +228,20 @@ class PairSpec:
             parts.append(f"norm-{cand.loss_norm}")
         if cand.dtype != "float64":
             parts.append(cand.dtype)
+        # Every other setting that differs from its default, so that different pairs do not
+        # share a report folder.
+        default = RunSpec()
+        marks = {"epochs": "e{}", "optimizer": "{}", "lr": "lr{:g}", "warmup": "warmup{:g}",
+                 "seed": "seed{}", "samples": "n{}", "amp": "{}", "device": "{}",
+                 "resume_at": "resume{}", "resume_at_micro": "resume-micro{}"}
+        for field_name, mark in marks.items():
+            value = getattr(cand, field_name)
+            if field_name == "samples" and "generated" not in TASKS[cand.task].source:
+                continue  # a bundled data set has its own size
+            if value != getattr(default, field_name):
+                parts.append(mark.format(value))
+        if cand.inject_overflow:
+            parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
         return "-".join(parts) + f"-vs-{self.reference.label}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -49,3 +49,21 @@ def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
             raise RuntimeError("disk full")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["result.json"]
+
+
+def test_result_json_is_strict_json_even_for_a_run_that_diverged(report):
+    from lrcheck.reports.files import to_json
+
+    text = to_json({"loss": float("nan"), "lr": [float("inf"), 0.1]})
+    assert json.loads(text) == {"loss": None, "lr": [None, 0.1]}
+    assert "NaN" not in result_json(report)
+
+
+def test_an_out_folder_that_cannot_be_made_is_bad_input(tmp_path):
+    from lrcheck.errors import SpecError
+    from lrcheck.reports.files import prepare_out
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(SpecError, match="cannot create the folder"):
+        prepare_out(blocker / "sub")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,12 +22,17 @@ if TYPE_CHECKING:
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it when the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -37,15 +43,35 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def to_json(data: Any) -> str:
+    """Strict JSON: a non-finite float (a run that diverged) is written as null."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def result_json(report: Report | IncompleteResult) -> str:
-    return json.dumps(report.to_dict(), indent=2, allow_nan=True) + "\n"
+    return to_json(report.to_dict())
 
 
 def prepare_out(out: Path) -> Path:
-    """``out`` as a folder to write into; an existing file there is bad input."""
+    """``out`` as a folder to write into; an existing file there, or a folder that cannot be
+    made, is bad input."""
     if out.exists() and not out.is_dir():
         raise SpecError(f"--out {str(out)!r} is an existing file; give a folder")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--out {str(out)!r}: cannot create the folder "
+                        f"({exc.strerror or exc}); give another") from None
     return out
 
 
@@ -116,7 +142,7 @@ def write_incomplete(result: IncompleteResult, out: Path) -> Path:
     write_text(out / "result.json", result_json(result))
     return out / "result.json"
 def write_json(path: Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, allow_nan=True) + "\n")
+    write_text(path, to_json(data))
 
 
 def append_text(path: Path, text: str) -> None:

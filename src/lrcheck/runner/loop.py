@@ -144,7 +144,7 @@ class Window:
     """The accumulation window in progress: where it is, and what it has gathered so far."""
 
     update: int
-    micro: int = 0
+    micro: int | None = 0  # None: the whole update (a pause after it)
     loss_sum: torch.Tensor | None = None
     steps_before: int = 0
 
@@ -293,8 +293,10 @@ class _Run:
                                                                            pause.micro):
                     return window
             if not stepped:  # the schedule stopped the run inside an accumulation window
+                acc, f1 = evaluate(net, self.x_test, self.data.y_test)
+                self.epochs.append(EpochMetrics(batch.epoch, batch.update - 1, acc, f1))
                 break
-            self._record(batch, window, lr, steps_at_read, skipped, n_global, params)
+            self._record(batch, window, lr, steps_at_read, skipped, params)
             if batch.ends_epoch or self.stopped:
                 acc, f1 = evaluate(net, self.x_test, self.data.y_test)
                 self.epochs.append(EpochMetrics(batch.epoch, batch.update, acc, f1))
@@ -305,11 +307,11 @@ class _Run:
         return None
 
     def _record(self, batch: Any, window: Window, lr: tuple[float, ...], steps_at_read: int,
-                skipped: bool, n_global: int, params: list[torch.Tensor]) -> None:
+                skipped: bool, params: list[torch.Tensor]) -> None:
         loss_sum = window.loss_sum
         if self.spec.world > 1:
             dist.all_reduce(loss_sum, group=self.group)
-        self.samples_seen += n_global
+        self.samples_seen += len(batch.indices)
         if skipped:
             self.skipped.append({"update": batch.update,
                                  "scheduler_steps": self.scheduler_steps - window.steps_before})
@@ -332,6 +334,18 @@ class _Run:
             seconds=time.perf_counter() - self.started, extra=extra)
 
 
+def check_plan(spec: RunSpec, num_samples: int) -> None:
+    """What can only be checked against the run's length, checked before anything trains: a
+    training set of at least one effective batch, a resume point inside the run, injected
+    overflows at updates the run makes."""
+    plan = plan_steps(num_samples, spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    resume_point(spec, plan)
+    late = [k for k in spec.inject_overflow if k >= plan.total_updates]
+    if late:
+        raise SpecError(f"--inject-overflow {','.join(map(str, late))}: the run has "
+                        f"{plan.total_updates} updates; give updates 0..{plan.total_updates - 1}")
+
+
 def resume_point(spec: RunSpec, plan: Any) -> Window | None:
     """Where ``--resume-at K`` (after update K) or ``--resume-at-micro M`` (after micro-batch M
     of this rank, counted over the run) stops the run, as a window position: ``micro`` None means
@@ -340,7 +354,7 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
         if spec.resume_at >= plan.total_updates - 1:
             raise SpecError(f"--resume-at {spec.resume_at}: the run has {plan.total_updates} "
                             f"updates; resume after one of 0..{plan.total_updates - 2}")
-        return Window(spec.resume_at, None)  # type: ignore[arg-type]
+        return Window(spec.resume_at, None)
     if spec.resume_at_micro is not None:
         done = 0
         for batch in global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
@@ -351,7 +365,7 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
                 last = m == count - 1
                 if last and batch.update >= plan.total_updates - 1:
                     break
-                return Window(batch.update, None if last else m)  # type: ignore[arg-type]
+                return Window(batch.update, None if last else m)
             done += count
         raise SpecError(f"--resume-at-micro {spec.resume_at_micro}: the run has "
                         f"{plan.total_micro_batches} micro-batches; resume after one of "

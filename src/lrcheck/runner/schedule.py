@@ -111,7 +111,7 @@ def _load_optimizer_code() -> None:
 
 
 def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> ScheduleTrace:
-    """``simulate`` with torch's warnings kept in the trace, as ``pair.run_one`` keeps them."""
+    """``simulate`` with torch's warnings kept in the trace, as ``local.run_local`` keeps them."""
     on_update = (lambda done, total: progress(role, done, total)) if progress else None
     trace = guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
     assert isinstance(trace, ScheduleTrace)
