@@ -61,6 +61,7 @@ def load(seed: int = 0):
 
 def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, record: bool,
           scheduler: str = "cosine", warmup: float = 0.1):
+    torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 10)).to(torch.float64)

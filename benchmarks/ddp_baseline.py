@@ -31,6 +31,7 @@ from baseline import load, make_schedule, train  # noqa: E402
 
 def train_ddp(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int) -> float:
     rank, world = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)  # as lrcheck's workers (torchrun sets OMP_NUM_THREADS=1 too)
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
                               torch.nn.Linear(64, 10)).to(torch.float64)
