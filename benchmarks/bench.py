@@ -27,16 +27,23 @@ LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "trace", "suite", "ddp")
 
 
+class RunFailed(Exception):
+    pass
+
+
 def timed(argv: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of ``argv`` run to completion; output discarded."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode not in (0,):
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{err[-2000:]}")
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child never blocks
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        err = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        print(f"{' '.join(argv)} exited {proc.returncode}:\n{err[-2000:]}", file=sys.stderr)
+        raise RunFailed
     return wall, usage.ru_maxrss / 1024
 
 
@@ -47,6 +54,8 @@ def alternate(a: list[str], b: list[str], runs: int) -> tuple[tuple[float, float
     for _ in range(runs):
         ra.append(timed(a))
         rb.append(timed(b))
+    if not ra or not rb:
+        raise RunFailed
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
     return (med(ra, 0), med(ra, 1)), (med(rb, 0), med(rb, 1))
 
@@ -61,6 +70,9 @@ class Table:
         self.rows.append((what, lrcheck, bare, f"{measured:.3g}{unit} / {target:g}{unit}", mark))
         print(f"  {what}: {lrcheck} vs {bare} -> {measured:.3g}{unit} / {target:g}{unit} {mark}",
               file=sys.stderr, flush=True)
+
+    def failed(self, what: str) -> None:
+        self.rows.append((what, "-", "-", "not measured: a run failed (stderr)", "NOT MEASURED"))
 
     def print(self) -> None:
         head = ("figure", "lrcheck", "bare", "measured / target", "")
@@ -236,18 +248,18 @@ def main() -> None:
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="lrcheck-bench-") as tmp:
         out = Path(tmp)
-        if "help" in only:
-            bench_help(table, args.runs)
-        if "compare" in only:
-            bench_compare(table, args.runs, out)
-        if "record" in only:
-            bench_record(table, args.runs)
-        if "trace" in only:
-            bench_trace(table, args.runs, out, args.trace_steps)
-        if "suite" in only:
-            bench_suite(table, args.runs, out)
-        if "ddp" in only:
-            bench_ddp(table, args.runs, out)
+        figures = {"help": lambda: bench_help(table, args.runs),
+                   "compare": lambda: bench_compare(table, args.runs, out),
+                   "record": lambda: bench_record(table, args.runs),
+                   "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
+                   "suite": lambda: bench_suite(table, args.runs, out),
+                   "ddp": lambda: bench_ddp(table, args.runs, out)}
+        for name in TARGETS:
+            if name in only:
+                try:
+                    figures[name]()
+                except RunFailed:
+                    table.failed(name)
         table.print()
         if args.scale:
             scale(out)
