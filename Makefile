@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test bench venv clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# lrcheck against bare-PyTorch baselines of the same work (benchmarks/bench.py; BENCHMARKS.md).
+# BENCH_ARGS, e.g. "--runs 3 --scale" or "--only help,compare".
+BENCH_ARGS ?= --runs 5
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) lrcheck-reports .pytest_cache

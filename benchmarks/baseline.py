@@ -1,13 +1,14 @@
 """Bare-PyTorch baseline: exactly the work of the default ``lrcheck compare``, without lrcheck.
 
 The same two trainings (digits, MLP 64-64-10 in float64, SGD momentum 0.9 with two param groups,
-cosine with 10 % warmup via LinearLR + SequentialLR, 5 epochs, the (seed, epoch) permutation, the
+cosine with 10 % warmup — factor k/W via LambdaLR, then the main schedule via SequentialLR, as
+lrcheck's built-ins do — 5 epochs, the (seed, epoch) permutation, the
 global-batch loss normalisation, evaluation with sklearn after every epoch): the reference at
 bs 32 and the candidate at bs 16 x accum 2. It deliberately does not import lrcheck, so it is the
 floor lrcheck's own cost is measured against. It prints the final accuracy of both runs so a
 reader can see that it did the same work.
 
-    python benchmarks/baseline.py [--epochs 5] [--bs 16] [--accum 2] [--record]
+    python benchmarks/baseline.py [--epochs 5] [--bs 16] [--accum 2] [--scheduler cosine] [--record]
 
 ``--record`` adds what lrcheck records per update (LRs, loss, a copy of the parameters), for the
 recording-overhead figure.
@@ -28,7 +29,39 @@ from sklearn.preprocessing import StandardScaler
 from torch.optim import lr_scheduler as lrs
 
 
-def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, record: bool):
+def make_schedule(optimizer, name: str, total: int, warmup: int):
+    """Warmup k/W (LambdaLR), then cosine, linear or wsd over the remaining updates."""
+    decay = max(1, total - warmup)
+    if name == "cosine":
+        main = lrs.CosineAnnealingLR(optimizer, T_max=decay)
+    elif name == "linear":
+        main = lrs.LinearLR(optimizer, start_factor=1.0, end_factor=0.0, total_iters=decay)
+    elif name == "wsd":
+        tail = max(1, round(0.2 * decay))
+        main = lrs.LambdaLR(optimizer, lambda s: 1.0 if s < decay - tail
+                            else max(0.0, (decay - s) / tail))
+    else:
+        raise ValueError(name)
+    if warmup <= 0:
+        return main
+    ramp = lrs.LambdaLR(optimizer, lambda step: step / warmup)
+    return lrs.SequentialLR(optimizer, [ramp, main], [warmup])
+
+
+def load(seed: int = 0):
+    """digits, split 80/20 stratified, standardised, as float64 tensors (test labels numpy)."""
+    x, y = load_digits(return_X_y=True)
+    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2,
+                                                        random_state=seed, stratify=y)
+    scaler = StandardScaler().fit(x_train)
+    xt = torch.as_tensor(scaler.transform(x_train), dtype=torch.float64)
+    xe = torch.as_tensor(scaler.transform(x_test), dtype=torch.float64)
+    return xt, torch.as_tensor(y_train), xe, y_test
+
+
+def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, record: bool,
+          scheduler: str = "cosine", warmup: float = 0.1):
+    torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 10)).to(torch.float64)
@@ -38,10 +71,7 @@ def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, 
     effective = bs * accum
     per_epoch = len(y) // effective
     total = per_epoch * epochs
-    warmup = round(0.1 * total)
-    scheduler = lrs.SequentialLR(optimizer, [
-        lrs.LinearLR(optimizer, 1.0 / (warmup + 1), 1.0, warmup),
-        lrs.CosineAnnealingLR(optimizer, T_max=total - warmup)], [warmup])
+    scheduler = make_schedule(optimizer, scheduler, total, round(warmup * total))
     records, snapshots = [], []
     for epoch in range(epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(y))
@@ -76,20 +106,15 @@ def main() -> None:
     parser.add_argument("--bs", type=int, default=16)
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scheduler", default="cosine", choices=("cosine", "linear", "wsd"))
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2,
-                                                        random_state=args.seed, stratify=y)
-    scaler = StandardScaler().fit(x_train)
-    xt = torch.as_tensor(scaler.transform(x_train), dtype=torch.float64)
-    xe = torch.as_tensor(scaler.transform(x_test), dtype=torch.float64)
-    yt = torch.as_tensor(y_train)
+    xt, yt, xe, y_test = load(args.seed)
     started = time.perf_counter()
-    ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, epochs=args.epochs,
-                seed=args.seed, record=args.record)
-    cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, epochs=args.epochs,
-                 seed=args.seed, record=args.record)
+    common = dict(epochs=args.epochs, seed=args.seed, record=args.record,
+                  scheduler=args.scheduler)
+    ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, **common)
+    cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, **common)
     loop = time.perf_counter() - started
     print(f"reference accuracy {ref[0]:.4f} f1 {ref[1]:.4f}; candidate accuracy {cand[0]:.4f} "
           f"f1 {cand[1]:.4f}; loops {loop:.3f} s")

@@ -17,9 +17,9 @@ OUTCOME_COLOURS = {OK: "#4caf50", "unexpected": "#e53935", "regression": "#e5393
 def plot_matrix(result: SuiteResult, path: Path) -> None:
     from matplotlib.patches import Rectangle
 
-    from lrcheck.reports.plots import pyplot, save_figure
+    from lrcheck.reports.plots import figures, save_figure
 
-    plt = pyplot()
+    plt = figures()
     columns = [*CHECK_NAMES, "outcome"]
     rows = result.outcomes
     fig, axis = plt.subplots(figsize=(2.2 + 1.1 * len(columns) + 0.06 * max(

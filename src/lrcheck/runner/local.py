@@ -6,6 +6,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import contextlib
+from collections.abc import Iterator
+
 from lrcheck.errors import LrcheckError, RunError
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.loop import OnUpdate
@@ -19,6 +22,35 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
     ``RunError`` naming the role."""
+    with cpu_threads(device):
+        return _run_local(spec, role, device=device, rank=rank, group=group,
+                          on_update=on_update, on_start=on_start)
+
+
+# torch's intra-op threads while training on the CPU. lrcheck's models are tiny (a 64-64-10 MLP):
+# a second OpenMP thread saves nothing on them, and when the machine's cores are busy elsewhere
+# its barrier waits made each forward/backward up to 100 times slower (benchmarks/, BENCHMARKS.md).
+# torchrun's workers already run with OMP_NUM_THREADS=1, so the reference and a multi-process
+# candidate now use the same count.
+CPU_THREADS = 1
+
+
+@contextlib.contextmanager
+def cpu_threads(device: str) -> Iterator[None]:
+    """``CPU_THREADS`` torch threads on the CPU for the block, then the caller's count again."""
+    import torch
+
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(CPU_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
+               on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
     data = TASKS[spec.task].load(spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
     if spec.policy == "accelerate":

@@ -378,7 +378,10 @@ def environment(device: str, world: int) -> dict[str, Any]:
     import platform
 
     import lrcheck
+    from lrcheck.runner.local import CPU_THREADS
 
+    # The threads training uses: runner.local sets them on the CPU for each run.
+    threads = CPU_THREADS if device == "cpu" else torch.get_num_threads()
     return {"lrcheck": lrcheck.__version__, "torch": torch.__version__, "device": device,
             "world_size": world, "python": platform.python_version(),
-            "platform": platform.platform(), "threads": torch.get_num_threads()}
+            "platform": platform.platform(), "threads": threads}

@@ -1,0 +1,269 @@
+"""``make bench``: lrcheck against bare-PyTorch baselines doing the same work, run alternately.
+
+Every figure is a whole process timed by the operating system: wall time from fork to exit, and
+peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest single process of
+the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
+The recording overhead is measured in one process instead (see ``record_overhead``).
+
+    python benchmarks/bench.py [--runs 5] [--only help,compare,record,trace,suite,ddp]
+                               [--trace-steps 1000000] [--scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+LRCHECK = [PY, "-m", "lrcheck"]
+TARGETS = ("help", "compare", "record", "trace", "suite", "ddp")
+
+
+class RunFailed(Exception):
+    pass
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of ``argv`` run to completion; output discarded."""
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child never blocks
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        log.seek(0)
+        err = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        print(f"{' '.join(argv)} exited {proc.returncode}:\n{err[-2000:]}", file=sys.stderr)
+        raise RunFailed
+    return wall, usage.ru_maxrss / 1024
+
+
+def alternate(a: list[str], b: list[str], runs: int) -> tuple[tuple[float, float],
+                                                             tuple[float, float]]:
+    """Medians of (wall, RSS) of ``a`` and ``b``, run one after the other ``runs`` times."""
+    ra, rb = [], []
+    for _ in range(runs):
+        ra.append(timed(a))
+        rb.append(timed(b))
+    if not ra or not rb:
+        raise RunFailed
+    med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
+    return (med(ra, 0), med(ra, 1)), (med(rb, 0), med(rb, 1))
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def add(self, what: str, lrcheck: str, bare: str, measured: float, target: float,
+            unit: str = "×") -> None:
+        mark = "met" if measured <= target else "MISSED"
+        self.rows.append((what, lrcheck, bare, f"{measured:.3g}{unit} / {target:g}{unit}", mark))
+        print(f"  {what}: {lrcheck} vs {bare} -> {measured:.3g}{unit} / {target:g}{unit} {mark}",
+              file=sys.stderr, flush=True)
+
+    def failed(self, what: str) -> None:
+        self.rows.append((what, "-", "-", "not measured: a run failed (stderr)", "NOT MEASURED"))
+
+    def print(self) -> None:
+        head = ("figure", "lrcheck", "bare", "measured / target", "")
+        widths = [max(len(r[i]) for r in [head, *self.rows]) for i in range(5)]
+        for row in [head, tuple("-" * w for w in widths), *self.rows]:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+
+
+def wall_rss(w: float, r: float) -> str:
+    return f"{w:.2f} s, {r:.0f} MiB"
+
+
+# --- the targets -------------------------------------------------------------------------------
+
+def bench_help(table: Table, runs: int) -> None:
+    rows = [timed(LRCHECK + ["--help"]) for _ in range(runs)]
+    bare = [timed([PY, "-c", "pass"]) for _ in range(runs)]
+    wall = statistics.median(r[0] for r in rows)
+    table.add("lrcheck --help wall", f"{wall:.3f} s",
+              f"python -c pass {statistics.median(r[0] for r in bare):.3f} s", wall, 0.3, " s")
+
+
+def bench_compare(table: Table, runs: int, out: Path) -> None:
+    lr, bare = alternate(LRCHECK + ["compare", "--quiet", "--out", str(out / "compare")],
+                         [PY, str(HERE / "baseline.py")], runs)
+    table.add("compare (default pair) wall", wall_rss(*lr), wall_rss(*bare), lr[0] / bare[0], 1.25)
+    table.add("compare (default pair) peak RSS", f"{lr[1]:.0f} MiB", f"{bare[1]:.0f} MiB",
+              lr[1] / bare[1], 1.2)
+
+
+def bench_record(table: Table, runs: int) -> None:
+    out = subprocess.run([PY, str(Path(__file__)), "--record-child", str(max(runs, 5))],
+                         check=True, capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    table.add("recording overhead in _Run.loop", f"{res['with']:.3f} s loop",
+              f"{res['without']:.3f} s loop (no _record)", 100 * res["overhead"], 3.0, " %")
+
+
+def record_child(runs: int) -> None:
+    """In this process: ``_Run.loop`` of the default pair's two runs, timed with the real
+    ``_Run._record`` and with one that records nothing (the loop itself still reads the LR and
+    sums the loss: a few Python operations per update). Alternated, medians of the sums."""
+    import lrcheck.runner.loop as loop
+    from lrcheck.experiments.tasks import TASKS
+    from lrcheck.spec import RunSpec
+
+    ref = RunSpec(task="digits", bs=32, accum=1, device="cpu")
+    cand = RunSpec(task="digits", bs=16, accum=2, device="cpu")
+    data = TASKS["digits"].load(0, 2000)
+    real_record, real_loop = loop._Run._record, loop._Run.loop
+    spent: list[float] = []
+
+    def timed_loop(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return real_loop(self, *args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - started)
+
+    def no_record(self, *args, **kwargs) -> None:
+        return None
+
+    loop._Run.loop = timed_loop
+    times: dict[str, list[float]] = {"with": [], "without": []}
+    for spec in (ref, cand):  # warm-up: first optimizer step, sklearn metrics import
+        loop.train(spec, data, device="cpu")
+    for _ in range(runs):
+        for mode in ("with", "without"):
+            loop._Run._record = real_record if mode == "with" else no_record
+            spent.clear()
+            for spec in (ref, cand):
+                loop.train(spec, data, device="cpu")
+            times[mode].append(sum(spent))
+    w, wo = statistics.median(times["with"]), statistics.median(times["without"])
+    print(json.dumps({"with": w, "without": wo, "overhead": (w - wo) / wo}))
+
+
+def bench_trace(table: Table, runs: int, out: Path, steps: int) -> None:
+    # bs 1, accum 1: reference and candidate each make `steps` updates, one scheduler.step()
+    # each; the bare process steps the same two schedules as many times.
+    lr, bare = alternate(
+        LRCHECK + ["trace", "--samples", str(steps), "--bs", "1", "--quiet", "--out",
+                   str(out / "trace")],
+        [PY, str(Path(__file__)), "--bare-trace", str(steps)], runs)
+    table.add(f"trace, {steps:,} steps per run, wall", wall_rss(*lr), wall_rss(*bare),
+              lr[0] / bare[0], 1.5)
+
+
+def bare_trace(steps: int) -> None:
+    """Two raw loops (reference and candidate) of ``steps`` ``scheduler.step()`` calls on
+    lrcheck's default schedule (cosine, warmup 10 % as k/W), SGD with two param groups."""
+    sys.path.insert(0, str(HERE))
+    import torch
+    from baseline import make_schedule
+
+    for _ in range(2):
+        lin = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD([{"params": [lin.weight]}, {"params": [lin.bias]}], lr=0.05,
+                              momentum=0.9)
+        sched = make_schedule(opt, "cosine", steps, round(0.1 * steps))
+        lrs = []
+        opt.step()
+        for _ in range(steps):
+            lrs.extend(g["lr"] for g in opt.param_groups)
+            sched.step()
+
+
+def bench_suite(table: Table, runs: int, out: Path) -> None:
+    lr, bare = alternate(
+        LRCHECK + ["suite", str(HERE / "suite-12.toml"), "--quiet", "--out", str(out / "suite")],
+        [PY, str(HERE / "suite_baseline.py")], runs)
+    table.add("suite of 12 pairs (3 shared references) wall", wall_rss(*lr), wall_rss(*bare),
+              lr[0] / bare[0], 1.3)
+
+
+def bench_ddp(table: Table, runs: int, out: Path) -> None:
+    lr, bare = alternate(
+        LRCHECK + ["compare", "--nproc", "2", "--bs", "8", "--accum", "2", "--quiet", "--out",
+                   str(out / "ddp")],
+        [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(HERE / "ddp_baseline.py")], runs)
+    table.add("2-process pair (--nproc 2 --bs 8 --accum 2) wall", wall_rss(*lr), wall_rss(*bare),
+              lr[0] / bare[0], 1.2)
+
+
+# --- scale -------------------------------------------------------------------------------------
+
+def scale(out: Path) -> None:
+    print("\ncompare (digits, default pair) vs epochs: one run each")
+    print("| epochs | updates (ref + cand) | wall s | training s (result.json) | ms per update |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    for epochs in (1, 4, 16):
+        folder = out / f"scale-compare-{epochs}"
+        wall, _ = timed(LRCHECK + ["compare", "--quiet", "--epochs", str(epochs), "--out",
+                                   str(folder)])
+        res = json.loads((folder / "result.json").read_text())
+        runs = res["runs"].values()
+        updates = sum(len(r["updates"]) for r in runs)
+        train = sum(r.get("seconds", 0.0) for r in runs)
+        print(f"| {epochs} | {updates} | {wall:.2f} | {train:.2f} | {1e3 * train / updates:.3f} |")
+    print("\ntrace (cosine, bs 1) vs steps: one run each")
+    print("| steps per run | wall s | simulation s (both runs) | µs per step |")
+    print("| ---: | ---: | ---: | ---: |")
+    for steps in (1_000, 10_000, 100_000, 1_000_000):
+        folder = out / f"scale-trace-{steps}"
+        wall, _ = timed(LRCHECK + ["trace", "--samples", str(steps), "--bs", "1", "--quiet",
+                                   "--out", str(folder)])
+        res = json.loads((folder / "result.json").read_text())
+        sim = sum(r.get("seconds", 0.0) for r in res["runs"].values())
+        print(f"| {steps:,} | {wall:.2f} | {sim:.3f} | {1e6 * sim / (2 * steps):.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="alternations per figure")
+    parser.add_argument("--only", default=",".join(TARGETS), help="comma-separated figures")
+    parser.add_argument("--trace-steps", type=int, default=1_000_000)
+    parser.add_argument("--scale", action="store_true", help="also the scale tables")
+    parser.add_argument("--record-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--bare-trace", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.record_child:
+        return record_child(args.record_child)
+    if args.bare_trace:
+        return bare_trace(args.bare_trace)
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    print(f"machine: {os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, "
+          f"{torch.get_num_threads()} torch threads; {args.runs} runs each, medians")
+    table = Table()
+    only = set(args.only.split(","))
+    with tempfile.TemporaryDirectory(prefix="lrcheck-bench-") as tmp:
+        out = Path(tmp)
+        figures = {"help": lambda: bench_help(table, args.runs),
+                   "compare": lambda: bench_compare(table, args.runs, out),
+                   "record": lambda: bench_record(table, args.runs),
+                   "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
+                   "suite": lambda: bench_suite(table, args.runs, out),
+                   "ddp": lambda: bench_ddp(table, args.runs, out)}
+        for name in TARGETS:
+            if name in only:
+                try:
+                    figures[name]()
+                except RunFailed:
+                    table.failed(name)
+        table.print()
+        if args.scale:
+            scale(out)
+
+
+if __name__ == "__main__":
+    main()
