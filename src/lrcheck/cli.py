@@ -38,13 +38,22 @@ def _stdout_console(width: int = LOG_WIDTH) -> Console:
     return console
 
 
+def _choices(names: Any) -> str:
+    return ", ".join(names)
+
+
+# Options that several commands share.
+SchedulerOpt = Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")]
+WarmupOpt = Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")]
+LrOpt = Annotated[float, typer.Option(help="Base (peak) learning rate.")]
+PolicyOpt = Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")]
+TailOpt = Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")]
+TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
+
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
            help="Prove (or disprove) that gradient accumulation and several processes train "
                 "exactly like one process with the same effective batch.")
-
-
-def _choices(names: Any) -> str:
-    return ", ".join(names)
 
 
 def parse_updates(flag: str, text: str) -> tuple[int, ...]:
@@ -75,13 +84,13 @@ def compare_command(
     timeout: Annotated[float, typer.Option(help="Seconds a multi-process run may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3.")] = DEFAULT_TIMEOUT_S,
     epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = 5,
     task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = "digits",
-    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic.")] = 2000,
-    scheduler: Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")] = "cosine",
-    warmup: Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")] = 0.1,
-    lr: Annotated[float, typer.Option(help="Base (peak) learning rate.")] = 0.05,
+    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = 2000,
+    scheduler: SchedulerOpt = "cosine",
+    warmup: WarmupOpt = 0.1,
+    lr: LrOpt = 0.05,
     optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = "sgd",
-    policy: Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")] = "per-update",
-    tail: Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")] = "drop",
+    policy: PolicyOpt = "per-update",
+    tail: TailOpt = "drop",
     loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = "global",
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = 0,
     dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = "float64",
@@ -90,7 +99,7 @@ def compare_command(
     resume_at: Annotated[Optional[int], typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
     resume_at_micro: Annotated[Optional[int], typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
-    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    tol_lr: TolLrOpt = None,
     tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[Optional[float], typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
@@ -241,13 +250,13 @@ def trace_command(
     ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
     epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = 1,
-    scheduler: Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")] = "cosine",
-    warmup: Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")] = 0.1,
-    lr: Annotated[float, typer.Option(help="Base (peak) learning rate.")] = 0.05,
+    scheduler: SchedulerOpt = "cosine",
+    warmup: WarmupOpt = 0.1,
+    lr: LrOpt = 0.05,
     optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = "sgd",
-    policy: Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")] = "per-update",
-    tail: Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")] = "drop",
-    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    policy: PolicyOpt = "per-update",
+    tail: TailOpt = "drop",
+    tol_lr: TolLrOpt = None,
     out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
@@ -285,7 +294,7 @@ def trace_command(
 def diff_command(
     reference: Annotated[Path, typer.Argument(help="The reference run's file, written by lrcheck.Recorder.", show_default=False)],
     candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
-    tol_lr: Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")] = None,
+    tol_lr: TolLrOpt = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
