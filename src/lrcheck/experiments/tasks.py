@@ -6,6 +6,7 @@ choices, the README table and the tests all iterate ``TASKS``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,10 @@ class Dataset:
     @property
     def num_features(self) -> int:
         return int(self.x_train.shape[1])
+
+    def items_per_sample(self) -> np.ndarray:
+        """Loss items per training sample: 1, or its number of (non-padding) tokens."""
+        return (self.y_train != IGNORE_INDEX).reshape(len(self.y_train), -1).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,13 @@ class Task:
             layers.append(nn.BatchNorm1d(self.hidden))
         layers += [nn.ReLU(), nn.Linear(self.hidden, data.num_classes)]
         return nn.Sequential(*layers)
+
+
+@functools.lru_cache(maxsize=8)
+def load_data(task: str, seed: int, samples: int) -> Dataset:
+    """``TASKS[task].load(seed, samples)``, loaded once per process: the check before training,
+    the reference, the candidate and a suite's pairs share it (callers do not modify it)."""
+    return TASKS[task].load(seed, samples)
 
 
 def _bundled(loader_name: str) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:

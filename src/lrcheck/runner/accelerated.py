@@ -93,8 +93,7 @@ def _train(spec: RunSpec, data: Dataset, accelerator: Accelerator,
     ctx = schedule_context(plan, spec.policy, spec.warmup)
     batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs, spec.seed,
                                   spec.tail))
-    # Loss items per training sample: 1, or its number of (non-padding) tokens.
-    items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
+    items = data.items_per_sample()
     train_set = torch.utils.data.TensorDataset(as_input(data.x_train, dtype, "cpu"),
                                                torch.as_tensor(data.y_train))
     sampler = PlannedOrder(batches, spec.bs, spec.world, spec.epochs)

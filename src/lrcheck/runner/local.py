@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Iterator
 
 from lrcheck.errors import LrcheckError, RunError
-from lrcheck.experiments.tasks import TASKS
+from lrcheck.experiments.tasks import load_data
 from lrcheck.runner.loop import OnUpdate
 from lrcheck.spec import RunSpec
 from lrcheck.trace import RunTrace
@@ -51,7 +51,7 @@ def cpu_threads(device: str) -> Iterator[None]:
 
 def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
                on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
-    data = TASKS[spec.task].load(spec.seed, spec.samples)
+    data = load_data(spec.task, spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
     if spec.policy == "accelerate":
         from lrcheck.runner import accelerated

@@ -194,8 +194,7 @@ class _Run:
         self.x_train = as_input(data.x_train, self.dtype, device)
         self.y_train = torch.as_tensor(data.y_train, device=device)
         self.x_test = as_input(data.x_test, self.dtype, device)
-        # Loss items per training sample: 1, or its number of (non-padding) tokens.
-        self.items = (data.y_train != IGNORE_INDEX).reshape(len(data.y_train), -1).sum(axis=1)
+        self.items = data.items_per_sample()
         self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
         self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
                                spec.tail)

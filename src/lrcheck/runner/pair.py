@@ -89,11 +89,11 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     from lrcheck.runner.device import resolve_device
     from lrcheck.runner.loop import environment
 
-    from lrcheck.experiments.tasks import TASKS
+    from lrcheck.experiments.tasks import load_data
     from lrcheck.runner.loop import check_plan
 
     for spec in (pair.reference, pair.candidate):  # bad input is told before anything trains
-        check_plan(spec, len(TASKS[spec.task].load(spec.seed, spec.samples).y_train))
+        check_plan(spec, len(load_data(spec.task, spec.seed, spec.samples).y_train))
     tracker = _Tracker(pair, progress)
     device = resolve_device(pair.candidate.device)
     frameworks = require_extra(pair.candidate.policy)  # a missing extra is bad input: say so now
