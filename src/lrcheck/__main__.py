@@ -1,3 +1,4 @@
 from lrcheck.cli import main
 
-main()
+if __name__ == "__main__":  # not when a helper process (reports.render) imports it again
+    main()

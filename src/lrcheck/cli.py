@@ -118,7 +118,7 @@ def compare_command(
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
-    speak, member = os.environ.get("RANK", "0") == "0", None
+    speak, member, renderer = os.environ.get("RANK", "0") == "0", None, None
     try:
         env = torchrun_env(os.environ)
         speak = env is None or env.rank == 0
@@ -135,6 +135,7 @@ def compare_command(
                             resume_at=resume_at, resume_at_micro=resume_at_micro)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
         folder = _prepare(pair, out, create=speak)
+        renderer = _renderer(speak)
         if env is not None and env.world > 1:
             from lrcheck.runner.group import join
 
@@ -146,7 +147,8 @@ def compare_command(
             code = member.share(code)
         try:
             if report is not None:
-                report.out = report.save(folder)
+                report.out = report.save(folder, renderer)
+                renderer.finish()
                 _show(report, console, errors, json_out=json_out, quiet=quiet)
         finally:
             if member is not None:
@@ -166,6 +168,8 @@ def compare_command(
         if speak:
             errors.print("lrcheck: interrupted")
         raise typer.Exit(130) from None
+    finally:
+        _close(renderer)
     raise typer.Exit(code)
 
 
@@ -186,6 +190,20 @@ def _show(report: Any, console: Console, errors: Console, *, json_out: bool, qui
     sys.stdout.flush()
 
 
+def _renderer(active: bool) -> Any:
+    """Where the command's plots are drawn: in a helper process started now, whose matplotlib
+    import and drawing overlap the training (``reports.render``), when this process writes the
+    report and the machine has a second CPU; else in this process."""
+    from lrcheck.reports.render import Renderer, second_cpu
+
+    return Renderer(background=active and second_cpu())
+
+
+def _close(renderer: Any) -> None:
+    if renderer is not None:
+        renderer.close()
+
+
 def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
              default: Path | None = None) -> Path:
     """Validate what can be validated before training; the report folder (created when
@@ -196,7 +214,8 @@ def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
 
     if pair.candidate.scheduler not in SCHEDULERS:
         load_factory(pair.candidate.scheduler)
-    resolve_device(pair.candidate.device)
+    if pair.candidate.device == "cuda":  # the one device that can be missing; checking it
+        resolve_device("cuda")           # imports torch, which the others need not wait for
     folder = out if out is not None else (default or DEFAULT_REPORTS / pair.name)
     return prepare_out(folder) if create else folder
 
@@ -269,6 +288,7 @@ def trace_command(
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
+    renderer = None
     try:
         # The task is a placeholder: a trace has no data, only --samples per epoch.
         candidate = RunSpec(task="synthetic", bs=bs, accum=accum, world=nproc, epochs=epochs,
@@ -278,14 +298,18 @@ def trace_command(
                               tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
         folder = _prepare(pair, out, create=True,
                           default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
+        renderer = _renderer(True)
         report = _run(pair, folder, show_progress=not (quiet or json_out), console=errors,
                       trace=True)
-        report.out = report.save(folder)
+        report.out = report.save(folder, renderer)
+        renderer.finish()
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
         errors.print("lrcheck: interrupted")
         raise typer.Exit(130) from None
+    finally:
+        _close(renderer)
     _show(report, console, errors, json_out=json_out, quiet=quiet)
     raise typer.Exit(report.exit_code)
 
@@ -339,6 +363,7 @@ def suite_command(
 
     console = _stdout_console(SUITE_LOG_WIDTH)
     errors = Console(stderr=True, highlight=False)
+    renderer = None
     try:
         from lrcheck.reports.files import append_text, prepare_out, write_json, write_suite
         from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
@@ -350,6 +375,7 @@ def suite_command(
         records = load_baseline(baseline) if baseline is not None else None
         folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
         prepare(suite)
+        renderer = _renderer(True)
         board = SuiteBoard(suite)
         live = console.is_terminal and not quiet
         started = time.perf_counter()
@@ -365,7 +391,8 @@ def suite_command(
         def run() -> Any:
             return run_suite(suite, folder, baseline=records,
                              baseline_path=None if baseline is None else str(baseline),
-                             on_progress=board.progress if live else None, on_done=done)
+                             on_progress=board.progress if live else None, on_done=done,
+                             renderer=renderer)
 
         if live:
             from rich.live import Live
@@ -374,7 +401,8 @@ def suite_command(
                 result = run()
         else:
             result = run()
-        write_suite(result, folder)
+        write_suite(result, folder, renderer)
+        renderer.finish()
         if save_baseline is not None:
             write_json(save_baseline, baseline_document(result.outcomes, suite.path))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -387,6 +415,8 @@ def suite_command(
     except KeyboardInterrupt:
         errors.print("lrcheck: interrupted")
         raise typer.Exit(130) from None
+    finally:
+        _close(renderer)
 
     if not live and not quiet:
         console.print(SuiteBoard.finished(result))

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.checks import PASS, CheckResult, verdict
 from lrcheck.spec import FilePair, PairSpec
 from lrcheck.trace import RunTrace
+
+if TYPE_CHECKING:
+    from lrcheck.reports.render import Renderer
 
 SCHEMA_VERSION = 1
 INCOMPLETE = "incomplete"
@@ -58,11 +61,12 @@ class Report:
                           self.reference, self.candidate, self.environment),
                 "mode": self.mode}
 
-    def save(self, out: str | Path) -> Path:
-        """Write result.json, report.md and the plots into ``out``; returns the folder."""
+    def save(self, out: str | Path, renderer: Renderer | None = None) -> Path:
+        """Write result.json, report.md and the plots into ``out``; returns the folder. With a
+        ``reports.render.Renderer``, the plots are drawn by it (done at its ``finish()``)."""
         from lrcheck.reports.files import write_report
 
-        return write_report(self, Path(out))
+        return write_report(self, Path(out), renderer)
 
 
 @dataclass

@@ -7,7 +7,7 @@ import contextlib
 import json
 import math
 import os
-import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,15 +16,19 @@ from lrcheck.errors import SpecError
 from lrcheck.result import IncompleteResult, Report
 
 if TYPE_CHECKING:
+    from lrcheck.reports.render import Renderer
     from lrcheck.suite.outcome import SuiteResult
 
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto it when the block succeeds."""
+    """A temporary path beside ``path``, renamed onto it when the block succeeds. It is created
+    with the permissions of any new file (the umask's), not mkstemp's owner-only 0600: a report
+    is read by others (CI artifacts, a shared folder)."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
     except OSError as exc:
         raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
     os.close(fd)
@@ -121,17 +125,17 @@ def _settings(report: Report) -> list[str]:
     ]
 
 
-def write_report(report: Report, out: Path) -> Path:
+def write_report(report: Report, out: Path, renderer: Renderer | None = None) -> Path:
     """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
-    only lr.png, a diff no metrics.png) in ``out``."""
-    from lrcheck.reports.plots import PLOTS_BY_MODE
+    only lr.png, a diff no metrics.png) in ``out``. With ``renderer``, the plots are sent to it
+    (``renderer.finish()`` waits for them); without, drawn here."""
+    from lrcheck.reports.plots import PLOTS_BY_MODE, report_plots
+    from lrcheck.reports.render import Renderer
 
-    plots = PLOTS_BY_MODE[report.mode]
     out = prepare_out(out)
     write_text(out / "result.json", result_json(report))
-    write_text(out / "report.md", report_markdown(report, tuple(plots)))
-    for name, plot in plots.items():
-        plot(report, out / name)
+    write_text(out / "report.md", report_markdown(report, tuple(PLOTS_BY_MODE[report.mode])))
+    (renderer or Renderer()).draw(report_plots(report, out))
     return out
 
 
@@ -151,16 +155,17 @@ def append_text(path: Path, text: str) -> None:
         file.write(text)
 
 
-def write_suite(result: SuiteResult, out: Path) -> Path:
+def write_suite(result: SuiteResult, out: Path, renderer: Renderer | None = None) -> Path:
     """suite.json, summary.md, junit.xml and matrix.png in ``out``, beside the pairs' folders
-    the suite saved as it ran."""
+    the suite saved as it ran (matrix.png sent to ``renderer`` when given)."""
     from lrcheck.reports.junit import junit_xml
-    from lrcheck.reports.matrix import plot_matrix
+    from lrcheck.reports.matrix import matrix_plot
+    from lrcheck.reports.render import Renderer
     from lrcheck.reports.summary import suite_markdown
 
     out = prepare_out(out)
     write_json(out / "suite.json", result.to_dict())
     write_text(out / "summary.md", suite_markdown(result))
     write_text(out / "junit.xml", junit_xml(result))
-    plot_matrix(result, out / "matrix.png")
+    (renderer or Renderer()).draw([matrix_plot(result, out / "matrix.png")])
     return out

@@ -1,114 +1,166 @@
-"""Plots of a report (matplotlib, Agg backend). Long traces are drawn as at most ``MAX_POINTS``
-points per line, so plotting cost does not grow with the run."""
+"""Plots of a report (matplotlib, Agg backend), in two halves. ``lr_plot``, ``loss_plot`` and
+``metrics_plot`` turn a report into a ``Plot``: a drawing function and the plain data it draws
+(numpy arrays and strings, long traces thinned to at most ``MAX_POINTS`` points per line, so
+plotting cost does not grow with the run). ``Plot.draw()`` draws it. A ``Plot`` pickles, so
+``reports.render`` can draw it in a helper process while this one goes on.
+
+matplotlib is imported only by the drawing functions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrcheck.result import Report
 from lrcheck.trace import thin_indices
 
+if TYPE_CHECKING:
+    from lrcheck.result import Report
+
 MAX_POINTS = 4000
+DPI = 100
 REF_STYLE = {"color": "tab:blue", "label": "reference"}
 CAND_STYLE = {"color": "tab:orange", "linestyle": "--", "label": "candidate"}
+# Fixed margins (fractions of the figure) for the report's plots, whose labels do not change
+# size: laying a figure out with tight_layout draws it once more (about 0.07 s a figure).
+MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.1, "top": 0.93, "hspace": 0.08}
 
 
-class _Figures:
-    """The two pyplot calls the plots make, without pyplot: importing pyplot (its backends and
-    figure manager) costs about half a second per process, and a ``Figure`` made directly is
-    drawn by the Agg canvas ``savefig`` picks for a png and freed like any object."""
+@dataclass(frozen=True)
+class Plot:
+    """One PNG: ``draw_fn(path, **args)``, where ``draw_fn`` is a module-level function and
+    ``args`` plain data."""
 
-    @staticmethod
-    def subplots(*args: Any, figsize: tuple[float, float] | None = None,
-                 **kwargs: Any) -> tuple[Any, Any]:
-        from matplotlib.figure import Figure
+    path: Path
+    draw_fn: Callable[..., None]
+    args: dict[str, Any]
 
-        fig = Figure(figsize=figsize)
-        return fig, fig.subplots(*args, **kwargs)
-
-    @staticmethod
-    def close(fig: Any) -> None:
-        """Nothing to do: no figure manager holds it."""
+    def draw(self) -> None:
+        self.draw_fn(self.path, **self.args)
 
 
-def figures() -> _Figures:
-    return _Figures()
+Line = tuple[np.ndarray, np.ndarray]
 
 
-def _thin(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _thin(values: np.ndarray, x: np.ndarray | None = None) -> Line:
+    """(x, y) of at most about ``MAX_POINTS`` points of ``values`` (x: their indices, or
+    ``x`` at them)."""
     pick = thin_indices(len(values), MAX_POINTS)
-    return pick, values[pick]
+    return (pick if x is None else np.asarray(x)[pick]), np.asarray(values)[pick]
 
 
-def plot_lr(report: Report, path: Path) -> None:
-    plt = figures()
+def lr_plot(report: Report, path: Path) -> Plot:
+    """lr.png: each run's LR (group 0) per update, and the candidate's minus the reference's,
+    with the first divergence marked."""
     ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 2]})
-    top.plot(*_thin(ref), **REF_STYLE)
-    top.plot(*_thin(cand), **CAND_STYLE)
-    top.set_ylabel("learning rate (group 0)")
-    top.set_title(f"LR used by each optimizer update — {report.pair.name}", fontsize=9)
-    top.legend()
     if report.mode == "diff":  # updates at the same samples_seen, at the reference's index
         from lrcheck.checks import align
 
         ref_at, cand_at = align(report.reference, report.candidate)
-        pick, gap = _thin(cand[cand_at] - ref[ref_at])
-        bottom.plot(ref_at[pick], gap, color="tab:red")
+        gap = _thin(cand[cand_at] - ref[ref_at], x=ref_at)
     else:
         n = min(len(ref), len(cand))
-        bottom.plot(*_thin(cand[:n] - ref[:n]), color="tab:red")
+        gap = _thin(cand[:n] - ref[:n])
+    return Plot(path, draw_lr, {
+        "ref": _thin(ref), "cand": _thin(cand), "gap": gap,
+        "divergence": report.check("lr").first_divergence,
+        "title": f"LR used by each optimizer update — {report.pair.name}"})
+
+
+def loss_plot(report: Report, path: Path) -> Plot:
+    """loss.png: each run's training loss per update."""
+    return Plot(path, draw_loss, {"ref": _thin(report.reference.losses()),
+                                  "cand": _thin(report.candidate.losses()),
+                                  "title": f"loss — {report.pair.name}"})
+
+
+def metrics_plot(report: Report, path: Path) -> Plot:
+    """metrics.png: accuracy and macro-F1 on the test split after every epoch."""
+    def series(trace: Any) -> dict[str, list[float]]:
+        return {"epoch": [e.epoch + 1 for e in trace.epochs],
+                "accuracy": [e.accuracy for e in trace.epochs],
+                "f1_macro": [e.f1_macro for e in trace.epochs]}
+
+    return Plot(path, draw_metrics, {"ref": series(report.reference),
+                                     "cand": series(report.candidate),
+                                     "title": f"test split — {report.pair.name}"})
+
+
+def new_figure(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+    """A figure and its axes, without pyplot: importing pyplot (its backends and figure manager)
+    costs about half a second per process, and a ``Figure`` made directly is drawn by the Agg
+    canvas ``savefig`` picks for a png and freed like any object."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(*args, **kwargs)
+
+
+def draw_lr(path: Path, *, ref: Line, cand: Line, gap: Line, divergence: int | None,
+            title: str) -> None:
+    fig, (top, bottom) = new_figure(2, 1, figsize=(8, 6), sharex=True,
+                                    gridspec_kw={"height_ratios": [3, 2]})
+    top.plot(*ref, **REF_STYLE)
+    top.plot(*cand, **CAND_STYLE)
+    top.set_ylabel("learning rate (group 0)")
+    top.set_title(title, fontsize=9)
+    top.legend()
+    bottom.plot(*gap, color="tab:red")
     bottom.axhline(0.0, color="grey", linewidth=0.5)
-    lr_check = report.check("lr")
-    if lr_check.first_divergence is not None:
+    if divergence is not None:
         for axis in (top, bottom):
-            axis.axvline(lr_check.first_divergence, color="tab:red", linestyle=":",
-                         label="first divergence")
+            axis.axvline(divergence, color="tab:red", linestyle=":", label="first divergence")
     bottom.set_ylabel("candidate − reference")
     bottom.set_xlabel("optimizer update")
-    save_figure(fig, path)
+    save_figure(fig, path, MARGINS)
 
 
-def plot_loss(report: Report, path: Path) -> None:
-    plt = figures()
-    fig, axis = plt.subplots(figsize=(8, 4))
-    axis.plot(*_thin(report.reference.losses()), **REF_STYLE)
-    axis.plot(*_thin(report.candidate.losses()), **CAND_STYLE)
+def draw_loss(path: Path, *, ref: Line, cand: Line, title: str) -> None:
+    fig, axis = new_figure(figsize=(8, 4))
+    axis.plot(*ref, **REF_STYLE)
+    axis.plot(*cand, **CAND_STYLE)
     axis.set_xlabel("optimizer update")
     axis.set_ylabel("training loss (effective batch)")
-    axis.set_title(f"loss — {report.pair.name}", fontsize=9)
+    axis.set_title(title, fontsize=9)
     axis.legend()
-    save_figure(fig, path)
+    save_figure(fig, path, {**MARGINS, "bottom": 0.13, "top": 0.9})
 
 
-def plot_metrics(report: Report, path: Path) -> None:
-    plt = figures()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharex=True)
-    for axis, key, title in ((axes[0], "accuracy", "accuracy"), (axes[1], "f1_macro", "macro-F1")):
-        for trace, style in ((report.reference, REF_STYLE), (report.candidate, CAND_STYLE)):
-            axis.plot([e.epoch + 1 for e in trace.epochs],
-                      [getattr(e, key) for e in trace.epochs], marker="o", **style)
-        axis.set_title(title)
+def draw_metrics(path: Path, *, ref: dict[str, list[float]], cand: dict[str, list[float]],
+                 title: str) -> None:
+    fig, axes = new_figure(1, 2, figsize=(9, 3.5), sharex=True)
+    for axis, key, name in ((axes[0], "accuracy", "accuracy"), (axes[1], "f1_macro", "macro-F1")):
+        for series, style in ((ref, REF_STYLE), (cand, CAND_STYLE)):
+            axis.plot(series["epoch"], series[key], marker="o", **style)
+        axis.set_title(name)
         axis.set_xlabel("epoch")
     axes[0].legend()
-    fig.suptitle(f"test split — {report.pair.name}", fontsize=9)
-    save_figure(fig, path)
+    fig.suptitle(title, fontsize=9)
+    save_figure(fig, path, {"left": 0.08, "right": 0.98, "bottom": 0.14, "top": 0.84,
+                            "wspace": 0.22})
 
 
-def save_figure(fig, path: Path) -> None:
+def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -> None:
+    """Write ``fig`` as a png (atomically); laid out with ``margins``, or by tight_layout."""
     from lrcheck.reports.files import atomic_path
 
-    fig.tight_layout()
+    if margins is None:
+        fig.tight_layout()
+    else:
+        fig.subplots_adjust(**margins)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    figures().close(fig)
+        fig.savefig(tmp, dpi=DPI, format="png")
 
 
-PLOTS = {"lr.png": plot_lr, "loss.png": plot_loss, "metrics.png": plot_metrics}
+PLOTS = {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot}
 # A trace has no model: only its LR is drawn. A diff's files record no evaluation.
-PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": plot_lr},
-                 "diff": {"lr.png": plot_lr, "loss.png": plot_loss}}
+PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": lr_plot},
+                 "diff": {"lr.png": lr_plot, "loss.png": loss_plot}}
+
+
+def report_plots(report: Report, out: Path) -> list[Plot]:
+    """The plots of ``report``'s mode, to be drawn into ``out``."""
+    return [make(report, out / name) for name, make in PLOTS_BY_MODE[report.mode].items()]

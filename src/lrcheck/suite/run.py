@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import LrcheckError
 from lrcheck.spec import RunSpec
@@ -20,6 +20,9 @@ from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite
 from lrcheck.trace import RunTrace
+
+if TYPE_CHECKING:
+    from lrcheck.reports.render import Renderer
 
 OnProgress = Callable[[int, str, int, int], None]
 OnDone = Callable[[int, PairOutcome], None]
@@ -39,10 +42,11 @@ def prepare(suite: Suite) -> None:
 
 def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | None = None,
               baseline_path: str | None = None, on_progress: OnProgress | None = None,
-              on_done: OnDone | None = None) -> SuiteResult:
+              on_done: OnDone | None = None, renderer: Renderer | None = None) -> SuiteResult:
     """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
     ``on_progress(index, role, done, total)`` follows the updates of the pair being trained;
-    ``on_done(index, outcome)`` is called as each pair ends."""
+    ``on_done(index, outcome)`` is called as each pair ends. Each pair's plots are drawn by
+    ``renderer`` when given (in a helper, while the next pair trains), else here."""
     import lrcheck
     from lrcheck.runner.loop import environment
 
@@ -56,7 +60,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
         outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
         try:
             outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
-            outcome.report.save(out / entry.name)
+            outcome.report.save(out / entry.name, renderer)
         except LrcheckError as exc:
             outcome.error, outcome.error_code = str(exc), exc.exit_code
         if outcome.report is not None:

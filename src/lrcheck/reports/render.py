@@ -1,0 +1,142 @@
+"""Where a report's plots are drawn: here, or in one helper process.
+
+Drawing the three PNGs of a report costs about a second: importing matplotlib (0.6–0.7 s on a
+2-CPU machine) and drawing them (0.1–0.2 s each). The trainings use one core (runner/local.py),
+so on a machine with a second one ``Renderer(background=True)`` starts a helper at once: it
+imports matplotlib and loads its fonts while this process imports torch and trains, then draws
+each plot it is sent — in a suite, while this process trains the next pair. This process never
+imports matplotlib.
+
+``finish()`` waits for every plot sent so far and raises the first drawing error. If the
+helper cannot start or dies, the plots are drawn here instead: a report is never lost to the
+helper. The helper ignores Ctrl-C; this process handles it, and ``close()`` lets the helper
+draw what it was sent, then stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from lrcheck.reports.plots import Plot
+
+
+def second_cpu() -> bool:
+    """Whether this process may run on more than one CPU (a helper pays off only then)."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except AttributeError:  # not on Linux
+        return (os.cpu_count() or 1) > 1
+
+
+class Renderer:
+    """Draws ``Plot``s: in a helper process when ``background`` (and it starts), else here."""
+
+    def __init__(self, background: bool = False) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+        self._pending: list[tuple[Plot, Future[Any]]] = []
+        if background:
+            self._start()
+
+    @property
+    def in_background(self) -> bool:
+        return self._pool is not None
+
+    def helper(self) -> int | None:
+        """The helper's process id, once it has started (None when plots are drawn here)."""
+        if self._pool is None:
+            return None
+        try:
+            return self._pool.submit(helper_pid).result()
+        except (BrokenProcessPool, RuntimeError):
+            return None
+
+    def _start(self) -> None:
+        with _sigint_ignored():  # inherited by the helper, which Python then leaves ignored
+            try:
+                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=warm_up)
+                pool.submit(helper_pid)  # starts the helper now, not at the first plot
+            except (OSError, RuntimeError):
+                return  # no helper: every plot is drawn here
+        self._pool = pool
+
+    def draw(self, plots: Iterable[Plot]) -> None:
+        """Draw ``plots``: send them to the helper (and return at once), or draw them here."""
+        for plot in plots:
+            if self._pool is not None:
+                try:
+                    self._pending.append((plot, self._pool.submit(plot.draw)))
+                    continue
+                except (BrokenProcessPool, RuntimeError):
+                    self._pool = None  # the helper is gone: this and the rest are drawn here
+            plot.draw()
+
+    def finish(self) -> None:
+        """Wait until every plot sent so far is drawn. A plot whose helper died is drawn here;
+        the first plot that failed to draw raises its error (after the others are drawn)."""
+        pending, self._pending = self._pending, []
+        error: BaseException | None = None
+        for plot, future in pending:
+            try:
+                future.result()
+            except BrokenProcessPool:
+                self._pool = None
+                plot.draw()
+            except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
+                error = error or exc
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
+        raise): an interrupted suite keeps the plots of the pairs it finished."""
+        pool, self._pool = self._pool, None
+        self._pending = []
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> Renderer:
+        return self
+
+    def __exit__(self, kind: Any, *rest: Any) -> None:
+        try:
+            if kind is None:
+                self.finish()
+        finally:
+            self.close()
+
+
+def warm_up() -> None:
+    """In the helper, before its first plot: import matplotlib and load the fonts a plot uses,
+    by drawing a small figure into memory."""
+    import io
+
+    from lrcheck.reports.plots import new_figure
+
+    fig, axis = new_figure(figsize=(1, 1))
+    axis.set_title("lrcheck")
+    fig.savefig(io.BytesIO(), format="png")
+
+
+def helper_pid() -> int:
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a helper started here keeps Ctrl-C
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
