@@ -9,7 +9,7 @@ digest of the whole LR trace.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, overload
 
@@ -43,6 +43,10 @@ class UpdateRecord:
         return cls(int(data["step"]), tuple(float(v) for v in data["lr"]),
                    _maybe(float, data["loss"]), int(data["samples_seen"]),
                    _maybe(int, data["scheduler_steps"]), _maybe(int, data["epoch"]))
+
+
+# Called with each update a run records and the run's planned number of updates.
+OnUpdate = Callable[[UpdateRecord, int], None]
 
 
 def _maybe(kind: type, value: Any) -> Any:

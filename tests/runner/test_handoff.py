@@ -23,8 +23,9 @@ def _trace() -> RunTrace:
 
 def test_trace_survives_the_round_trip(tmp_path):
     trace = _trace()
-    handoff.write_trace(tmp_path, trace)
-    back = handoff.read_trace(tmp_path)
+    handoff.write_trace(tmp_path, trace, "candidate")
+    assert handoff.read_trace(tmp_path, "reference") is None  # each run has its own files
+    back = handoff.read_trace(tmp_path, "candidate")
     assert back.to_dict() == trace.to_dict()
     assert back.spec == trace.spec
     np.testing.assert_array_equal(back.params, trace.params)
@@ -32,13 +33,16 @@ def test_trace_survives_the_round_trip(tmp_path):
 
 
 def test_no_trace_is_none(tmp_path):
-    assert handoff.read_trace(tmp_path) is None
+    assert handoff.read_trace(tmp_path, "candidate") is None
 
 
 def test_spec_round_trip(tmp_path):
     spec = RunSpec(bs=4, accum=3, world=3, policy="per-micro-batch")
     handoff.write_spec(tmp_path, spec, "candidate")
-    assert handoff.read_spec(tmp_path) == (spec, "candidate")
+    assert handoff.read_spec(tmp_path) == (spec, "candidate", None)
+    reference = RunSpec(bs=24, accum=1, world=1)
+    handoff.write_spec(tmp_path, spec, "candidate", reference)
+    assert handoff.read_spec(tmp_path) == (spec, "candidate", reference)
 
 
 def test_line_reader_returns_only_complete_new_lines(tmp_path):
@@ -46,12 +50,13 @@ def test_line_reader_returns_only_complete_new_lines(tmp_path):
     assert reader.new() == []
     record = _trace().updates[1]
     handoff.append_line(tmp_path, handoff.started_line())
-    handoff.append_line(tmp_path, handoff.update_line(record, 9))
+    handoff.append_line(tmp_path, handoff.update_line(record, 9, "reference"))
     with open(tmp_path / handoff.UPDATES, "a") as f:
         f.write('{"event": "upd')  # a line still being written
     lines = reader.new()
     assert [line["event"] for line in lines] == ["started", "update"]
     assert UpdateRecord.from_dict(lines[1]["update"]) == record and lines[1]["total"] == 9
+    assert lines[1]["role"] == "reference"
     assert reader.new() == []
     with open(tmp_path / handoff.UPDATES, "a") as f:
         f.write('ate", "n": 1}\n')
@@ -59,11 +64,19 @@ def test_line_reader_returns_only_complete_new_lines(tmp_path):
 
 
 def test_errors_first_written_first_and_on_one_line(tmp_path):
-    handoff.write_error(tmp_path, 1, "InjectedFault: boom\n  second line")
-    handoff.write_error(tmp_path, 0, "RuntimeError: Connection closed by peer")
+    handoff.write_error(tmp_path, 1, "InjectedFault: boom\n  second line", "candidate")
+    handoff.write_error(tmp_path, 0, "--resume-at 99: the run has 20 updates", "reference",
+                        bad_input=True)
     first = (tmp_path / "rank1.error").stat().st_mtime_ns
     os.utime(tmp_path / "rank0.error", ns=(first + 10**9, first + 10**9))
     assert handoff.read_errors(tmp_path) == [
-        (1, "InjectedFault: boom second line"),
-        (0, "RuntimeError: Connection closed by peer"),
+        handoff.RankError(1, "InjectedFault: boom second line", "candidate"),
+        handoff.RankError(0, "--resume-at 99: the run has 20 updates", "reference",
+                          bad_input=True),
     ]
+
+
+def test_environment_round_trip(tmp_path):
+    assert handoff.read_environment(tmp_path) == {}
+    handoff.write_environment(tmp_path, {"torch": "2.13.0", "device": "cpu", "world_size": 2})
+    assert handoff.read_environment(tmp_path)["world_size"] == 2

@@ -2,14 +2,18 @@
 
 These are the runner's working files, not a report (reports/ writes those)::
 
-    spec.json       the RunSpec and the role, written by the parent
-    updates.jsonl   rank 0: a line when training starts (every rank has built its model and
-                    DDP), then one per update (progress, and what an interrupted run recorded)
-    trace.json      rank 0 at the end: the RunTrace without its parameters ...
-    params.npy      ... which are here: parameters after every update
-    rankR.log       rank R's stdout and stderr
-    rankR.error     one line, when rank R raised
-    torchrun.log    torchrun's own output
+    spec.json            the RunSpec and its role, written by the parent; with the single-process
+                         reference that rank 0 trains after the candidate, when there is one
+    updates.jsonl        rank 0: a line when training starts (every rank has built its model and
+                         DDP), then one per update of each run (progress, and what an
+                         interrupted run recorded)
+    ROLE-trace.json      rank 0 at the end of each run: its RunTrace without the parameters ...
+    ROLE-params.npy      ... which are here: parameters after every update
+    environment.json     rank 0: where the runs ran (lrcheck, torch, device, ...)
+    rankR.log            rank R's stdout and stderr
+    rankR.error          when rank R raised: the run it was in, the error on one line, and
+                         whether it is bad input (exit 2) rather than a crash (exit 3)
+    torchrun.log         torchrun's own output
 
 Single-line and whole-file writes are atomic (a reader never sees half of one).
 """
@@ -20,14 +24,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lrcheck.spec import RunSpec
 from lrcheck.trace import RunTrace, UpdateRecord
 
-SPEC, UPDATES, TRACE, PARAMS, TORCHRUN_LOG = (
-    "spec.json", "updates.jsonl", "trace.json", "params.npy", "torchrun.log")
+SPEC, UPDATES, ENVIRONMENT, TORCHRUN_LOG = (
+    "spec.json", "updates.jsonl", "environment.json", "torchrun.log")
 
 
 def log_path(folder: Path, rank: int) -> Path:
@@ -40,14 +45,31 @@ def _replace_into(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def write_spec(folder: Path, spec: RunSpec, role: str) -> None:
-    text = json.dumps({"role": role, "spec": spec.to_dict()})
-    _replace_into(folder / SPEC, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def trace_path(folder: Path, role: str) -> Path:
+    return folder / f"{role}-trace.json"
 
 
-def read_spec(folder: Path) -> tuple[RunSpec, str]:
+def params_path(folder: Path, role: str) -> Path:
+    return folder / f"{role}-params.npy"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    text = json.dumps(data, allow_nan=True)
+    _replace_into(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_spec(folder: Path, spec: RunSpec, role: str,
+               reference: RunSpec | None = None) -> None:
+    _write_json(folder / SPEC, {"role": role, "spec": spec.to_dict(),
+                                "reference": None if reference is None else reference.to_dict()})
+
+
+def read_spec(folder: Path) -> tuple[RunSpec, str, RunSpec | None]:
+    """The run's spec, its role, and the reference rank 0 trains after it (or None)."""
     data = json.loads((folder / SPEC).read_text(encoding="utf-8"))
-    return RunSpec(**data["spec"]), data["role"]
+    reference = data.get("reference")
+    return (RunSpec(**data["spec"]), data["role"],
+            None if reference is None else RunSpec(**reference))
 
 
 def append_line(folder: Path, entry: dict) -> None:
@@ -60,8 +82,8 @@ def started_line() -> dict:
     return {"event": "started"}
 
 
-def update_line(record: UpdateRecord, total: int) -> dict:
-    return {"event": "update", "total": total, "update": record.to_dict()}
+def update_line(record: UpdateRecord, total: int, role: str) -> dict:
+    return {"event": "update", "role": role, "total": total, "update": record.to_dict()}
 
 
 @dataclass
@@ -85,35 +107,55 @@ class LineReader:
         return [json.loads(line) for line in lines if line]
 
 
-def write_trace(folder: Path, trace: RunTrace) -> None:
+def write_trace(folder: Path, trace: RunTrace, role: str) -> None:
     def save_params(tmp: Path) -> None:
         with open(tmp, "wb") as f:  # a file object: np.save would append .npy to a name
             np.save(f, trace.params)
 
-    _replace_into(folder / PARAMS, save_params)
-    text = json.dumps(trace.to_dict(), allow_nan=True)
-    _replace_into(folder / TRACE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    _replace_into(params_path(folder, role), save_params)
+    _write_json(trace_path(folder, role), trace.to_dict())
 
 
-def read_trace(folder: Path) -> RunTrace | None:
-    """The finished trace, or None when rank 0 did not write one."""
-    if not (folder / TRACE).exists():
+def read_trace(folder: Path, role: str) -> RunTrace | None:
+    """The finished trace of ``role``, or None when rank 0 did not write one."""
+    path = trace_path(folder, role)
+    if not path.exists():
         return None
-    data = json.loads((folder / TRACE).read_text(encoding="utf-8"))
-    return RunTrace.from_dict(data, np.load(folder / PARAMS))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return RunTrace.from_dict(data, np.load(params_path(folder, role)))
 
 
-def write_error(folder: Path, rank: int, line: str) -> None:
-    one_line = " ".join(line.split())
-    _replace_into(folder / f"rank{rank}.error",
-                  lambda tmp: tmp.write_text(one_line, encoding="utf-8"))
+def write_environment(folder: Path, environment: dict[str, Any]) -> None:
+    _write_json(folder / ENVIRONMENT, environment)
 
 
-def read_errors(folder: Path) -> list[tuple[int, str]]:
-    """``(rank, line)`` for every rank that raised, the first to raise first: a rank that fails
-    makes its peers fail too (their collectives lose it), and the first one is the cause."""
+def read_environment(folder: Path) -> dict[str, Any]:
+    path = folder / ENVIRONMENT
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+@dataclass(frozen=True)
+class RankError:
+    """What a rank that raised reported: ``line`` on one line, the ``role`` of the run it was
+    in, and whether it is bad input (a ``SpecError``: exit 2) rather than a crash."""
+
+    rank: int
+    line: str
+    role: str
+    bad_input: bool = False
+
+
+def write_error(folder: Path, rank: int, line: str, role: str, bad_input: bool = False) -> None:
+    _write_json(folder / f"rank{rank}.error",
+                {"line": " ".join(line.split()), "role": role, "bad_input": bad_input})
+
+
+def read_errors(folder: Path) -> list[RankError]:
+    """Every rank that raised, the first to raise first: a rank that fails makes its peers fail
+    too (their collectives lose it), and the first one is the cause."""
     found = []
     for path in folder.glob("rank*.error"):
-        rank = int(path.stem.removeprefix("rank"))
-        found.append((path.stat().st_mtime_ns, rank, path.read_text(encoding="utf-8")))
-    return [(rank, line) for _, rank, line in sorted(found)]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        found.append((path.stat().st_mtime_ns,
+                      RankError(int(path.stem.removeprefix("rank")), **data)))
+    return [error for _, error in sorted(found, key=lambda item: (item[0], item[1].rank))]

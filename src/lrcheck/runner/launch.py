@@ -12,13 +12,13 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.runner import handoff, procs
-from lrcheck.runner.loop import OnUpdate
 from lrcheck.runner.torchrun import torchrun_argv
 from lrcheck.spec import RunSpec
-from lrcheck.trace import RunTrace, UpdateRecord
+from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 POLL_S = 0.05
 # Until training starts, the clock also covers starting Python and torch on every rank, the
@@ -39,49 +39,88 @@ def check_gpus(spec: RunSpec, device: str) -> None:
 def launch(spec: RunSpec, role: str, *, timeout: float | None = None,
            on_update: OnUpdate | None = None) -> RunTrace:
     """Train ``spec`` (``world > 1``) as ``spec.world`` torchrun ranks on this machine and return
-    rank 0's trace. ``on_update`` is called here for every update rank 0 records.
+    rank 0's trace: ``start(...).wait(timeout)``."""
+    hooks = {} if on_update is None else {role: on_update}
+    return start(spec, role, on_update=hooks).wait(timeout)[role]
 
-    Raises ``RunError`` naming the first rank that failed, with its error and the path of its
-    log, or when no update arrives for ``timeout`` seconds. The run's folder is removed when it
-    succeeds or is interrupted, and kept (for its logs) when it fails.
-    """
+
+def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
+          on_update: dict[str, OnUpdate] | None = None) -> Launched:
+    """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
+    With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job.
+    ``on_update[role]`` is called here for every update rank 0 records in that run."""
     folder = Path(tempfile.mkdtemp(prefix=f"lrcheck-{role}-"))
-    handoff.write_spec(folder, spec, role)
+    handoff.write_spec(folder, spec, role, reference)
     token = uuid.uuid4().hex
     argv = torchrun_argv(sys.executable, spec.world, [str(folder)], run_id=token)
     env = {**os.environ, procs.MARKER_ENV: token}
     with open(folder / handoff.TORCHRUN_LOG, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    watch = _Watch(spec, role, folder, on_update)
-    began = time.monotonic()
-    try:
-        code = watch.wait(proc, timeout)
-    except BaseException as exc:  # a failure, a hang, or Ctrl-C: stop them all first
-        procs.stop(proc, token)
-        watch.pump()  # what rank 0 recorded before it was stopped
-        if not isinstance(exc, RunError):
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    procs.stop(proc, token)
-    watch.pump()
-    trace = handoff.read_trace(folder)
-    if code != 0 or trace is None:
-        raise RunError(f"the {role} run ({spec.world} processes) ended with torchrun exit code "
-                       f"{code} and no rank reported an error (a worker killed by a signal?); "
-                       f"torchrun's log: {folder / handoff.TORCHRUN_LOG}")
-    shutil.rmtree(folder, ignore_errors=True)
-    trace.spec = spec
-    trace.extra["wall_seconds"] = round(time.monotonic() - began, 3)
-    return trace
+    roles = (role,) if reference is None else (role, "reference")
+    return Launched(spec, roles, folder, proc, token, on_update or {})
+
+
+class Launched:
+    """A torchrun job this process started (in a session of its own: Ctrl-C here does not reach
+    it; ``stop()`` does). ``roles``: the runs it trains, in order; ``environment``: where they
+    ran, as rank 0 reported it."""
+
+    def __init__(self, spec: RunSpec, roles: tuple[str, ...], folder: Path,
+                 proc: subprocess.Popen, token: str, on_update: dict[str, OnUpdate]) -> None:
+        self.spec, self.roles, self.folder, self.proc, self.token = (spec, roles, folder, proc,
+                                                                     token)
+        self.watch = _Watch(spec, roles[0], folder, on_update)
+        self.began = time.monotonic()
+        self.ended = False  # wait() returned or raised, or stop() ran: nothing left to stop
+        self.environment: dict[str, Any] = {}
+
+    def wait(self, timeout: float | None = None) -> dict[str, RunTrace]:
+        """Rank 0's trace of each run once the job ends.
+
+        Raises ``RunError`` naming the first rank that failed, with its error and the path of its
+        log, or when no update arrives for ``timeout`` seconds (counted from this call);
+        ``SpecError`` when the ranks found bad input before training. The job's folder is
+        removed when it succeeds or is interrupted, and kept (for its logs) when it fails.
+        """
+        try:
+            code = self.watch.wait(self.proc, timeout)
+        except BaseException as exc:  # a failure, a hang, or Ctrl-C: stop them all first
+            self.stop(keep_logs=isinstance(exc, RunError))
+            raise
+        self.stop(keep_logs=True)
+        traces = {role: handoff.read_trace(self.folder, role) for role in self.roles}
+        if code != 0 or None in traces.values():
+            raise RunError(f"the {self.watch.role} run ({self.spec.world} processes) ended with "
+                           f"torchrun exit code {code} and no rank reported an error (a worker "
+                           f"killed by a signal?); torchrun's log: "
+                           f"{self.folder / handoff.TORCHRUN_LOG}")
+        self.environment = handoff.read_environment(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        traces[self.roles[0]].spec = self.spec
+        traces[self.roles[0]].extra["wall_seconds"] = round(time.monotonic() - self.began, 3)
+        return traces  # type: ignore[return-value]
+
+    def stop(self, keep_logs: bool = False) -> None:
+        """Stop every process of the job, forward what rank 0 recorded until then, and remove
+        the job's folder unless ``keep_logs``. Once the job has ended, nothing."""
+        if self.ended:
+            return
+        self.ended = True
+        procs.stop(self.proc, self.token)
+        self.watch.pump()
+        if not keep_logs:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class _Watch:
-    """Reads rank 0's lines as they come and turns what the ranks report into errors."""
+    """Reads rank 0's lines as they come and turns what the ranks report into errors. ``role``:
+    the run the latest line came from."""
 
     def __init__(self, spec: RunSpec, role: str, folder: Path,
-                 on_update: OnUpdate | None) -> None:
+                 on_update: dict[str, OnUpdate]) -> None:
         self.spec, self.role, self.folder, self.on_update = spec, role, folder, on_update
+        self.spec_role = role  # the run of ``spec``, on every rank (the reference: rank 0 alone)
         self.reader = handoff.LineReader(folder)
         self.started = False
         self.last_update: tuple[int, int] | None = None
@@ -93,14 +132,16 @@ class _Watch:
             self.started = True
             if line["event"] == "update":
                 record = UpdateRecord.from_dict(line["update"])
+                self.role = line["role"]
                 self.last_update = (record.step, line["total"])
-                if self.on_update is not None:
-                    self.on_update(record, line["total"])
+                hook = self.on_update.get(line["role"])
+                if hook is not None:
+                    hook(record, line["total"])
         return bool(lines)
 
     def wait(self, proc: subprocess.Popen, timeout: float | None) -> int:
-        """torchrun's exit code once it exits on its own; ``RunError`` as soon as a rank reports
-        an error or nothing arrives for ``timeout`` seconds."""
+        """torchrun's exit code once it exits on its own; ``RunError`` (``SpecError`` for bad
+        input) as soon as a rank reports an error, or nothing arrives for ``timeout`` seconds."""
         last = time.monotonic()
         while True:
             if self.pump():
@@ -108,9 +149,12 @@ class _Watch:
             code = proc.poll()
             errors = handoff.read_errors(self.folder)
             if errors:
-                rank, line = errors[0]
-                raise RunError(f"rank {rank} of {self.spec.world} failed in the {self.role} run: "
-                               f"{line}; full log: {handoff.log_path(self.folder, rank)}")
+                first = errors[0]
+                if first.bad_input:
+                    raise SpecError(first.line)
+                world = self.spec.world if first.role == self.spec_role else 1
+                raise RunError(f"rank {first.rank} of {world} failed in the {first.role} run: "
+                               f"{first.line}; full log: {handoff.log_path(self.folder, first.rank)}")
             if code is not None:
                 return code
             allowed = timeout if self.started else max(timeout or 0.0, STARTUP_S)
@@ -124,6 +168,8 @@ class _Watch:
         else:
             step, total = self.last_update
             where = f"after update {step} of {total}"
-        return (f"the {self.role} run ({self.spec.world} processes) made no progress for "
+        processes = (f"{self.spec.world} processes" if self.role == self.spec_role
+                     else "rank 0 alone")
+        return (f"the {self.role} run ({processes}) made no progress for "
                 f"{timeout:g} s (--timeout) {where}; every process was stopped; rank logs in "
                 f"{self.folder}")

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 
 from lrcheck.errors import LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
-from lrcheck.runner.loop import OnUpdate
 from lrcheck.spec import RunSpec
-from lrcheck.trace import RunTrace
+from lrcheck.trace import OnUpdate, RunTrace
 
 
 def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: Any = None,

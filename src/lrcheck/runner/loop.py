@@ -27,10 +27,9 @@ from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
-from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
 
 # Called after every update with its record and the planned number of updates.
-OnUpdate = Callable[[UpdateRecord, int], None]
 
 MOMENTUM = 0.9
 WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.errors import Interrupted, SpecError
-from lrcheck.runner.loop import OnUpdate
 from lrcheck.runner.policies import require_extra
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.trace import RunTrace, UpdateRecord
+from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
@@ -36,10 +35,12 @@ class _Tracker:
         self.planned = dict.fromkeys(ROLES, 0)
         self.finished: dict[str, RunTrace] = {}
         self.environment: dict[str, Any] = {}
+        self.current: str | None = None  # the run the latest update came from
 
     def hook(self, role: str, then: OnUpdate | None = None) -> OnUpdate:
         def on_update(record: UpdateRecord, total: int) -> None:
             self.updates[role].append(record)
+            self.current = role
             self.planned[role] = total
             if self.progress is not None:
                 self.progress(role, len(self.updates[role]), total)
@@ -65,7 +66,8 @@ class _Tracker:
                        else "interrupted before its first update")
             traces[role] = RunTrace.partial(getattr(self.pair, role), self.updates[role],
                                             planned, stopped)
-        running = next((r for r in ROLES if r not in self.finished), "report")
+        running = (self.current if self.current not in (None, *self.finished)
+                   else next((r for r in ROLES if r not in self.finished), "report"))
         reason = (f"interrupted (Ctrl-C) during the {running} run; "
                   f"reference {traces['reference'].stopped or 'finished'}, "
                   f"candidate {traces['candidate'].stopped or 'finished'}")
@@ -77,8 +79,10 @@ class _Tracker:
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
              member: Any = None, cache: dict[RunSpec, RunTrace] | None = None
              ) -> PairTraces | None:
-    """The reference, then the candidate, each from scratch. With ``cache``, a reference
-    already trained (the same frozen ``RunSpec``) is taken from it and a new one is added.
+    """The reference, then the candidate, each from scratch — or, for a multi-process candidate
+    with a single-process reference, one torchrun job that trains the candidate and then the
+    reference on its rank 0. With ``cache``, a reference already trained (the same frozen
+    ``RunSpec``) is taken from it and a new one is added.
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
     included). ``member`` (a ``group.Member``): lrcheck runs inside torchrun; the candidate runs
@@ -86,44 +90,83 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     only rank 0 gets the traces — the others get None. Ctrl-C raises ``Interrupted`` carrying
     what was recorded.
     """
-    from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import environment
-
-    from lrcheck.experiments.tasks import load_data
-    from lrcheck.runner.loop import check_plan
-
-    for spec in (pair.reference, pair.candidate):  # bad input is told before anything trains
-        check_plan(spec, len(load_data(spec.task, spec.seed, spec.samples).y_train))
     tracker = _Tracker(pair, progress)
-    device = resolve_device(pair.candidate.device)
-    frameworks = require_extra(pair.candidate.policy)  # a missing extra is bad input: say so now
-    tracker.environment = {**environment(device, pair.candidate.world), **frameworks}
     try:
-        if member is None:
-            traces = {}
-            for role in ROLES:
-                spec = getattr(pair, role)
-                cached = cache.get(spec) if cache is not None and role == "reference" else None
-                traces[role] = tracker.done(role, cached or _run_here(spec, role, device,
-                                                                      tracker, timeout))
-            if cache is not None:
-                cache[pair.reference] = traces["reference"]
-        else:
-            traces = _run_in_group(pair, member, tracker)
-            if traces is None:
-                return None
+        traces = _run_pair(pair, tracker, timeout, member, cache)
     except KeyboardInterrupt:
         raise tracker.interrupted() from None
-    tracker.environment["launch"] = {role: _how(getattr(pair, role), member) for role in ROLES}
+    if traces is None:
+        return None
+    launched_with = pair.candidate.world > 1 and pair.reference.world == 1 and member is None
+    tracker.environment["launch"] = {role: _how(getattr(pair, role), member, launched_with)
+                                     for role in ROLES}
     return PairTraces(traces["reference"], traces["candidate"], tracker.environment)
 
 
-def _how(spec: RunSpec, member: Any) -> str:
-    if spec.world == 1:
-        return "in-process"
+def _how(spec: RunSpec, member: Any, with_candidate: bool) -> str:
     if member is not None:
-        return f"inside torchrun, {spec.world} processes"
-    return f"launched through torchrun, {spec.world} processes"
+        return (f"inside torchrun, {spec.world} processes" if spec.world > 1
+                else "inside torchrun, rank 0 alone")
+    if spec.world > 1:
+        return f"launched through torchrun, {spec.world} processes"
+    return "rank 0 of the candidate's torchrun job" if with_candidate else "in-process"
+
+
+def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
+    """Bad input, told before anything trains: each run's plan against its data (the length of
+    the run, a resume point, injected overflows), ``spec``'s device and the extra its policy
+    needs. Returns the device and the environment a report states."""
+    from lrcheck.experiments.tasks import load_data
+    from lrcheck.runner.device import resolve_device
+    from lrcheck.runner.loop import check_plan, environment
+
+    for run in (*others, spec):
+        check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
+    device = resolve_device(spec.device)
+    frameworks = require_extra(spec.policy)  # a missing extra is bad input: say so now
+    return device, {**environment(device, spec.world), **frameworks}
+
+
+def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Any,
+              cache: dict[RunSpec, RunTrace] | None) -> dict[str, RunTrace] | None:
+    ref, cand = pair.reference, pair.candidate
+    cached = cache.get(ref) if cache is not None else None
+    if member is None and cand.world > 1 and ref.world == 1:
+        traces = _launch_pair(pair, tracker, timeout, train_reference=cached is None)
+    else:
+        device, tracker.environment = preflight(cand, ref)
+        if member is not None:
+            return _run_in_group(pair, member, tracker)
+        traces = {}
+        for role in ROLES:
+            spec = getattr(pair, role)
+            traces[role] = tracker.done(role, (cached if role == "reference" else None)
+                                        or _run_here(spec, role, device, tracker, timeout))
+    if cached is not None:
+        traces["reference"] = tracker.done("reference", cached)
+    if cache is not None:
+        cache[ref] = traces["reference"]
+    return traces
+
+
+def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
+                 train_reference: bool) -> dict[str, RunTrace]:
+    """A multi-process candidate and its single-process reference, in one torchrun job: the
+    ranks check the plan and train the candidate, then rank 0 trains the reference, as a bare
+    torchrun script would. This process imports neither torch nor the data, so its own work
+    does not compete with the ranks for the machine's cores."""
+    from lrcheck.runner.launch import start
+
+    job = start(pair.candidate, "candidate",
+                reference=pair.reference if train_reference else None,
+                on_update={role: tracker.hook(role) for role in ROLES})
+    try:
+        traces = job.wait(timeout)
+    finally:
+        tracker.environment = job.environment
+    for role, trace in traces.items():
+        tracker.done(role, trace)
+    return traces
 
 
 def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,

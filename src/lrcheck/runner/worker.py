@@ -1,9 +1,12 @@
 """One rank of a run that lrcheck launched: ``python -m lrcheck.runner.worker FOLDER``, started by
 torchrun with the argv of ``torchrun.torchrun_argv``.
 
-Every rank trains; rank 0 records (``handoff``: a line per update as it goes, the whole trace
-at the end). A rank that raises writes its error in one line before it leaves, so the parent can
-name the rank and the cause while the other ranks are still failing because they lost it.
+Every rank checks the plan (bad input is told before anything trains) and trains; rank 0
+records (``handoff``: a line per update as it goes, the whole trace at the end). When the job
+carries a single-process reference, rank 0 trains it afterwards, the other ranks having left —
+as a bare torchrun script would — so the parent process imports neither torch nor the data. A
+rank that raises writes its error in one line before it leaves, so the parent can name the rank
+and the cause while the other ranks are still failing because they lost it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import sys
 import traceback
 from pathlib import Path
 
-from lrcheck.errors import LrcheckError, RunError
+from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner import group, handoff
 from lrcheck.runner.fault import fault_hook
 from lrcheck.runner.local import run_local
+from lrcheck.runner.pair import preflight
 from lrcheck.runner.torchrun import torchrun_env
+from lrcheck.trace import OnUpdate, UpdateRecord
 
 
 def _send_output_to(path: Path) -> None:
@@ -37,34 +42,44 @@ def main(argv: list[str] | None = None) -> int:
         print("lrcheck.runner.worker runs under torchrun only", file=sys.stderr)
         return 2
     _send_output_to(handoff.log_path(folder, env.rank))
+    lead, role = env.rank == 0, "candidate"
+
+    def hook(run: str, then: OnUpdate | None = None) -> OnUpdate:
+        def on_update(record: UpdateRecord, total: int) -> None:
+            if lead:
+                handoff.append_line(folder, handoff.update_line(record, total, run))
+            if then is not None:
+                then(record, total)
+
+        return on_update
+
+    def on_start() -> None:
+        if lead:
+            handoff.append_line(folder, handoff.started_line())
+
     try:
-        spec, role = handoff.read_spec(folder)
-        trip = fault_hook(role, env.rank, os.environ)
+        spec, role, reference = handoff.read_spec(folder)
+        _, environment = preflight(spec, *([] if reference is None else [reference]))
         member = group.join(env, spec.device)
-
-        def on_start() -> None:
-            if env.rank == 0:
-                handoff.append_line(folder, handoff.started_line())
-
-        def on_update(record, total: int) -> None:
-            if env.rank == 0:
-                handoff.append_line(folder, handoff.update_line(record, total))
-            if trip is not None:
-                trip(record, total)
-
-        trace = run_local(spec, role, device=member.device, rank=env.rank, on_update=on_update,
-                          on_start=on_start)
-        if env.rank == 0:
-            handoff.write_trace(folder, trace)
+        trace = run_local(spec, role, device=member.device, rank=env.rank, on_start=on_start,
+                          on_update=hook(role, fault_hook(role, env.rank, os.environ)))
+        if lead:
+            handoff.write_trace(folder, trace, role)
+        group.leave()
+        if lead and reference is not None:
+            role = "reference"
+            handoff.write_trace(folder, run_local(reference, role, device=member.device,
+                                                  on_update=hook(role)), role)
+        if lead:
+            handoff.write_environment(folder, environment)
     except BaseException as exc:  # noqa: BLE001 - every way out is reported, Ctrl-C included
         traceback.print_exc()
         cause = exc.__cause__ if isinstance(exc, RunError) and exc.__cause__ else exc
         line = str(cause) if isinstance(cause, LrcheckError) else f"{type(cause).__name__}: {cause}"
-        handoff.write_error(folder, env.rank, line)
+        handoff.write_error(folder, env.rank, line, role, bad_input=isinstance(cause, SpecError))
         return 1
     finally:
         sys.stdout.flush()
-    group.leave()
     return 0
 
 
