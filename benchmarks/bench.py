@@ -119,6 +119,9 @@ def record_child(runs: int) -> None:
     from lrcheck.experiments.tasks import TASKS
     from lrcheck.spec import RunSpec
 
+    import torch
+
+    torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
     ref = RunSpec(task="digits", bs=32, accum=1, device="cpu")
     cand = RunSpec(task="digits", bs=16, accum=2, device="cpu")
     data = TASKS["digits"].load(0, 2000)

@@ -316,7 +316,8 @@ class _Run:
         record = UpdateRecord(batch.update, lr, float(loss_sum), self.samples_seen,
                               steps_at_read, batch.epoch)
         self.updates.append(record)
-        self.snapshots[batch.update].copy_(torch.cat([p.detach().reshape(-1) for p in params]))
+        # Straight into the preallocated row: one copy of the parameters, no temporary.
+        torch.cat([p.detach().reshape(-1) for p in params], out=self.snapshots[batch.update])
         if self.on_update is not None:
             self.on_update(record, self.plan.total_updates)
 
