@@ -104,22 +104,29 @@ def bench_compare(table: Table, runs: int, out: Path) -> None:
 
 
 def bench_record(table: Table, runs: int) -> None:
-    out = subprocess.run([PY, str(Path(__file__)), "--record-child", str(max(runs, 5))],
+    out = subprocess.run([PY, str(Path(__file__)), "--record-child", str(max(3 * runs, 9))],
                          check=True, capture_output=True, text=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
-    table.add("recording overhead in _Run.loop", f"{res['with']:.3f} s loop",
-              f"{res['without']:.3f} s loop (no _record)", 100 * res["overhead"], 3.0, " %")
+    # The figure is the time inside _record over the rest of the same loops: stable to 0.1 %
+    # from run to run here, where the A/B ratio of separate loops moves by several %.
+    table.add("recording overhead in _Run.loop (time in _record)",
+              f"{res['with']:.3f} s loop, A/B {100 * res['overhead']:+.1f} %",
+              f"{res['without']:.3f} s loop (no _record)", 100 * res["inside"], 3.0, " %")
 
 
 def record_child(runs: int) -> None:
     """In this process: ``_Run.loop`` of the default pair's two runs, timed with the real
     ``_Run._record`` and with one that records nothing (the loop itself still reads the LR and
-    sums the loss: a few Python operations per update). Alternated, medians of the sums."""
+    sums the loss: a few Python operations per update), alternated ``runs`` times (each going
+    first in turn). The overhead
+    is the median of the alternations' ratios (with / without - 1), which a machine's slow drift
+    affects less than a ratio of medians. As a cross-check immune to run-to-run noise, ``inside``
+    is the time spent in ``_record`` over the rest of the loop, in the same runs."""
+    import torch
+
     import lrcheck.runner.loop as loop
     from lrcheck.experiments.tasks import TASKS
     from lrcheck.spec import RunSpec
-
-    import torch
 
     torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
     ref = RunSpec(task="digits", bs=32, accum=1, device="cpu")
@@ -127,6 +134,7 @@ def record_child(runs: int) -> None:
     data = TASKS["digits"].load(0, 2000)
     real_record, real_loop = loop._Run._record, loop._Run.loop
     spent: list[float] = []
+    inside: list[float] = []
 
     def timed_loop(self, *args, **kwargs):
         started = time.perf_counter()
@@ -135,22 +143,35 @@ def record_child(runs: int) -> None:
         finally:
             spent.append(time.perf_counter() - started)
 
+    def timed_record(self, *args, **kwargs) -> None:
+        started = time.perf_counter()
+        try:
+            return real_record(self, *args, **kwargs)
+        finally:
+            inside.append(time.perf_counter() - started)
+
     def no_record(self, *args, **kwargs) -> None:
         return None
 
     loop._Run.loop = timed_loop
-    times: dict[str, list[float]] = {"with": [], "without": []}
     for spec in (ref, cand):  # warm-up: first optimizer step, sklearn metrics import
         loop.train(spec, data, device="cpu")
-    for _ in range(runs):
-        for mode in ("with", "without"):
-            loop._Run._record = real_record if mode == "with" else no_record
+    ratios, shares, times = [], [], {"with": [], "without": []}
+    for n in range(runs):
+        for mode in ("with", "without") if n % 2 == 0 else ("without", "with"):  # either first
+            loop._Run._record = timed_record if mode == "with" else no_record
             spent.clear()
+            inside.clear()
             for spec in (ref, cand):
                 loop.train(spec, data, device="cpu")
             times[mode].append(sum(spent))
-    w, wo = statistics.median(times["with"]), statistics.median(times["without"])
-    print(json.dumps({"with": w, "without": wo, "overhead": (w - wo) / wo}))
+            if mode == "with":
+                shares.append(sum(inside) / (sum(spent) - sum(inside)))
+        ratios.append(times["with"][-1] / times["without"][-1] - 1)
+    print(json.dumps({"with": statistics.median(times["with"]),
+                      "without": statistics.median(times["without"]),
+                      "overhead": statistics.median(ratios),
+                      "inside": statistics.median(shares)}))
 
 
 def bench_trace(table: Table, runs: int, out: Path, steps: int) -> None:

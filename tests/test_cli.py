@@ -43,6 +43,20 @@ def test_help_and_list_do_not_import_torch(argv):
     assert "HEAVY []" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("argv, code, stream, text", [
+    (["list"], 0, "stdout", "per-micro-batch-scaled"),  # the last rows, flushed into a pipe
+    (["compare", "--bs", "0"], 2, "stderr", "lrcheck: error:"),
+    (["nonsense"], 2, "stderr", "No such command"),
+])
+def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
+        argv, code, stream, text):
+    # main() skips the interpreter's teardown (os._exit): nothing may be lost on the way out.
+    done = subprocess.run([sys.executable, "-m", "lrcheck", *argv], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == code
+    assert text in getattr(done, stream)
+
+
 def test_list_shows_every_registry_entry():
     from lrcheck.experiments.schedulers import SCHEDULERS
     from lrcheck.experiments.tasks import TASKS
