@@ -3,7 +3,7 @@
 Every figure is a whole process timed by the operating system: wall time from fork to exit, and
 peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest single process of
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
-The recording overhead is measured in one process instead (see ``record_overhead``).
+The recording overhead is measured in one process instead (see ``record_child``).
 
     python benchmarks/bench.py [--runs 5] [--only help,compare,record,trace,suite,ddp]
                                [--trace-steps 1000000] [--scale]
