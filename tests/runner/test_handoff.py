@@ -49,7 +49,7 @@ def test_line_reader_returns_only_complete_new_lines(tmp_path):
     reader = handoff.LineReader(tmp_path)
     assert reader.new() == []
     record = _trace().updates[1]
-    handoff.append_line(tmp_path, handoff.started_line())
+    handoff.append_line(tmp_path, handoff.started_line("candidate"))
     handoff.append_line(tmp_path, handoff.update_line(record, 9, "reference"))
     with open(tmp_path / handoff.UPDATES, "a") as f:
         f.write('{"event": "upd')  # a line still being written

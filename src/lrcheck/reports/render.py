@@ -97,11 +97,16 @@ class Renderer:
 
     def close(self) -> None:
         """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
-        raise): an interrupted suite keeps the plots of the pairs it finished."""
+        raise): an interrupted suite keeps the plots of the pairs it finished. A Ctrl-C while
+        waiting stops waiting (the helper leaves on its own once this process is gone)."""
         pool, self._pool = self._pool, None
         self._pending = []
-        if pool is not None:
+        if pool is None:
+            return
+        try:
             pool.shutdown(wait=True)
+        except KeyboardInterrupt:  # a second Ctrl-C while waiting: the user wants out now
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Renderer:
         return self

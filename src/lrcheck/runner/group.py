@@ -55,8 +55,8 @@ def join(env: TorchrunEnv, device: str, timeout: float | None = None) -> Member:
         count = torch.cuda.device_count()
         if env.local_rank >= count:
             raise SpecError(f"--device cuda with {env.local_world} processes per node needs one GPU "
-                            f"each, this node has {count}; lower --nproc-per-node or use "
-                            "--device cpu")
+                            f"each, this node has {count}; lower --nproc (torchrun's "
+                            "--nproc-per-node when torchrun starts lrcheck) or use --device cpu")
         torch.cuda.set_device(env.local_rank)
     backend = "nccl" if kind == "cuda" else "gloo"
     dist.init_process_group(backend, rank=env.rank, world_size=env.world)

@@ -78,8 +78,8 @@ def append_line(folder: Path, entry: dict) -> None:
         f.write(json.dumps(entry) + "\n")
 
 
-def started_line() -> dict:
-    return {"event": "started"}
+def started_line(role: str) -> dict:
+    return {"event": "started", "role": role}
 
 
 def update_line(record: UpdateRecord, total: int, role: str) -> dict:

@@ -63,8 +63,9 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
 
 class Launched:
     """A torchrun job this process started (in a session of its own: Ctrl-C here does not reach
-    it; ``stop()`` does). ``roles``: the runs it trains, in order; ``environment``: where they
-    ran, as rank 0 reported it."""
+    it; ``stop()`` does). ``roles``: the runs it trains, in order. Once it has ended:
+    ``finished``, the traces rank 0 wrote (all of them after a success, those done before a
+    failure or Ctrl-C otherwise), and ``environment``, where they ran as rank 0 reported it."""
 
     def __init__(self, spec: RunSpec, roles: tuple[str, ...], folder: Path,
                  proc: subprocess.Popen, token: str, on_update: dict[str, OnUpdate]) -> None:
@@ -73,6 +74,7 @@ class Launched:
         self.watch = _Watch(spec, roles[0], folder, on_update)
         self.began = time.monotonic()
         self.ended = False  # wait() returned or raised, or stop() ran: nothing left to stop
+        self.finished: dict[str, RunTrace] = {}
         self.environment: dict[str, Any] = {}
 
     def wait(self, timeout: float | None = None) -> dict[str, RunTrace]:
@@ -89,26 +91,34 @@ class Launched:
             self.stop(keep_logs=isinstance(exc, RunError))
             raise
         self.stop(keep_logs=True)
-        traces = {role: handoff.read_trace(self.folder, role) for role in self.roles}
-        if code != 0 or None in traces.values():
-            raise RunError(f"the {self.watch.role} run ({self.spec.world} processes) ended with "
-                           f"torchrun exit code {code} and no rank reported an error (a worker "
-                           f"killed by a signal?); torchrun's log: "
-                           f"{self.folder / handoff.TORCHRUN_LOG}")
-        self.environment = handoff.read_environment(self.folder)
+        missing = [role for role in self.roles if role not in self.finished]
+        if code != 0 or missing:
+            role = missing[0] if missing else self.watch.role
+            raise RunError(f"the {role} run ({self.watch.processes(role)}) ended with torchrun "
+                           f"exit code {code} and no rank reported an error (a worker killed by "
+                           f"a signal?); torchrun's log: {self.folder / handoff.TORCHRUN_LOG}")
         shutil.rmtree(self.folder, ignore_errors=True)
-        traces[self.roles[0]].spec = self.spec
-        traces[self.roles[0]].extra["wall_seconds"] = round(time.monotonic() - self.began, 3)
-        return traces  # type: ignore[return-value]
+        first = self.finished[self.roles[0]]
+        first.spec = self.spec
+        # Until the next run's first line, when there is one: its own wall time.
+        ended = self.watch.left.get(self.roles[0], time.monotonic())
+        first.extra["wall_seconds"] = round(ended - self.began, 3)
+        return dict(self.finished)
 
     def stop(self, keep_logs: bool = False) -> None:
-        """Stop every process of the job, forward what rank 0 recorded until then, and remove
-        the job's folder unless ``keep_logs``. Once the job has ended, nothing."""
+        """Stop every process of the job, forward what rank 0 recorded until then, keep the
+        traces it finished and the environment, and remove the job's folder unless
+        ``keep_logs``. Once the job has ended, nothing."""
         if self.ended:
             return
         self.ended = True
         procs.stop(self.proc, self.token)
         self.watch.pump()
+        for role in self.roles:
+            trace = handoff.read_trace(self.folder, role)
+            if trace is not None:
+                self.finished[role] = trace
+        self.environment = handoff.read_environment(self.folder)
         if not keep_logs:
             shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -124,17 +134,24 @@ class _Watch:
         self.reader = handoff.LineReader(folder)
         self.started = False
         self.last_update: tuple[int, int] | None = None
+        self.left: dict[str, float] = {}  # by run: when the next run's first line was read
+
+    def processes(self, role: str) -> str:
+        return f"{self.spec.world} processes" if role == self.spec_role else "rank 0 alone"
 
     def pump(self) -> bool:
         """Forward new lines; True when there were any."""
         lines = self.reader.new()
         for line in lines:
             self.started = True
+            role = line.get("role", self.role)
+            if role != self.role:
+                self.left[self.role] = time.monotonic()
+                self.role, self.last_update = role, None
             if line["event"] == "update":
                 record = UpdateRecord.from_dict(line["update"])
-                self.role = line["role"]
                 self.last_update = (record.step, line["total"])
-                hook = self.on_update.get(line["role"])
+                hook = self.on_update.get(role)
                 if hook is not None:
                     hook(record, line["total"])
         return bool(lines)
@@ -168,8 +185,6 @@ class _Watch:
         else:
             step, total = self.last_update
             where = f"after update {step} of {total}"
-        processes = (f"{self.spec.world} processes" if self.role == self.spec_role
-                     else "rank 0 alone")
-        return (f"the {self.role} run ({processes}) made no progress for "
+        return (f"the {self.role} run ({self.processes(self.role)}) made no progress for "
                 f"{timeout:g} s (--timeout) {where}; every process was stopped; rank logs in "
                 f"{self.folder}")

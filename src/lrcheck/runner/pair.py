@@ -16,6 +16,7 @@ from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
+IN_JOB = "rank 0 of the candidate's torchrun job"
 
 
 @dataclass
@@ -97,19 +98,21 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
         raise tracker.interrupted() from None
     if traces is None:
         return None
-    launched_with = pair.candidate.world > 1 and pair.reference.world == 1 and member is None
-    tracker.environment["launch"] = {role: _how(getattr(pair, role), member, launched_with)
-                                     for role in ROLES}
+    tracker.environment["launch"] = {role: _how(traces[role], member) for role in ROLES}
     return PairTraces(traces["reference"], traces["candidate"], tracker.environment)
 
 
-def _how(spec: RunSpec, member: Any, with_candidate: bool) -> str:
+def _how(trace: RunTrace, member: Any) -> str:
+    """Where a run trained (a reference from the cache: where it trained the first time)."""
+    spec = trace.spec
+    if "launch" in trace.extra:
+        return trace.extra["launch"]
     if member is not None:
         return (f"inside torchrun, {spec.world} processes" if spec.world > 1
                 else "inside torchrun, rank 0 alone")
     if spec.world > 1:
         return f"launched through torchrun, {spec.world} processes"
-    return "rank 0 of the candidate's torchrun job" if with_candidate else "in-process"
+    return "in-process"
 
 
 def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
@@ -161,12 +164,14 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
                 reference=pair.reference if train_reference else None,
                 on_update={role: tracker.hook(role) for role in ROLES})
     try:
-        traces = job.wait(timeout)
-    finally:
+        job.wait(timeout)
+    finally:  # also what an interrupted job finished, for its incomplete result
         tracker.environment = job.environment
-    for role, trace in traces.items():
-        tracker.done(role, trace)
-    return traces
+        for role, trace in job.finished.items():
+            tracker.done(role, trace)
+    if train_reference:
+        job.finished["reference"].extra["launch"] = IN_JOB
+    return job.finished
 
 
 def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
@@ -53,15 +54,21 @@ def main(argv: list[str] | None = None) -> int:
 
         return on_update
 
-    def on_start() -> None:
-        if lead:
-            handoff.append_line(folder, handoff.started_line())
+    def on_start(run: str) -> Callable[[], None]:
+        def started() -> None:
+            if lead:
+                handoff.append_line(folder, handoff.started_line(run))
+
+        return started
 
     try:
         spec, role, reference = handoff.read_spec(folder)
         _, environment = preflight(spec, *([] if reference is None else [reference]))
+        if lead:
+            handoff.write_environment(folder, environment)
         member = group.join(env, spec.device)
-        trace = run_local(spec, role, device=member.device, rank=env.rank, on_start=on_start,
+        trace = run_local(spec, role, device=member.device, rank=env.rank,
+                          on_start=on_start(role),
                           on_update=hook(role, fault_hook(role, env.rank, os.environ)))
         if lead:
             handoff.write_trace(folder, trace, role)
@@ -69,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if lead and reference is not None:
             role = "reference"
             handoff.write_trace(folder, run_local(reference, role, device=member.device,
-                                                  on_update=hook(role)), role)
-        if lead:
-            handoff.write_environment(folder, environment)
+                                                  on_update=hook(role), on_start=on_start(role)),
+                                role)
     except BaseException as exc:  # noqa: BLE001 - every way out is reported, Ctrl-C included
         traceback.print_exc()
         cause = exc.__cause__ if isinstance(exc, RunError) and exc.__cause__ else exc
