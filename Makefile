@@ -2,7 +2,9 @@
 # environment first when it is missing.
 PYTHON ?= python3
 VENV ?= .venv
-# The CPU build of torch for this machine; the package itself asks only for a range.
+# The CPU build of torch for this machine (its pip finds it on local disk); elsewhere pass e.g.
+# TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu". The package itself
+# asks only for a range.
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
@@ -14,7 +16,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[dev,accelerate]"
 	touch $(STAMP)
 

@@ -41,8 +41,11 @@ def main() -> None:
             cmd = ([sys.executable, str(HERE / "baseline.py")] if code is None
                    else [sys.executable, "-c", code])
             started = time.perf_counter()
-            subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
             times[name].append(time.perf_counter() - started)
+            if done.returncode != 0:  # a crash would be timed as fast: stop instead
+                sys.exit(f"{name} exited {done.returncode}:\n{done.stderr[-2000:]}")
     for name, spent in times.items():
         print(f"{name:14} median {statistics.median(spent):.2f} s   "
               + " ".join(f"{t:.2f}" for t in spent))

@@ -8,10 +8,7 @@ bs 32 and the candidate at bs 16 x accum 2. It deliberately does not import lrch
 floor lrcheck's own cost is measured against. It prints the final accuracy of both runs so a
 reader can see that it did the same work.
 
-    python benchmarks/baseline.py [--epochs 5] [--bs 16] [--accum 2] [--scheduler cosine] [--record]
-
-``--record`` adds what lrcheck records per update (LRs, loss, a copy of the parameters), for the
-recording-overhead figure.
+    python benchmarks/baseline.py [--epochs 5] [--bs 16] [--accum 2] [--scheduler cosine]
 """
 
 from __future__ import annotations
@@ -59,20 +56,33 @@ def load(seed: int = 0):
     return xt, torch.as_tensor(y_train), xe, y_test
 
 
-def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, record: bool,
-          scheduler: str = "cosine", warmup: float = 0.1):
+def build(n_features: int, seed: int):
+    """The MLP (float64) from ``seed``'s generator and its SGD with two param groups."""
     torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
+    model = torch.nn.Sequential(torch.nn.Linear(n_features, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 10)).to(torch.float64)
     groups = [{"params": [p for p in model.parameters() if p.ndim > 1], "weight_decay": 0.0},
               {"params": [p for p in model.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
-    optimizer = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
+    return model, torch.optim.SGD(groups, lr=0.05, momentum=0.9)
+
+
+def evaluate(model, x_test, y_test) -> tuple[float, float]:
+    """Accuracy and macro-F1 on the test split."""
+    model.eval()
+    with torch.no_grad():
+        pred = model(x_test).argmax(1).numpy()
+    model.train()
+    return accuracy_score(y_test, pred), f1_score(y_test, pred, average="macro")
+
+
+def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int,
+          scheduler: str = "cosine", warmup: float = 0.1):
+    model, optimizer = build(x.shape[1], seed)
     effective = bs * accum
     per_epoch = len(y) // effective
     total = per_epoch * epochs
     scheduler = make_schedule(optimizer, scheduler, total, round(warmup * total))
-    records, snapshots = [], []
     for epoch in range(epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(y))
         for k in range(per_epoch):
@@ -84,19 +94,10 @@ def train(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int, 
                 loss = per_sample.sum() / effective
                 loss.backward()
                 loss_sum += loss.detach()
-            if record:
-                lrs_used = [g["lr"] for g in optimizer.param_groups]
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            if record:
-                records.append((lrs_used, float(loss_sum)))
-                snapshots.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
-        model.eval()
-        with torch.no_grad():
-            pred = model(x_test).argmax(1).numpy()
-        model.train()
-        acc, f1 = accuracy_score(y_test, pred), f1_score(y_test, pred, average="macro")
+        acc, f1 = evaluate(model, x_test, y_test)
     return acc, f1
 
 
@@ -107,12 +108,10 @@ def main() -> None:
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheduler", default="cosine", choices=("cosine", "linear", "wsd"))
-    parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
     xt, yt, xe, y_test = load(args.seed)
     started = time.perf_counter()
-    common = dict(epochs=args.epochs, seed=args.seed, record=args.record,
-                  scheduler=args.scheduler)
+    common = dict(epochs=args.epochs, seed=args.seed, scheduler=args.scheduler)
     ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, **common)
     cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, **common)
     loop = time.perf_counter() - started

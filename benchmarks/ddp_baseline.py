@@ -1,7 +1,7 @@
 """Bare torchrun DDP baseline of ``lrcheck compare --nproc 2 --bs 8 --accum 2``: the same work
 without lrcheck. Both ranks train the candidate with DDP (gloo), then rank 0 trains the
-reference (bs 32, one process) alone (lrcheck trains the reference first: the same work): micro-batch m of an update is ``global[m·bs·world:(m+1)·bs·world]``, rank r takes
-every world-th element from r, each micro-batch's loss is ``sum · world / n_global``, and
+reference (bs 32, one process) alone, as lrcheck's torchrun job does. Micro-batch m of an update
+is ``global[m·bs·world:(m+1)·bs·world]``, rank r takes every world-th element from r, each micro-batch's loss is ``sum · world / n_global``, and
 gradients are all-reduced only on an update's last micro-batch (``no_sync`` before it).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -21,23 +20,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from sklearn.metrics import accuracy_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from baseline import load, make_schedule, train  # noqa: E402
+from baseline import build, evaluate, load, make_schedule, train  # noqa: E402
 
 
 def train_ddp(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: int) -> float:
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(1)  # as lrcheck's workers (torchrun sets OMP_NUM_THREADS=1 too)
-    torch.manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], 64), torch.nn.ReLU(),
-                              torch.nn.Linear(64, 10)).to(torch.float64)
+    net, optimizer = build(x.shape[1], seed)
     model = torch.nn.parallel.DistributedDataParallel(net)
-    groups = [{"params": [p for p in net.parameters() if p.ndim > 1], "weight_decay": 0.0},
-              {"params": [p for p in net.parameters() if p.ndim <= 1], "weight_decay": 0.0}]
-    optimizer = torch.optim.SGD(groups, lr=0.05, momentum=0.9)
     effective = bs * accum * world
     per_epoch = len(y) // effective
     total = per_epoch * epochs
@@ -59,11 +51,7 @@ def train_ddp(x, y, x_test, y_test, *, bs: int, accum: int, epochs: int, seed: i
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
             dist.all_reduce(loss_sum)  # the update's training loss, as lrcheck records it
-        net.eval()
-        with torch.no_grad():
-            pred = net(x_test).argmax(1).numpy()
-        net.train()
-        acc = accuracy_score(y_test, pred)
+        acc, _ = evaluate(net, x_test, y_test)
     return acc
 
 
@@ -83,7 +71,7 @@ def main() -> None:
     # gloo barrier (which aborted once in `make bench` while rank 0 trained).
     if rank == 0:
         ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum * world, accum=1,
-                    epochs=args.epochs, seed=0, record=False)
+                    epochs=args.epochs, seed=0)
         print(f"reference accuracy {ref[0]:.4f}; candidate ({world} processes) accuracy "
               f"{acc:.4f}; loops {time.perf_counter() - started:.3f} s")
 

@@ -28,7 +28,7 @@ def main() -> None:
     started = time.perf_counter()
     trainings = 0
     for name in SCHEDULERS:
-        common = dict(epochs=args.epochs, seed=0, record=False, scheduler=name)
+        common = dict(epochs=args.epochs, seed=0, scheduler=name)
         ref = train(xt, yt, xe, y_test, bs=32, accum=1, **common)
         trainings += 1
         for bs, accum in SPLITS:

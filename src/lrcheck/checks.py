@@ -247,14 +247,21 @@ def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
             f"the reference: its schedule runs {pace}")
 
 
+def _with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = slice(None),
+               cand_at: Any = slice(None)) -> CheckResult:
+    """A failed ``lr`` check with how much faster or slower the candidate's schedule runs
+    (group 0; ``ref_at``/``cand_at``: the updates aligned), when that can be told."""
+    if lr.status != FAIL:
+        return lr
+    pace = schedule_pace(ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0])
+    return replace(lr, detail=f"{lr.detail}; {pace}") if pace else lr
+
+
 def schedule_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
     """The checks that apply to schedules stepped without a model (``lrcheck trace``):
     ``updates`` and ``lr``, the latter saying how much faster or slower the candidate's
     schedule runs when it fails; the others are ``skip``."""
-    lr = check_lr(ref, cand, tol.lr)
-    pace = schedule_pace(ref.lrs()[:, 0], cand.lrs()[:, 0]) if lr.status == FAIL else None
-    if pace:
-        lr = replace(lr, detail=f"{lr.detail}; {pace}")
+    lr = _with_pace(check_lr(ref, cand, tol.lr), ref, cand)
     skipped = [CheckResult(name, SKIP, None, None,
                            "not measured: lrcheck trace steps the schedule without a model")
                for name in CHECK_NAMES if name not in SIMULATED]
@@ -302,10 +309,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")
-    lr = check_lr(ref, cand, tol.lr, pairs)
-    pace = schedule_pace(ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0]) if lr.status == FAIL else None
-    if pace:
-        lr = replace(lr, detail=f"{lr.detail}; {pace}")
+    lr = _with_pace(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("params", "metrics")}
     found = {"updates": check_aligned_updates(ref, cand, pairs), "lr": lr, "loss": loss,

@@ -49,6 +49,7 @@ WarmupOpt = Annotated[float, typer.Option(help="Warmup as a fraction of the run,
 LrOpt = Annotated[float, typer.Option(help="Base (peak) learning rate.")]
 PolicyOpt = Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")]
 TailOpt = Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
 TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 
 
@@ -105,7 +106,7 @@ def compare_command(
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[Optional[float], typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
     """Train the candidate and the reference on the same data and check that they train alike.
@@ -175,10 +176,8 @@ def compare_command(
 
 
 def _show(report: Any, console: Console, errors: Console, *, json_out: bool, quiet: bool) -> None:
-    if json_out:
-        from lrcheck.reports.files import result_json
-
-        sys.stdout.write(result_json(report))
+    if json_out:  # the file just written, not a second serialisation of a long trace
+        sys.stdout.write((report.out / "result.json").read_text(encoding="utf-8"))
     elif quiet:
         from lrcheck.reports.table import verdict_text
 
@@ -278,7 +277,7 @@ def trace_command(
     tail: TailOpt = "drop",
     tol_lr: TolLrOpt = None,
     out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
     """Check a schedule without a model, for runs too large to train: step the candidate's and
@@ -322,7 +321,7 @@ def diff_command(
     tol_lr: TolLrOpt = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")] = False,
+    json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
 ) -> None:
     """Check your own training: compare two files written by lrcheck.Recorder (one JSON line per
@@ -342,6 +341,9 @@ def diff_command(
                                  else DEFAULT_REPORTS / f"diff-{report.pair.name}")
     except LrcheckError as exc:
         raise fail(exc) from None
+    except KeyboardInterrupt:
+        errors.print("lrcheck: interrupted")
+        raise typer.Exit(130) from None
     _show(report, console, errors, json_out=json_out, quiet=quiet)
     raise typer.Exit(report.exit_code)
 
@@ -359,7 +361,6 @@ def suite_command(
     Exit codes: 0 every pair met its expectation (and no regression), 1 one did not, 2 bad input,
     3 a run crashed.
     """
-    import os
     import time
 
     console = _stdout_console(SUITE_LOG_WIDTH)
@@ -408,9 +409,7 @@ def suite_command(
             write_json(save_baseline, baseline_document(result.outcomes, suite.path))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
-            from lrcheck.reports.summary import suite_markdown
-
-            append_text(Path(summary), suite_markdown(result))
+            append_text(Path(summary), (folder / "summary.md").read_text(encoding="utf-8"))
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:

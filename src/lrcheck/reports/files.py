@@ -79,8 +79,9 @@ def prepare_out(out: Path) -> Path:
     return out
 
 
-def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.png",
-                                                                "metrics.png")) -> str:
+def report_markdown(report: Report) -> str:
+    from lrcheck.reports.plots import PLOTS_BY_MODE
+
     lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
              *_settings(report), "",
              "| check | status | max abs diff | first divergence | detail |",
@@ -97,7 +98,7 @@ def report_markdown(report: Report, plots: tuple[str, ...] = ("lr.png", "loss.pn
             c = (report.candidate.metrics or {}).get(key)
             lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
                          f"{'—' if c is None else f'{c:.4f}'} |")
-    for name in plots:
+    for name in PLOTS_BY_MODE[report.mode]:
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
     return "\n".join(lines + [""])
 
@@ -129,12 +130,12 @@ def write_report(report: Report, out: Path, renderer: Renderer | None = None) ->
     """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
     only lr.png, a diff no metrics.png) in ``out``. With ``renderer``, the plots are sent to it
     (``renderer.finish()`` waits for them); without, drawn here."""
-    from lrcheck.reports.plots import PLOTS_BY_MODE, report_plots
+    from lrcheck.reports.plots import report_plots
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
     write_text(out / "result.json", result_json(report))
-    write_text(out / "report.md", report_markdown(report, tuple(PLOTS_BY_MODE[report.mode])))
+    write_text(out / "report.md", report_markdown(report))
     (renderer or Renderer()).draw(report_plots(report, out))
     return out
 

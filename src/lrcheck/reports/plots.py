@@ -107,12 +107,12 @@ def draw_lr(path: Path, *, ref: Line, cand: Line, gap: Line, divergence: int | N
     top.plot(*cand, **CAND_STYLE)
     top.set_ylabel("learning rate (group 0)")
     top.set_title(title, fontsize=9)
-    top.legend()
     bottom.plot(*gap, color="tab:red")
     bottom.axhline(0.0, color="grey", linewidth=0.5)
     if divergence is not None:
-        for axis in (top, bottom):
-            axis.axvline(divergence, color="tab:red", linestyle=":", label="first divergence")
+        top.axvline(divergence, color="tab:red", linestyle=":", label="first divergence")
+        bottom.axvline(divergence, color="tab:red", linestyle=":")
+    top.legend()
     bottom.set_ylabel("candidate − reference")
     bottom.set_xlabel("optimizer update")
     save_figure(fig, path, MARGINS)
@@ -155,9 +155,9 @@ def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -
         fig.savefig(tmp, dpi=DPI, format="png")
 
 
-PLOTS = {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot}
 # A trace has no model: only its LR is drawn. A diff's files record no evaluation.
-PLOTS_BY_MODE = {"compare": PLOTS, "trace": {"lr.png": lr_plot},
+PLOTS_BY_MODE = {"compare": {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot},
+                 "trace": {"lr.png": lr_plot},
                  "diff": {"lr.png": lr_plot, "loss.png": loss_plot}}
 
 

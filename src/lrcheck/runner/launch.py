@@ -99,7 +99,6 @@ class Launched:
                            f"a signal?); torchrun's log: {self.folder / handoff.TORCHRUN_LOG}")
         shutil.rmtree(self.folder, ignore_errors=True)
         first = self.finished[self.roles[0]]
-        first.spec = self.spec
         # Until the next run's first line, when there is one: its own wall time.
         ended = self.watch.left.get(self.roles[0], time.monotonic())
         first.extra["wall_seconds"] = round(ended - self.began, 3)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
-from typing import Any
-
 import contextlib
-from collections.abc import Iterator
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
+from lrcheck.runner.fault import fault_hook
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 
@@ -20,10 +20,23 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
               on_start: Callable[[], None] | None = None) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
-    ``RunError`` naming the role."""
+    ``RunError`` naming the role. The test-only fault switch (``runner.fault``) is armed here
+    for the ranks of a multi-process candidate."""
+    trip = fault_hook(role, rank, os.environ) if spec.world > 1 else None
+    if trip is not None:
+        on_update = _then(on_update, trip)
     with cpu_threads(device):
         return _run_local(spec, role, device=device, rank=rank, group=group,
                           on_update=on_update, on_start=on_start)
+
+
+def _then(first: OnUpdate | None, second: OnUpdate) -> OnUpdate:
+    def both(record: Any, total: int) -> None:
+        if first is not None:
+            first(record, total)
+        second(record, total)
+
+    return both
 
 
 # torch's intra-op threads while training on the CPU. lrcheck's models are tiny (a 64-64-10 MLP):

@@ -29,8 +29,6 @@ from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
 
-# Called after every update with its record and the planned number of updates.
-
 MOMENTUM = 0.9
 WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
 # Layers whose output for a sample depends on the other samples in its forward, or on an RNG.

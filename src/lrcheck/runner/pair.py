@@ -4,7 +4,6 @@ the ranks of the process group this process belongs to."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,15 +37,13 @@ class _Tracker:
         self.environment: dict[str, Any] = {}
         self.current: str | None = None  # the run the latest update came from
 
-    def hook(self, role: str, then: OnUpdate | None = None) -> OnUpdate:
+    def hook(self, role: str) -> OnUpdate:
         def on_update(record: UpdateRecord, total: int) -> None:
             self.updates[role].append(record)
             self.current = role
             self.planned[role] = total
             if self.progress is not None:
                 self.progress(role, len(self.updates[role]), total)
-            if then is not None:
-                then(record, total)
 
         return on_update
 
@@ -134,19 +131,17 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
               cache: dict[RunSpec, RunTrace] | None) -> dict[str, RunTrace] | None:
     ref, cand = pair.reference, pair.candidate
     cached = cache.get(ref) if cache is not None else None
+    traces = {} if cached is None else {"reference": tracker.done("reference", cached)}
     if member is None and cand.world > 1 and ref.world == 1:
-        traces = _launch_pair(pair, tracker, timeout, train_reference=cached is None)
+        traces.update(_launch_pair(pair, tracker, timeout, train_reference=cached is None))
     else:
         device, tracker.environment = preflight(cand, ref)
         if member is not None:
             return _run_in_group(pair, member, tracker)
-        traces = {}
         for role in ROLES:
-            spec = getattr(pair, role)
-            traces[role] = tracker.done(role, (cached if role == "reference" else None)
-                                        or _run_here(spec, role, device, tracker, timeout))
-    if cached is not None:
-        traces["reference"] = tracker.done("reference", cached)
+            if role not in traces:
+                traces[role] = tracker.done(role, _run_here(getattr(pair, role), role, device,
+                                                            tracker, timeout))
     if cache is not None:
         cache[ref] = traces["reference"]
     return traces
@@ -187,7 +182,6 @@ def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
 
 
 def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, RunTrace] | None:
-    from lrcheck.runner.fault import fault_hook
     from lrcheck.runner.local import run_local
 
     ref, cand = pair.reference, pair.candidate
@@ -209,5 +203,5 @@ def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, R
             on_update=tracker.hook("reference")))
     traces["candidate"] = tracker.done("candidate", run_local(
         cand, "candidate", device=member.device, rank=member.rank, group=member.group,
-        on_update=tracker.hook("candidate", fault_hook("candidate", member.rank, os.environ))))
+        on_update=tracker.hook("candidate")))
     return traces if member.rank == 0 else None

@@ -70,8 +70,9 @@ def stop(proc: subprocess.Popen, token: str) -> None:
     """Stop torchrun (``proc``, leader of its own session) and every worker of its launch:
     SIGTERM, then SIGKILL for whatever is still running after ``TERM_GRACE_S``. Returns once
     none is left running and torchrun is reaped."""
-    if proc.poll() is None or marked(token):
-        _signal(marked(token), proc, signal.SIGTERM)
+    running = marked(token)
+    if proc.poll() is None or running:
+        _signal(running, proc, signal.SIGTERM)
         left = _wait_gone(token, TERM_GRACE_S)
         if left or proc.poll() is None:
             _signal(left, proc, signal.SIGKILL)

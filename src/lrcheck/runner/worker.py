@@ -19,7 +19,6 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner import group, handoff
-from lrcheck.runner.fault import fault_hook
 from lrcheck.runner.local import run_local
 from lrcheck.runner.pair import preflight
 from lrcheck.runner.torchrun import torchrun_env
@@ -45,12 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     _send_output_to(handoff.log_path(folder, env.rank))
     lead, role = env.rank == 0, "candidate"
 
-    def hook(run: str, then: OnUpdate | None = None) -> OnUpdate:
+    def hook(run: str) -> OnUpdate:
         def on_update(record: UpdateRecord, total: int) -> None:
             if lead:
                 handoff.append_line(folder, handoff.update_line(record, total, run))
-            if then is not None:
-                then(record, total)
 
         return on_update
 
@@ -69,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         member = group.join(env, spec.device)
         trace = run_local(spec, role, device=member.device, rank=env.rank,
                           on_start=on_start(role),
-                          on_update=hook(role, fault_hook(role, env.rank, os.environ)))
+                          on_update=hook(role))
         if lead:
             handoff.write_trace(folder, trace, role)
         group.leave()
