@@ -115,6 +115,56 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, says):
     assert says in result.output and "Traceback" not in result.output
 
 
+AMP_SUITE = """
+    [defaults]
+    task = "wine"
+    epochs = 1
+    dtype = "float32"
+    amp = "fp16"
+    inject_overflow = [1, 3]
+
+    [[pair]]
+    name = "skips"
+    accum = 2
+    bs = 8
+
+    [[pair]]
+    name = "bug"
+    accum = 2
+    bs = 8
+    policy = "per-micro-batch"
+    expect = "fail"
+
+    [[pair]]
+    name = "in-pair"
+    task = "wine"
+    amp = "off"
+    inject_overflow = []
+    dtype = "float64"
+
+    [[pair]]
+    name = "in-pair-fp16"
+    amp = "fp16"
+    dtype = "float32"
+    inject_overflow = 2
+"""
+
+
+@pytest.mark.slow
+def test_amp_fp16_and_inject_overflow_work_in_defaults_and_pairs(tmp_path):
+    path = tmp_path / "amp.toml"
+    path.write_text(textwrap.dedent(AMP_SUITE))
+    result = invoke("suite", path, "--out", tmp_path / "R", "-q")
+    assert result.exit_code == 0
+    pairs = json.loads((tmp_path / "R" / "suite.json").read_text())["pairs"]
+    skipped = {p["name"]: p["pair"]["candidate"]["inject_overflow"] for p in pairs}
+    assert skipped == {"skips": [1, 3], "bug": [1, 3], "in-pair": [], "in-pair-fp16": [2]}
+    checks = {p["name"]: {c["name"]: c["status"] for c in p["checks"]} for p in pairs}
+    assert checks["skips"]["skipped-steps"] == "pass"
+    assert checks["bug"]["skipped-steps"] == "fail"
+    assert "skipped-steps" not in checks["in-pair"]
+
+
 @pytest.mark.slow
 def test_trace_passes_fails_and_writes_the_schedule_report(tmp_path):
     args = ["trace", "--bs", "4", "--accum", "8", "--nproc", "64", "--ref-bs", "2048",

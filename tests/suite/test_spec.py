@@ -94,6 +94,67 @@ def test_pairs_and_grids_keep_the_order_of_the_file(tmp_path):
     assert [e.name for e in s.entries] == ["g2", "g3", "p"]
 
 
+def test_amp_and_inject_overflow_are_checked_with_the_pairs_other_keys(tmp_path):
+    """amp = "fp16" needs dtype = "float32", inject_overflow needs amp = "fp16": the keys may
+    stand in [defaults], in the [[pair]], or split between them, as flags may come in any
+    order."""
+    s = suite(tmp_path, """
+        [defaults]
+        task = "wine"
+        dtype = "float32"
+        amp = "fp16"
+        inject_overflow = [1, 3]
+
+        [[pair]]
+        name = "from-defaults"
+
+        [[pair]]
+        name = "own-list"
+        inject_overflow = [5]
+
+        [[pair]]
+        name = "one-update"
+        inject_overflow = 2
+
+        [[pair]]
+        name = "none"
+        inject_overflow = []
+
+        [[pair]]
+        name = "off"
+        amp = "off"
+        dtype = "float64"
+        inject_overflow = []
+
+        [[grid]]
+        name = "g"
+        accum = [1, 2]
+        inject_overflow = [[1], [1, 2]]
+    """)
+    runs = {e.name: (e.pair.candidate.amp, e.pair.candidate.dtype, e.pair.candidate.inject_overflow)
+            for e in s.entries}
+    assert runs == {
+        "from-defaults": ("fp16", "float32", (1, 3)), "own-list": ("fp16", "float32", (5,)),
+        "one-update": ("fp16", "float32", (2,)), "none": ("fp16", "float32", ()),
+        "off": ("off", "float64", ()),
+        "g-wine-cosine-bs32-float32-fp16-overflow1-vs-bs32": ("fp16", "float32", (1,)),
+        "g-wine-cosine-bs32-float32-fp16-overflow1.2-vs-bs32": ("fp16", "float32", (1, 2)),
+        "g-wine-cosine-bs32x2-float32-fp16-overflow1-vs-bs64": ("fp16", "float32", (1,)),
+        "g-wine-cosine-bs32x2-float32-fp16-overflow1.2-vs-bs64": ("fp16", "float32", (1, 2)),
+    }
+    assert s.entries[0].pair.tolerances.params == 5e-2  # fp16's default, not float32's
+
+    pair = suite(tmp_path, """
+        [[pair]]
+        task = "wine"
+        amp = "fp16"
+        inject_overflow = [0, 4]
+        dtype = "float32"
+    """).entries[0].pair
+    assert (pair.candidate.amp, pair.reference.amp, pair.reference.inject_overflow) == (
+        "fp16", "fp16", (0, 4))
+
+
 @pytest.mark.parametrize("text, where, says", [
     ("[[pair]]\nacum = 2\n", "[[pair]] #1", "unknown key 'acum' (did you mean 'accum'?)"),
     ("[[pair]]\nref-bs = 2\n", "[[pair]] #1", "did you mean 'ref_bs'?"),
@@ -114,6 +175,16 @@ def test_pairs_and_grids_keep_the_order_of_the_file(tmp_path):
     ("[[grid]]\naccum = [2, 4]\nbs = 8\nref_bs = 16\n", "[[grid]] #1 (accum=4):", "ref_bs 16"),
     ("[[grid]]\nname = 'g-{acum}'\naccum = [2]\n", "[[grid]] #1 (accum=2), key 'name'", "template"),
     ("[[pair]]\nname = 'a b'\n", "[[pair]] #1, key 'name'", "cannot name a report folder"),
+    ("[defaults]\namp = 'fp16'\n[[pair]]\n", "[[pair]] #1:", "amp fp16 autocasts float32 to "
+     "float16; add dtype float32"),
+    ("[defaults]\ninject_overflow = [3]\n[[pair]]\n", "[[pair]] #1:",
+     "inject_overflow needs amp fp16"),
+    ("[[pair]]\namp = 'bf16'\ndtype = 'float32'\n", "[[pair]] #1, key 'amp'", "'bf16' is not"),
+    ("[[pair]]\ninject_overflow = ['3']\n", "[[pair]] #1, key 'inject_overflow'",
+     "expected update numbers, such as [3, 7] or 3, got ['3']"),
+    ("[[pair]]\ninject_overflow = [-1]\n", "[[pair]] #1, key 'inject_overflow'", ">= 0, got -1"),
+    ("[[pair]]\ninject_overflow = [[1], [2]]\n", "[[pair]] #1, key 'inject_overflow'",
+     "lists expand only in [[grid]]"),
     ("[[pair]]\nname = 'x'\n[[pair]]\nname = 'x'\n", "",
      "two pairs are named 'x' ([[pair]] #1 and [[pair]] #2)"),
     ("[defaults]\nname = 'x'\n[[pair]]\n", "[defaults], key 'name'", "belongs to one pair"),

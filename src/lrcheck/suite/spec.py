@@ -35,6 +35,13 @@ TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
 PAIR_KEYS = ("ref_bs", "ref_nproc")
 META_KEYS = ("name", "expect")
 KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS)
+# Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
+# expands.
+UPDATE_LIST_KEYS = ("inject_overflow",)
+# What a key's value needs from the other keys to be checked on its own. Whether the pair's
+# other keys provide it is checked once they are merged, as the command line checks its flags
+# together: amp = "fp16" may stand in [defaults] and dtype = "float32" in the [[pair]].
+NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"}}
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -108,7 +115,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
 def _expand(source: str, origin: str, defaults: dict[str, Any],
             grid: dict[str, Any]) -> list[SuiteEntry]:
     """One entry per combination of the grid's list-valued keys, first key slowest."""
-    axes = {k: v for k, v in grid.items() if isinstance(v, list)}
+    axes = {k: v for k, v in grid.items() if _is_axis(k, v)}
     entries = []
     for combo in itertools.product(*axes.values()):
         chosen = dict(zip(axes, combo))
@@ -119,7 +126,7 @@ def _expand(source: str, origin: str, defaults: dict[str, Any],
 
 def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | None) -> SuiteEntry:
     """The entry for the merged ``values`` (each already checked on its own) of one pair."""
-    run = {RUN_KEYS[k]: v for k, v in values.items() if k in RUN_KEYS}
+    run = {RUN_KEYS[k]: _run_value(k, v) for k, v in values.items() if k in RUN_KEYS}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
     ref_bs = values.get("ref_bs", "auto")
     try:
@@ -161,7 +168,7 @@ def _check_keys(source: str, where: str, table: dict[str, Any], *, lists: bool) 
         if key not in KEYS:
             raise SpecError(f"{source}: {where}: unknown key {key!r}{_hint(key, KEYS)}; "
                             f"known keys: {', '.join(KEYS)}")
-        if isinstance(value, list):
+        if _is_axis(key, value):
             if not lists:
                 raise SpecError(f"{source}: {where}, key {key!r}: lists expand only in "
                                 f"[[grid]], got {value!r}")
@@ -181,7 +188,11 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     def bad(message: str) -> SpecError:
         return SpecError(f"{source}: {where}, key {key!r}: {message}")
 
-    if isinstance(value, bool) or isinstance(value, (dict, list)):
+    if key in UPDATE_LIST_KEYS:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(k, int) and not isinstance(k, bool) for k in items):
+            raise bad(f"expected update numbers, such as [3, 7] or 3, got {value!r}")
+    elif isinstance(value, bool) or isinstance(value, (dict, list)):
         raise bad(f"expected a number or a string, got {value!r}")
     if key == "expect":
         if value not in EXPECTS:
@@ -200,9 +211,25 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             if key in TOLERANCE_KEYS:
                 Tolerances.for_dtype("float64", **{key.removeprefix("tol_"): value})
             else:
-                RunSpec(**{RUN_KEYS[key]: value})
+                RunSpec(**{**NEEDS.get(key, {}), RUN_KEYS[key]: _run_value(key, value)})
         except (SpecError, TypeError) as exc:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
+
+
+def _is_axis(key: str, value: Any) -> bool:
+    """Whether ``value`` of ``key`` is a list of values (that a [[grid]] expands) rather than
+    one value."""
+    if key in UPDATE_LIST_KEYS:
+        return isinstance(value, list) and any(isinstance(v, list) for v in value)
+    return isinstance(value, list)
+
+
+def _run_value(key: str, value: Any) -> Any:
+    """The ``RunSpec`` field's value for the suite's ``value`` (``inject_overflow = 3`` is
+    ``(3,)``)."""
+    if key in UPDATE_LIST_KEYS:
+        return tuple(value) if isinstance(value, list) else (value,)
+    return value
 
 
 def _check_unique(source: str, entries: list[SuiteEntry]) -> None:
