@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
+import lrcheck
 from lrcheck.cli import app
 from lrcheck.runner import pair as pair_module
 
@@ -103,16 +104,30 @@ def test_a_changed_scheduler_is_a_regression_against_the_baseline(first_run, tmp
     assert failure is not None and "LR traces changed" in failure.text
 
 
+def untrained(pair, **kwargs):
+    raise AssertionError(f"{pair.name} trained, but bad input must be refused before training")
+
+
 @pytest.mark.parametrize("args, says", [
     (["--baseline", "missing.json"], "does not exist"),
     (["--out", "ci.toml"], "is an existing file"),
+    (["--save-baseline", "R"], "--save-baseline 'R' is a folder; give a file name, such as "
+                               "'R/baseline.json'"),
+    (["--save-baseline", "ci.toml/baseline.json"],
+     "--save-baseline 'ci.toml/baseline.json': 'ci.toml' is a file, not a folder"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, args, says):
+def test_bad_input_is_one_line_and_exit_2_before_anything_trains(tmp_path, monkeypatch, args,
+                                                                 says):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(lrcheck, "compare", untrained)
     write(tmp_path)
-    result = invoke("suite", "ci.toml", *args)
+    (tmp_path / "R").mkdir()
+    (tmp_path / "R" / "accum").write_text("a file where the pair's report folder goes")
+    result = CliRunner().invoke(app, ["suite", "ci.toml", *args])
+    print(result.output)
     assert result.exit_code == 2
-    assert says in result.output and "Traceback" not in result.output
+    assert result.stderr.startswith("lrcheck: error: ") and result.stderr.count("\n") == 1
+    assert says in result.stderr and result.stdout == ""
 
 
 AMP_SUITE = """

@@ -367,7 +367,8 @@ def suite_command(
     errors = Console(stderr=True, highlight=False)
     renderer = None
     try:
-        from lrcheck.reports.files import append_text, prepare_out, write_json, write_suite
+        from lrcheck.reports.files import (append_text, prepare_file, prepare_out, write_json,
+                                           write_suite)
         from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
         from lrcheck.suite.baseline import baseline_document, load_baseline
         from lrcheck.suite.run import prepare, run_suite
@@ -376,6 +377,8 @@ def suite_command(
         suite = load_suite(file)
         records = load_baseline(baseline) if baseline is not None else None
         folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
+        if save_baseline is not None:
+            prepare_file(save_baseline, "--save-baseline")
         prepare(suite)
         renderer = _renderer(True)
         board = SuiteBoard(suite)

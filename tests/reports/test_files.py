@@ -67,3 +67,14 @@ def test_an_out_folder_that_cannot_be_made_is_bad_input(tmp_path):
     blocker.write_text("x")
     with pytest.raises(SpecError, match="cannot create the folder"):
         prepare_out(blocker / "sub")
+
+
+def test_prepare_file_makes_a_missing_folder_and_leaves_nothing_else(tmp_path):
+    from lrcheck.errors import SpecError
+    from lrcheck.reports.files import prepare_file
+
+    path = tmp_path / "baselines" / "ci.json"
+    assert prepare_file(path, "--save-baseline") == path
+    assert os.listdir(tmp_path / "baselines") == []  # the probe file is gone, none written
+    with pytest.raises(SpecError, match="is a folder; give a file name"):
+        prepare_file(tmp_path / "baselines", "--save-baseline")

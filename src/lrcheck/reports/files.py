@@ -25,13 +25,10 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside ``path``, renamed onto it when the block succeeds. It is created
     with the permissions of any new file (the umask's), not mkstemp's owner-only 0600: a report
     is read by others (CI artifacts, a shared folder)."""
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+        tmp = _new_file_beside(path)
     except OSError as exc:
         raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    os.close(fd)
     try:
         yield Path(tmp)
         os.replace(tmp, path)
@@ -40,6 +37,32 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _new_file_beside(path: Path) -> Path:
+    """A new, empty, hidden file in ``path``'s folder (made when missing)."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+    return tmp
+
+
+def prepare_file(path: Path, flag: str) -> Path:
+    """``path`` as a file written at the end of a command, checked before anything runs: not a
+    folder, in a folder that exists or can be made, where a file can be created. Anything else is
+    bad input naming ``flag``."""
+    if path.is_dir():
+        raise SpecError(f"{flag} {str(path)!r} is a folder; give a file name, such as "
+                        f"{str(path / 'baseline.json')!r}")
+    above = next(p for p in path.parents if p.exists())
+    if not above.is_dir():
+        raise SpecError(f"{flag} {str(path)!r}: {str(above)!r} is a file, not a folder")
+    try:
+        os.unlink(_new_file_beside(path))
+    except OSError as exc:
+        raise SpecError(f"{flag} {str(path)!r} cannot be written ({exc.strerror or exc}); "
+                        "give another path") from None
+    return path
 
 
 def write_text(path: Path, text: str) -> None:
