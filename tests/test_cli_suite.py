@@ -130,6 +130,23 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_trains(tmp_path, monke
     assert says in result.stderr and result.stdout == ""
 
 
+def test_an_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path, monkeypatch,
+                                                                        make_report):
+    monkeypatch.setattr(lrcheck, "compare", lambda pair, **kwargs: make_report())
+    summary = tmp_path / "step-summary"
+    summary.mkdir()  # a folder: appending to it fails
+    result = CliRunner().invoke(app, ["suite", str(write(tmp_path, expect="pass")), "--out",
+                                      str(tmp_path / "R")],
+                                env={"GITHUB_STEP_SUMMARY": str(summary)})
+    print(result.output)
+    assert result.exit_code == 0 and result.exception is None
+    assert "suite: PASS — 2 of 2 pairs as expected" in result.stdout
+    warning = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warning == [f"lrcheck: warning: $GITHUB_STEP_SUMMARY: cannot append to "
+                       f"{str(summary)!r}: Is a directory"]
+    assert json.loads((tmp_path / "R" / "suite.json").read_text())["verdict"] == "pass"
+
+
 AMP_SUITE = """
     [defaults]
     task = "wine"

@@ -364,7 +364,7 @@ def suite_command(
     import time
 
     console = _stdout_console(SUITE_LOG_WIDTH)
-    errors = Console(stderr=True, highlight=False)
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
     renderer = None
     try:
         from lrcheck.reports.files import (append_text, prepare_file, prepare_out, write_json,
@@ -412,7 +412,10 @@ def suite_command(
             write_json(save_baseline, baseline_document(result.outcomes, suite.path))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
-            append_text(Path(summary), (folder / "summary.md").read_text(encoding="utf-8"))
+            try:
+                append_text(Path(summary), (folder / "summary.md").read_text(encoding="utf-8"))
+            except SpecError as exc:  # the step summary is a courtesy: the verdict stands
+                errors.print(escape(f"lrcheck: warning: $GITHUB_STEP_SUMMARY: {exc}"))
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:

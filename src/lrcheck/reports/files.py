@@ -175,8 +175,11 @@ def write_json(path: Path, data: Any) -> None:
 
 def append_text(path: Path, text: str) -> None:
     """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``), which others write too."""
-    with open(path, "a", encoding="utf-8") as file:
-        file.write(text)
+    try:
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(text)
+    except OSError as exc:
+        raise SpecError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from None
 
 
 def write_suite(result: SuiteResult, out: Path, renderer: Renderer | None = None) -> Path:
