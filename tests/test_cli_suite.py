@@ -111,6 +111,8 @@ def untrained(pair, **kwargs):
 @pytest.mark.parametrize("args, says", [
     (["--baseline", "missing.json"], "does not exist"),
     (["--out", "ci.toml"], "is an existing file"),
+    (["--out", "R"], "ci.toml: [[pair]] #1: the report folder of pair 'accum', 'R/accum', is an "
+                     "existing file; remove it, or give another --out or 'name'"),
     (["--save-baseline", "R"], "--save-baseline 'R' is a folder; give a file name, such as "
                                "'R/baseline.json'"),
     (["--save-baseline", "ci.toml/baseline.json"],

@@ -379,7 +379,7 @@ def suite_command(
         folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
         if save_baseline is not None:
             prepare_file(save_baseline, "--save-baseline")
-        prepare(suite)
+        prepare(suite, folder)
         renderer = _renderer(True)
         board = SuiteBoard(suite)
         live = console.is_terminal and not quiet

@@ -2,9 +2,9 @@
 
 torch is imported once; a reference that several pairs share (the same frozen ``RunSpec``) is
 trained once. Each pair's report is saved into ``out/<name>`` as soon as it is done, so an
-interrupted suite leaves what it finished. A pair that crashes or turns out to be bad input is
-recorded with its reason and the suite goes on. Multi-process pairs go through the same
-``lrcheck.compare`` as on the command line.
+interrupted suite leaves what it finished. A pair that crashes, turns out to be bad input or
+whose report cannot be saved is recorded with its reason and the suite goes on. Multi-process
+pairs go through the same ``lrcheck.compare`` as on the command line.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.errors import LrcheckError
+from lrcheck.errors import LrcheckError, SpecError
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
@@ -28,12 +28,17 @@ OnProgress = Callable[[int, str, int, int], None]
 OnDone = Callable[[int, PairOutcome], None]
 
 
-def prepare(suite: Suite) -> None:
-    """Check before training what can fail for the whole suite: every scheduler factory imports
-    and every device exists."""
+def prepare(suite: Suite, out: Path) -> None:
+    """Check before training what can fail for the whole suite: every scheduler factory imports,
+    every device exists, and no pair's report folder in ``out`` is an existing file."""
     from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
     from lrcheck.runner.device import resolve_device
 
+    for entry in suite.entries:
+        if (out / entry.name).exists() and not (out / entry.name).is_dir():
+            raise SpecError(f"{suite.path}: {entry.origin}: the report folder of pair "
+                            f"{entry.name!r}, {str(out / entry.name)!r}, is an existing file; "
+                            "remove it, or give another --out or 'name'")
     for name in sorted({e.pair.candidate.scheduler for e in suite.entries} - set(SCHEDULERS)):
         load_factory(name)
     for device in sorted({e.pair.candidate.device for e in suite.entries}):
@@ -60,7 +65,11 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
         outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
         try:
             outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
-            outcome.report.save(out / entry.name, renderer)
+            try:
+                outcome.report.save(out / entry.name, renderer)
+            except LrcheckError as exc:
+                outcome.report = None  # a report that is not there is not a pass
+                raise SpecError(f"its report could not be saved: {exc}") from None
         except LrcheckError as exc:
             outcome.error, outcome.error_code = str(exc), exc.exit_code
         if outcome.report is not None:
