@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -197,6 +201,94 @@ def test_amp_fp16_and_inject_overflow_work_in_defaults_and_pairs(tmp_path):
     assert checks["skips"]["skipped-steps"] == "pass"
     assert checks["bug"]["skipped-steps"] == "fail"
     assert "skipped-steps" not in checks["in-pair"]
+
+
+SLOW_FACTORY = """
+    import signal
+    from pathlib import Path
+
+    from torch.optim.lr_scheduler import LambdaLR
+
+    MARK = Path(__file__).with_name("pair-b-is-training")
+
+
+    def make(optimizer, ctx):
+        def factor(step):
+            if step == 3:  # three updates into pair "b": tell the test, wait for its Ctrl-C
+                MARK.touch()
+                signal.pause()
+            return 1.0
+
+        return LambdaLR(optimizer, factor)
+"""
+
+SIGINT_SUITE = """
+    [defaults]
+    task = "wine"
+    epochs = 1
+    accum = 2
+    bs = 8
+
+    [[pair]]
+    name = "a"
+
+    [[pair]]
+    name = "b"
+    scheduler = "{factory}:make"
+
+    [[pair]]
+    name = "c"
+    accum = 4
+    bs = 4
+"""
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background shell may leave it ignored
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_suite_exits_130_and_writes_what_finished(tmp_path):
+    factory = tmp_path / "slow_schedule.py"
+    factory.write_text(textwrap.dedent(SLOW_FACTORY))
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(SIGINT_SUITE.format(factory=factory)))
+    env = {**os.environ, "PYTHONPATH": str(Path(lrcheck.__file__).parents[1]),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "lrcheck", "suite", str(path), "--out", "R"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    try:
+        deadline = time.monotonic() + 180  # a bound, not a measurement
+        while not (tmp_path / "pair-b-is-training").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "pair b never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(out, err)
+    assert proc.returncode == 130
+    R = tmp_path / "R"
+    assert json.loads((R / "a" / "result.json").read_text())["verdict"] == "pass"
+    partial = json.loads((R / "b" / "result.json").read_text())
+    assert partial["verdict"] == "incomplete"
+    # The third update is recorded once its scheduler.step() returns, which it did not.
+    assert len(partial["runs"]["reference"]["updates"]) == 2
+    assert not (R / "c").exists()
+    data = json.loads((R / "suite.json").read_text())
+    assert (data["verdict"], data["exit_code"]) == ("incomplete", 130)
+    assert [p["status"] for p in data["pairs"]] == ["ok", "incomplete", "not_run"]
+    skipped = ET.parse(R / "junit.xml").getroot().find("testsuite[@name='c']/testcase/skipped")
+    assert skipped.get("message") == "not run: interrupted"
+    assert "| `c` | pass | ➖ not run | ➖ not run |" in (R / "summary.md").read_text()
+    assert (R / "matrix.png").exists()
+    assert "[3/3] c: not run (interrupted)" in out
+    assert "suite: INCOMPLETE — interrupted (Ctrl-C) during pair 2 of 3 ('b'): 1 of 3 pairs " \
+           "as expected, 1 not run, in" in out
+    assert "  NOT RUN c: not run: interrupted" in out
+    assert "Traceback" not in err
 
 
 @pytest.mark.slow

@@ -359,7 +359,8 @@ def suite_command(
     """Run every pair of a suite file in one process and write a CI report.
 
     Exit codes: 0 every pair met its expectation (and no regression), 1 one did not, 2 bad input,
-    3 a run crashed.
+    3 a run crashed, 130 interrupted (the pair that was running is saved as "incomplete", the
+    pairs after it are "not run", and the suite's report is written).
     """
     import time
 
@@ -371,6 +372,7 @@ def suite_command(
                                            write_suite)
         from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
         from lrcheck.suite.baseline import baseline_document, load_baseline
+        from lrcheck.suite.outcome import NOT_RUN
         from lrcheck.suite.run import prepare, run_suite
         from lrcheck.suite.spec import load_suite
 
@@ -387,11 +389,13 @@ def suite_command(
 
         def done(index: int, outcome: Any) -> None:
             board.done(index, outcome)
-            if not live and not quiet:
-                console.print(f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}: "
-                              f"{outcome.verdict} (expect {outcome.entry.expect}) → "
-                              f"{outcome.status}, {time.perf_counter() - started:.1f} s",
-                              markup=False)
+            if live or quiet:
+                return
+            where = f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}:"
+            console.print(f"{where} not run (interrupted)" if outcome.status == NOT_RUN else
+                          f"{where} {outcome.verdict} (expect {outcome.entry.expect}) → "
+                          f"{outcome.status}, {time.perf_counter() - started:.1f} s",
+                          markup=False)
 
         def run() -> Any:
             return run_suite(suite, folder, baseline=records,
@@ -408,7 +412,9 @@ def suite_command(
             result = run()
         write_suite(result, folder, renderer)
         renderer.finish()
-        if save_baseline is not None:
+        # A baseline of a suite cut short would miss pairs: keep the one there is.
+        keep_baseline = save_baseline is not None and result.interrupted is None
+        if keep_baseline:
             write_json(save_baseline, baseline_document(result.outcomes, suite.path))
         summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if summary:
@@ -428,8 +434,11 @@ def suite_command(
         console.print(SuiteBoard.finished(result))
     for line in verdict_lines(result):
         console.print(line)
-    errors.print(f"report: {folder}" + (f" · baseline saved: {save_baseline}"
-                                        if save_baseline is not None else ""))
+    notes = [f"report: {folder}"]
+    if save_baseline is not None:
+        notes.append(f"baseline saved: {save_baseline}" if keep_baseline
+                     else "baseline not saved: the suite was interrupted")
+    errors.print(escape(" · ".join(notes)))
     raise typer.Exit(result.exit_code)
 
 

@@ -101,3 +101,55 @@ def test_write_suite_writes_the_four_files(tmp_path, result):
     assert data["exit_code"] == 3 and [p["status"] for p in data["pairs"]] == [
         "ok", "ok", "unexpected", "regression", "error"]
     assert (tmp_path / "matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def interrupted(make_report) -> SuiteResult:
+    """Ctrl-C during the second of three pairs: one finished, one incomplete, one not run."""
+    report = make_report()
+    entries = tuple(SuiteEntry(name, report.pair, "pass", f"[[pair]] {name}")
+                    for name in ("done", "stopped", "later"))
+    outcomes = [
+        PairOutcome(entries[0], report=report, seconds=1.5),
+        PairOutcome(entries[1], interrupted="interrupted (Ctrl-C) during the candidate run; "
+                    "reference finished, candidate interrupted after 2 of 8 updates",
+                    partial_saved=True, seconds=0.5),
+        PairOutcome(entries[2], not_run=True),
+    ]
+    return SuiteResult(Suite("ci.toml", entries), outcomes, seconds=2.0,
+                       interrupted="interrupted (Ctrl-C) during pair 2 of 3 ('stopped')")
+
+
+def test_an_interrupted_suite_lists_the_incomplete_pair_and_those_not_run(tmp_path, interrupted):
+    from lrcheck.reports.suite_table import verdict_lines
+
+    write_suite(interrupted, tmp_path)
+    data = json.loads((tmp_path / "suite.json").read_text())
+    assert (data["verdict"], data["exit_code"], data["interrupted"]) == (
+        "incomplete", 130, "interrupted (Ctrl-C) during pair 2 of 3 ('stopped')")
+    assert [(p["status"], p["verdict"], p["folder"]) for p in data["pairs"]] == [
+        ("ok", "pass", "done"), ("incomplete", "incomplete", "stopped"),
+        ("not_run", "not_run", None)]
+    assert data["pairs"][2]["reason"] == "not run: interrupted"
+    assert (data["counts"]["incomplete"], data["counts"]["not_run"]) == (1, 1)
+
+    suites = {s.get("name"): s for s in ET.parse(tmp_path / "junit.xml").getroot()}
+    assert suites["done"].find("testcase/skipped") is None
+    stopped, later = (suites[n].find("testcase[@name='run']/skipped") for n in ("stopped", "later"))
+    assert stopped.get("message").startswith("interrupted (Ctrl-C) during the candidate run")
+    assert later.get("message") == "not run: interrupted"
+    assert (suites["later"].get("skipped"), suites["later"].get("errors")) == ("1", "0")
+
+    text = (tmp_path / "summary.md").read_text()
+    assert text.splitlines()[0] == "## ⏹️ lrcheck suite `ci.toml`: INCOMPLETE"
+    assert "**interrupted (Ctrl-C) during pair 2 of 3 ('stopped')**; 1 not run." in text
+    assert "| `later` | pass | ➖ not run | ➖ not run |" in text
+    assert "- **`later`** (➖ not run): not run: interrupted" in text
+
+    lines = [line.plain for line in verdict_lines(interrupted)]
+    assert lines == [
+        "suite: INCOMPLETE — interrupted (Ctrl-C) during pair 2 of 3 ('stopped'): 1 of 3 pairs "
+        "as expected, 1 not run, in 2.0 s",
+        "  INCOMPLETE stopped: interrupted (Ctrl-C) during the candidate run; reference "
+        "finished, candidate interrupted after 2 of 8 updates",
+        "  NOT RUN later: not run: interrupted"]

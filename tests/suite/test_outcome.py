@@ -50,7 +50,8 @@ def test_regressions_and_errors(make_report):
     suite = Suite("ci.toml", (regressed.entry, crashed.entry))
     result = SuiteResult(suite, [regressed, crashed])
     assert result.exit_code == 3 and result.verdict == "fail"
-    assert result.counts() == {"pairs": 2, "ok": 0, "unexpected": 0, "regression": 1, "error": 1}
+    assert result.counts() == {"pairs": 2, "ok": 0, "unexpected": 0, "regression": 1, "error": 1,
+                               "incomplete": 0, "not_run": 0}
     assert SuiteResult(suite, [outcome(make_report())]).exit_code == 0
 
 
@@ -65,3 +66,16 @@ def test_deltas_and_suite_json(make_report):
     assert pair["folder"] == "p" and pair["status"] == "unexpected"  # metrics beyond 0.01
     assert [c["name"] for c in pair["checks"]] == ["updates", "lr", "params", "loss", "metrics"]
     assert replace(o.entry, expect="fail").expect == "fail"
+
+
+def test_an_interrupted_suite_exits_130_whatever_its_pairs_gave(make_report):
+    crashed = PairOutcome(SuiteEntry("c", make_report().pair, "pass", "[[pair]] #1"),
+                          error="the candidate run crashed: boom", error_code=3)
+    stopped = PairOutcome(SuiteEntry("s", crashed.entry.pair, "pass", "[[pair]] #2"),
+                          interrupted="interrupted (Ctrl-C) during the reference run")
+    later = PairOutcome(SuiteEntry("l", crashed.entry.pair, "pass", "[[pair]] #3"), not_run=True)
+    assert [(o.status, o.verdict, o.exit_code, o.met) for o in (stopped, later)] == [
+        ("incomplete", "incomplete", 130, False), ("not_run", "not_run", 130, False)]
+    suite = Suite("ci.toml", (crashed.entry, stopped.entry, later.entry))
+    result = SuiteResult(suite, [crashed, stopped, later], interrupted="interrupted (Ctrl-C)")
+    assert (result.exit_code, result.verdict) == (130, "incomplete")

@@ -1,8 +1,9 @@
-"""Running a suite: a pair whose report cannot be saved is an error, not a pass. Small real
-trainings."""
+"""Running a suite: Ctrl-C stops it (the running pair kept as incomplete, the rest not run),
+and a pair whose report cannot be saved is an error, not a pass. Small real trainings."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -38,6 +39,32 @@ def suite(tmp_path):
     path = tmp_path / "ci.toml"
     path.write_text(textwrap.dedent(SUITE))
     return load_suite(path)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_suite_keeps_the_running_pair_and_lists_the_rest(tmp_path, suite):
+    seen = []
+
+    def progress(index, role, done, total):
+        seen.append(index)
+        if index == 1 and done == 2:  # Ctrl-C during pair "b", after 2 candidate updates
+            raise KeyboardInterrupt
+
+    ended = []
+    result = run_suite(suite, tmp_path / "R", on_progress=progress,
+                       on_done=lambda i, o: ended.append((i, o.status)))
+    assert max(seen) == 1  # "c" never started
+    assert result.interrupted == "interrupted (Ctrl-C) during pair 2 of 3 ('b')"
+    assert (result.exit_code, result.verdict) == (130, "incomplete")
+    assert ended == [(0, "ok"), (1, "incomplete"), (2, "not_run")]
+    b = result.outcomes[1]
+    assert b.reason.startswith("interrupted (Ctrl-C) during the candidate run; reference "
+                               "finished, candidate interrupted after 2 of ")
+    saved = json.loads((tmp_path / "R" / "b" / "result.json").read_text())
+    assert saved["verdict"] == "incomplete"
+    assert len(saved["runs"]["candidate"]["updates"]) == 2
+    assert json.loads((tmp_path / "R" / "a" / "result.json").read_text())["verdict"] == "pass"
+    assert not (tmp_path / "R" / "c").exists()
 
 
 @pytest.mark.slow

@@ -8,7 +8,9 @@ a test case is what fails the suite, so the reporter's counts agree with the exi
 - a pair expected to fail: checks never fail (their details go to ``<system-out>``); one more
   case, ``expectation``, fails when no check failed ("expected fail but passed");
 - with a baseline, a ``baseline`` case fails on a regression;
-- a pair without a result has one ``run`` case with an ``<error>``.
+- a pair without a result has one ``run`` case with an ``<error>``;
+- after Ctrl-C, the pair that was running and those not run have one ``run`` case that is
+  ``<skipped>`` (``not run: interrupted``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from lrcheck.checks import FAIL, SKIP, WARN
-from lrcheck.suite.outcome import PairOutcome, SuiteResult
+from lrcheck.result import INCOMPLETE
+from lrcheck.suite.outcome import NOT_RUN, PairOutcome, SuiteResult
 
 
 def _case(suite: ET.Element, pair: str, name: str, seconds: float = 0.0) -> ET.Element:
@@ -46,6 +49,9 @@ def _pair_suite(outcome: PairOutcome) -> ET.Element:
                        ("shared_reference", str(outcome.shared_reference).lower())):
         ET.SubElement(properties, "property", name=key, value=value)
 
+    if outcome.status in (INCOMPLETE, NOT_RUN):
+        _mark(_case(suite, name, "run", outcome.seconds), "skipped", outcome.reason)
+        return suite
     if outcome.report is None:
         _mark(_case(suite, name, "run", outcome.seconds), "error", outcome.error or "no result")
         return suite

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from lrcheck.checks import CHECK_NAMES
 from lrcheck.reports.plots import Plot, new_figure, save_figure
-from lrcheck.suite.outcome import OK, SuiteResult
+from lrcheck.suite.outcome import ERROR, NOT_RUN, OK, SuiteResult
 
 COLOURS = {"pass": "#4caf50", "fail": "#e53935", "warn": "#fbc02d", "skip": "#bdbdbd",
            "": "#eeeeee", "error": "#6a1b9a"}
 DARK = ("fail", "error", "unexpected", "regression")  # cells with white text
 OUTCOME_COLOURS = {OK: "#4caf50", "unexpected": "#e53935", "regression": "#e53935",
-                   "error": "#6a1b9a"}
+                   "error": "#6a1b9a", "incomplete": "#bdbdbd", NOT_RUN: "#eeeeee"}
 
 
 def matrix_plot(result: SuiteResult, path: Path) -> Plot:
@@ -25,9 +25,10 @@ def matrix_plot(result: SuiteResult, path: Path) -> Plot:
         row = []
         for column in columns:
             if column == "outcome":
-                label, colour = outcome.status, OUTCOME_COLOURS[outcome.status]
+                label = outcome.status.replace("_", " ")
+                colour = OUTCOME_COLOURS[outcome.status]
             else:
-                label = statuses.get(column, "error" if outcome.report is None else "")
+                label = statuses.get(column, "error" if outcome.status == ERROR else "")
                 colour = COLOURS[label]
             row.append((label, colour, "white" if label in DARK else "black"))
         cells.append(row)

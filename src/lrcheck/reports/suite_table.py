@@ -7,16 +7,19 @@ from rich.table import Table
 from rich.text import Text
 
 from lrcheck.reports.table import STATUS_STYLE, status_text
-from lrcheck.suite.outcome import ERROR, OK, REGRESSION, UNEXPECTED, PairOutcome, SuiteResult
+from lrcheck.result import INCOMPLETE
+from lrcheck.suite.outcome import (ERROR, NOT_RUN, OK, REGRESSION, UNEXPECTED, PairOutcome,
+                                   SuiteResult)
 from lrcheck.suite.spec import Suite
 
 OUTCOME_STYLE = {OK: "bold green", UNEXPECTED: "bold red", REGRESSION: "bold red",
-                 ERROR: "bold red"}
+                 ERROR: "bold red", INCOMPLETE: "bold yellow", NOT_RUN: "dim"}
+OUTCOME_LABEL = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", ERROR: "ERROR",
+                 INCOMPLETE: "INCOMPLETE", NOT_RUN: "NOT RUN"}
 
 
 def outcome_text(outcome: PairOutcome) -> Text:
-    label = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", ERROR: "ERROR"}
-    return Text(label[outcome.status], style=OUTCOME_STYLE[outcome.status])
+    return Text(OUTCOME_LABEL[outcome.status], style=OUTCOME_STYLE[outcome.status])
 
 
 def _delta(value: float | None, fmt: str) -> str:
@@ -64,7 +67,7 @@ class SuiteBoard:
                 continue
             d = outcome.deltas()
             verdict = (status_text(outcome.verdict) if outcome.report is not None
-                       else Text("ERROR", style=STATUS_STYLE["fail"]))
+                       else outcome_text(outcome))
             detail = "" if outcome.status == OK and not outcome.shared_reference else (
                 "reference shared" if outcome.status == OK else outcome.reason)
             table.add_row(str(index + 1), entry.name, entry.expect, verdict,
@@ -80,8 +83,10 @@ def verdict_lines(result: SuiteResult) -> list[Text]:
     counts = result.counts()
     head = Text("suite: ")
     head.append(result.verdict.upper(), style=STATUS_STYLE[result.verdict])
-    head.append(f" — {counts[OK]} of {counts['pairs']} pairs as expected"
-                f" in {result.seconds:.1f} s")
+    head.append(f" — {result.interrupted}:" if result.interrupted else " —")
+    head.append(f" {counts[OK]} of {counts['pairs']} pairs as expected"
+                + (f", {counts[NOT_RUN]} not run," if result.interrupted else "")
+                + f" in {result.seconds:.1f} s")
     lines = [head]
     for outcome in result.outcomes:
         if outcome.status != OK:

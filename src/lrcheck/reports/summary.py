@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from lrcheck.checks import CHECK_NAMES
 from lrcheck.reports.plots import PLOTS_BY_MODE
-from lrcheck.suite.outcome import OK, PairOutcome, SuiteResult
+from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
 
-STATUS_MARK = {"pass": "✅ pass", "fail": "❌ fail", "warn": "⚠️ warn", "skip": "➖ skip"}
+STATUS_MARK = {"pass": "✅ pass", "fail": "❌ fail", "warn": "⚠️ warn", "skip": "➖ skip",
+               "incomplete": "⏹️ incomplete", NOT_RUN: "➖ not run"}
 OUTCOME_MARK = {OK: "✅ ok", "unexpected": "❌ unexpected", "regression": "❌ regression",
-                "error": "💥 error"}
+                "error": "💥 error", "incomplete": "⏹️ incomplete", NOT_RUN: "➖ not run"}
+VERDICT_MARK = {"pass": "✅", "fail": "❌", "incomplete": "⏹️"}
 
 
 def _cell(text: str) -> str:
@@ -36,10 +38,12 @@ def _row(outcome: PairOutcome) -> str:
 
 def suite_markdown(result: SuiteResult) -> str:
     counts = result.counts()
-    mark = "✅" if result.verdict == "pass" else "❌"
     lines = [
-        f"## {mark} lrcheck suite `{result.suite.path}`: {result.verdict.upper()}",
+        f"## {VERDICT_MARK[result.verdict]} lrcheck suite `{result.suite.path}`: "
+        f"{result.verdict.upper()}",
         "",
+        *([f"**{_cell(result.interrupted)}**; {counts[NOT_RUN]} not run.", ""]
+          if result.interrupted else []),
         f"{counts[OK]} of {counts['pairs']} pairs as expected "
         f"({counts['unexpected']} unexpected, {counts['regression']} regressions, "
         f"{counts['error']} errors) in {result.seconds:.1f} s"

@@ -11,11 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrcheck.checks import FAIL, PASS
-from lrcheck.result import Report
+from lrcheck.result import INCOMPLETE, Report
 from lrcheck.suite.spec import Suite, SuiteEntry
 
 SCHEMA_VERSION = 1
 OK, UNEXPECTED, REGRESSION, ERROR = "ok", "unexpected", "regression", "error"
+# After Ctrl-C: the pair that was running (its partial result.json saved), and those after it.
+NOT_RUN = "not_run"
+STATUSES = (OK, UNEXPECTED, REGRESSION, ERROR, INCOMPLETE, NOT_RUN)
+INTERRUPTED_EXIT = 130
 
 
 @dataclass(frozen=True)
@@ -33,12 +37,17 @@ class Regression:
 @dataclass
 class PairOutcome:
     """One pair of a suite after it ran. ``baseline`` is ``compared``, ``new`` (not in the
-    baseline) or ``none`` (no baseline given)."""
+    baseline) or ``none`` (no baseline given). ``interrupted`` says why Ctrl-C stopped the pair;
+    ``not_run``: the suite was interrupted before it; ``partial_saved``: what the interrupted
+    pair had recorded is saved in its folder (``result.json``, verdict ``incomplete``)."""
 
     entry: SuiteEntry
     report: Report | None = None
     error: str | None = None
     error_code: int = 0
+    interrupted: str | None = None
+    not_run: bool = False
+    partial_saved: bool = False
     regressions: list[Regression] = field(default_factory=list)
     baseline: str = "none"
     shared_reference: bool = False
@@ -46,7 +55,10 @@ class PairOutcome:
 
     @property
     def verdict(self) -> str:
-        return self.report.verdict if self.report is not None else ERROR
+        """The report's verdict, or ``incomplete``, ``not_run`` or ``error``."""
+        if self.report is not None:
+            return self.report.verdict
+        return self.status
 
     @property
     def met(self) -> bool:
@@ -54,7 +66,12 @@ class PairOutcome:
 
     @property
     def status(self) -> str:
-        """``ok``, or the worst of ``error``, ``unexpected`` and ``regression``."""
+        """``ok``; ``not_run`` or ``incomplete`` after Ctrl-C; else the worst of ``error``,
+        ``unexpected`` and ``regression``."""
+        if self.not_run:
+            return NOT_RUN
+        if self.interrupted is not None:
+            return INCOMPLETE
         if self.report is None:
             return ERROR
         if not self.met:
@@ -63,9 +80,16 @@ class PairOutcome:
 
     @property
     def exit_code(self) -> int:
+        if self.not_run or self.interrupted is not None:
+            return INTERRUPTED_EXIT
         if self.report is None:
             return self.error_code
         return 0 if self.met and not self.regressions else 1
+
+    @property
+    def folder(self) -> str | None:
+        """The pair's report folder, relative to the suite's, when something is saved there."""
+        return self.entry.name if self.report is not None or self.partial_saved else None
 
     @property
     def failed_checks(self) -> list[str]:
@@ -74,6 +98,10 @@ class PairOutcome:
     @property
     def reason(self) -> str:
         """One line: why the pair is what its status says."""
+        if self.not_run:
+            return "not run: interrupted"
+        if self.interrupted is not None:
+            return self.interrupted
         if self.report is None:
             return f"no result: {self.error}"
         parts = []
@@ -110,7 +138,7 @@ class PairOutcome:
             "status": self.status,
             "met": self.met,
             "reason": self.reason,
-            "folder": self.entry.name if self.report is not None else None,
+            "folder": self.folder,
             "checks": [c.to_dict() for c in self.report.checks] if self.report else [],
             "deltas": self.deltas(),
             "metrics": self.report.candidate.metrics if self.report else None,
@@ -132,21 +160,26 @@ class SuiteResult:
     # Pairs of the baseline that this suite does not have (renamed or removed).
     baseline_missing: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    # Why the suite stopped early ("interrupted (Ctrl-C) during pair 2 of 3 ('b')"), or None.
+    interrupted: str | None = None
 
     @property
     def exit_code(self) -> int:
         """0 every pair met its expectation without regressions; 1 one did not; 2 bad input in
-        a pair; 3 a run crashed (the highest wins)."""
+        a pair; 3 a run crashed (the highest wins); 130 interrupted."""
+        if self.interrupted is not None:
+            return INTERRUPTED_EXIT
         return max((o.exit_code for o in self.outcomes), default=0)
 
     @property
     def verdict(self) -> str:
+        if self.interrupted is not None:
+            return INCOMPLETE
         return PASS if self.exit_code == 0 else FAIL
 
     def counts(self) -> dict[str, int]:
         statuses = [o.status for o in self.outcomes]
-        return {"pairs": len(statuses), **{s: statuses.count(s)
-                                           for s in (OK, UNEXPECTED, REGRESSION, ERROR)}}
+        return {"pairs": len(statuses), **{s: statuses.count(s) for s in STATUSES}}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +188,7 @@ class SuiteResult:
             "suite": self.suite.path,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
+            "interrupted": self.interrupted,
             "counts": self.counts(),
             "baseline": self.baseline_path,
             "baseline_missing": self.baseline_missing,

@@ -3,8 +3,8 @@
 torch is imported once; a reference that several pairs share (the same frozen ``RunSpec``) is
 trained once. Each pair's report is saved into ``out/<name>`` as soon as it is done, so an
 interrupted suite leaves what it finished. A pair that crashes, turns out to be bad input or
-whose report cannot be saved is recorded with its reason and the suite goes on. Multi-process
-pairs go through the same ``lrcheck.compare`` as on the command line.
+whose report cannot be saved is recorded with its reason and the suite goes on; Ctrl-C stops
+the suite. Multi-process pairs go through the same ``lrcheck.compare`` as on the command line.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.errors import LrcheckError, SpecError
+from lrcheck.errors import Interrupted, LrcheckError, SpecError
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
-from lrcheck.suite.spec import Suite
+from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 OnProgress = Callable[[int, str, int, int], None]
 OnDone = Callable[[int, PairOutcome], None]
+Progress = Callable[[str, int, int], None]
 
 
 def prepare(suite: Suite, out: Path) -> None:
@@ -51,39 +52,35 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
     """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
     ``on_progress(index, role, done, total)`` follows the updates of the pair being trained;
     ``on_done(index, outcome)`` is called as each pair ends. Each pair's plots are drawn by
-    ``renderer`` when given (in a helper, while the next pair trains), else here."""
-    import lrcheck
+    ``renderer`` when given (in a helper, while the next pair trains), else here.
+
+    Ctrl-C stops the suite rather than the pair: the pair that was running is ``incomplete``
+    (what it recorded is saved in its folder, as ``lrcheck compare`` does), the pairs after it
+    are ``not_run`` (``on_done`` is called for them too), and the result, whose ``interrupted``
+    says where it stopped, is returned for the suite's report to be written."""
     from lrcheck.runner.loop import environment
 
     started = time.perf_counter()
     references: dict[RunSpec, RunTrace] = {}
-    outcomes = []
-    for index, entry in enumerate(suite.entries):
-        began = time.perf_counter()
-        progress = ((lambda role, done, total, i=index: on_progress(i, role, done, total))
-                    if on_progress else None)
-        outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
-        try:
-            outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
-            try:
-                outcome.report.save(out / entry.name, renderer)
-            except LrcheckError as exc:
-                outcome.report = None  # a report that is not there is not a pass
-                raise SpecError(f"its report could not be saved: {exc}") from None
-        except LrcheckError as exc:
-            outcome.error, outcome.error_code = str(exc), exc.exit_code
-        if outcome.report is not None:
-            # The candidate's parameters served the checks; only a shared reference is needed
-            # again, so the suite's memory does not grow with every pair.
-            outcome.report.candidate.params = outcome.report.candidate.params[:0]
-            if baseline is not None:
-                rec = baseline.get(entry.name)
-                outcome.baseline = "new" if rec is None else "compared"
-                outcome.regressions = regressions(outcome.report, rec) if rec else []
-        outcome.seconds = time.perf_counter() - began
-        outcomes.append(outcome)
+    outcomes: list[PairOutcome] = []
+    stopped: str | None = None
+    try:
+        for index, entry in enumerate(suite.entries):
+            progress = ((lambda role, done, total, i=index: on_progress(i, role, done, total))
+                        if on_progress else None)
+            outcomes.append(_run_pair(entry, out, references, progress, renderer, baseline))
+            if outcomes[-1].interrupted is not None:
+                stopped = _where(suite, index)
+            if on_done is not None:
+                on_done(index, outcomes[-1])
+            if stopped is not None:
+                break
+    except KeyboardInterrupt:  # between two pairs, or while one was being shown
+        stopped = stopped or _where(suite, len(outcomes) - 1, after=True)
+    for index in range(len(outcomes), len(suite.entries)):
+        outcomes.append(PairOutcome(suite.entries[index], not_run=True))
         if on_done is not None:
-            on_done(index, outcome)
+            on_done(index, outcomes[-1])
 
     names = {e.name for e in suite.entries}
     device = next((o.report.environment["device"] for o in outcomes if o.report), "cpu")
@@ -92,4 +89,54 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
         baseline_missing=sorted(set(baseline or {}) - names),
         environment={**environment(device, 1), "world_size": max(
             e.pair.candidate.world for e in suite.entries)},
+        interrupted=stopped,
     )
+
+
+def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
+              progress: Progress | None, renderer: Renderer | None,
+              baseline: dict[str, dict[str, Any]] | None) -> PairOutcome:
+    """One pair, compared and saved into ``out/<name>``. A pair that crashes, is bad input or
+    whose report cannot be saved gets its error; one stopped by Ctrl-C is ``interrupted``."""
+    import lrcheck
+    from lrcheck.reports.files import write_incomplete
+
+    began = time.perf_counter()
+    outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
+    try:
+        outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
+        try:
+            outcome.report.save(out / entry.name, renderer)
+        except LrcheckError as exc:
+            outcome.report = None  # a report that is not there is not a pass
+            raise SpecError(f"its report could not be saved: {exc}") from None
+    except Interrupted as exc:
+        outcome.interrupted = str(exc)
+        try:
+            write_incomplete(exc.result, out / entry.name)
+            outcome.partial_saved = True
+        except LrcheckError as error:
+            outcome.interrupted += f"; what it recorded could not be saved: {error}"
+    except KeyboardInterrupt:  # after both runs: while checking or saving
+        outcome.report = None
+        outcome.interrupted = "interrupted (Ctrl-C) after both runs, before its report was saved"
+    except LrcheckError as exc:
+        outcome.error, outcome.error_code = str(exc), exc.exit_code
+    if outcome.report is not None:
+        # The candidate's parameters served the checks; only a shared reference is needed
+        # again, so the suite's memory does not grow with every pair.
+        outcome.report.candidate.params = outcome.report.candidate.params[:0]
+        if baseline is not None:
+            rec = baseline.get(entry.name)
+            outcome.baseline = "new" if rec is None else "compared"
+            outcome.regressions = regressions(outcome.report, rec) if rec else []
+    outcome.seconds = time.perf_counter() - began
+    return outcome
+
+
+def _where(suite: Suite, index: int, *, after: bool = False) -> str:
+    """``interrupted (Ctrl-C) during pair 2 of 3 ('b')``, or ``after pair 2 …``."""
+    if index < 0:
+        return f"interrupted (Ctrl-C) before the first of {len(suite.entries)} pairs"
+    return (f"interrupted (Ctrl-C) {'after' if after else 'during'} pair {index + 1} of "
+            f"{len(suite.entries)} ({suite.entries[index].name!r})")
