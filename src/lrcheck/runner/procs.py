@@ -8,11 +8,14 @@ the parent's ``Popen``), and stopping a launch signals every process that carrie
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 MARKER_ENV = "LRCHECK_LAUNCH"
 TERM_GRACE_S = 2.0
@@ -20,7 +23,7 @@ KILL_WAIT_S = 5.0
 _PROC = Path("/proc")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Running (a zombie, dead but not yet reaped by its parent, does not count)."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
@@ -41,7 +44,7 @@ def marked(token: str) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0") and _alive(int(entry.name)):
+        if needle in environ.split(b"\0") and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -81,3 +84,28 @@ def stop(proc: subprocess.Popen, token: str) -> None:
         proc.wait(timeout=KILL_WAIT_S)
     except subprocess.TimeoutExpired:  # SIGKILL was sent; only an unkillable process gets here
         pass
+
+
+def exit_now(code: int) -> NoReturn:
+    """Leave with ``code`` once this process's work is done: atexit handlers run and stdout and
+    stderr are flushed, but the interpreter is not finalised.
+
+    Finalising is what made a torchrun rank abort after its run had finished ("terminate called
+    without an active exception", SIGABRT; docs/multiprocess.md). A rank that has used gloo
+    still has gloo's worker threads (``pt_gloo_runloop``) then: the process group lives as long
+    as the DDP model that holds it. A worker thread drops its reference to a finished
+    collective's work object just after waking the waiting thread, and that object's destructor
+    takes the GIL to release the Python thread-local state it captured. When the main thread
+    has meanwhile reached ``Py_FinalizeEx``, a thread that asks for the GIL is ended with
+    ``pthread_exit``, whose unwinding through that ``noexcept`` destructor calls
+    ``std::terminate``. ``os._exit`` ends every thread at once, with nothing left to unwind.
+    Everything a run reports is in files that were closed (and renamed) before this is called.
+    Leaving this way also skips Python's teardown of torch and scikit-learn (about a second).
+    """
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to tell
+            pass
+    os._exit(code)

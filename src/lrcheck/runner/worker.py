@@ -19,6 +19,7 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner import group, handoff
+from lrcheck.runner.procs import exit_now
 from lrcheck.runner.local import run_local
 from lrcheck.runner.pair import preflight
 from lrcheck.runner.torchrun import torchrun_env
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print("lrcheck.runner.worker runs under torchrun only", file=sys.stderr)
         return 2
     _send_output_to(handoff.log_path(folder, env.rank))
+    handoff.write_pid(folder, env.rank)
     lead, role = env.rank == 0, "candidate"
 
     def hook(run: str) -> OnUpdate:
@@ -83,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sys.stdout.flush()
+    handoff.write_done(folder, env.rank)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # never through interpreter teardown: see exit_now
