@@ -14,7 +14,7 @@ import pytest
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.runner import handoff, procs
-from lrcheck.runner.launch import Launched
+from lrcheck.runner.launch import Exited, Launched, TorchrunLog
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
@@ -90,3 +90,91 @@ def test_a_job_that_ends_without_the_reference_s_trace_names_the_reference(tmp_p
                                        r"exit code 1"):
         job.wait(timeout=30)
     assert time.monotonic() < deadline
+
+
+# What torchrun 2.x logs when a worker dies (trimmed from a real log).
+TORCHRUN_LOG = """\
+W1130 07:23:07.354000 3865 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {other} closing signal SIGTERM
+E1130 07:23:07.419000 3865 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {pid}) of binary: /usr/bin/python
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: {other})
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: {pid})
+  error_file: <N/A>
+"""
+
+
+def test_torchrun_s_log_gives_the_first_failure_each_exit_code_and_the_workers_it_stopped():
+    log = TorchrunLog.parse(TORCHRUN_LOG.format(pid=3880, other=3879))
+    assert log.first == Exited(rank=1, pid=3880, code=-9)
+    assert log.codes == {3880: -9, 3879: -15}
+    assert log.stopped == {3879}
+    assert log.how(3880) == "killed by SIGKILL"
+    assert log.how(3879) == "killed by SIGTERM"
+    assert TorchrunLog.parse("failed (exitcode: 1) local_rank: 0 (pid: 7)").how(7) == (
+        "exit code 1 without reporting an error")
+    assert TorchrunLog().how(3880) == "its process is gone (torchrun's log does not say how)"
+
+
+def _gone() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _alive_pid(tmp_path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def test_a_rank_that_died_is_named_with_its_signal_and_its_last_log_line(tmp_path):
+    # Rank 1 died without a word; rank 0, which lost it, reported the consequence.
+    peer = _alive_pid(tmp_path)
+    dead = _gone()
+    try:
+        (tmp_path / "rank0.pid").write_text(str(peer.pid))
+        (tmp_path / "rank1.pid").write_text(str(dead))
+        handoff.log_path(tmp_path, 1).write_text("building the model\nupdate 3 done\n\n")
+        handoff.write_error(tmp_path, 0, "RuntimeError: Connection closed by peer", "candidate")
+        (tmp_path / handoff.TORCHRUN_LOG).write_text(TORCHRUN_LOG.format(pid=dead, other=peer.pid))
+        job = _job(tmp_path, script="import sys; sys.exit(1)")
+        with pytest.raises(RunError) as caught:
+            job.wait(timeout=30)
+    finally:
+        peer.kill()
+        peer.wait()
+    assert str(caught.value) == (
+        "rank 1 of 2 died in the candidate run: killed by SIGKILL; its last log line: "
+        f"'update 3 done'; full log: {tmp_path / 'rank1.log'}")
+
+
+def test_a_rank_torchrun_stopped_after_another_failed_is_not_blamed(tmp_path):
+    # Rank 0 raised; torchrun then stopped rank 1 (its log says so): rank 0's error is the cause.
+    stopped = _gone()
+    (tmp_path / "rank0.pid").write_text(str(_gone()))
+    (tmp_path / "rank1.pid").write_text(str(stopped))
+    handoff.write_error(tmp_path, 0, "ValueError: boom", "candidate")
+    (tmp_path / handoff.TORCHRUN_LOG).write_text(
+        f"Sending process {stopped} closing signal SIGTERM\n")
+    job = _job(tmp_path, script="import sys; sys.exit(1)")
+    with pytest.raises(RunError, match=r"^rank 0 of 2 failed in the candidate run: "
+                                       r"ValueError: boom; full log: "):
+        job.wait(timeout=30)
+
+
+def test_rank_0_dying_in_the_reference_is_told_as_rank_0_alone(tmp_path):
+    handoff.write_trace(tmp_path, _trace(CANDIDATE, 2), "candidate")
+    handoff.append_line(tmp_path, handoff.started_line("reference"))
+    dead = _gone()
+    (tmp_path / "rank0.pid").write_text(str(dead))
+    handoff.write_done(tmp_path, 1)
+    (tmp_path / "rank1.pid").write_text(str(_gone()))
+    (tmp_path / handoff.TORCHRUN_LOG).write_text(
+        f"failed (exitcode: -6) local_rank: 0 (pid: {dead}) of binary: python\n")
+    job = _job(tmp_path, script="import sys; sys.exit(1)")
+    with pytest.raises(RunError, match=r"^rank 0 of 1 died in the reference run: killed by "
+                                       r"SIGABRT; its log is empty; full log: "):
+        job.wait(timeout=30)

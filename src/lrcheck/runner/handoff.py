@@ -11,6 +11,9 @@ These are the runner's working files, not a report (reports/ writes those)::
     ROLE-params.npy      ... which are here: parameters after every update
     environment.json     rank 0: where the runs ran (lrcheck, torch, device, ...)
     rankR.log            rank R's stdout and stderr
+    rankR.pid            rank R's process id, written when it starts ...
+    rankR.done           ... and this when it has done all its work and leaves: a rank whose
+                         process is gone with neither this nor an error file died
     rankR.error          when rank R raised: the run it was in, the error on one line, and
                          whether it is bad input (exit 2) rather than a crash (exit 3)
     torchrun.log         torchrun's own output
@@ -148,6 +151,39 @@ class RankError:
 def write_error(folder: Path, rank: int, line: str, role: str, bad_input: bool = False) -> None:
     _write_json(folder / f"rank{rank}.error",
                 {"line": " ".join(line.split()), "role": role, "bad_input": bad_input})
+
+
+def write_pid(folder: Path, rank: int) -> None:
+    _replace_into(folder / f"rank{rank}.pid", lambda tmp: tmp.write_text(str(os.getpid())))
+
+
+def write_done(folder: Path, rank: int) -> None:
+    _replace_into(folder / f"rank{rank}.done", lambda tmp: tmp.write_text(""))
+
+
+def read_pids(folder: Path) -> dict[int, int]:
+    """The process id of every rank that has started, by rank."""
+    return {int(path.stem.removeprefix("rank")): int(path.read_text())
+            for path in folder.glob("rank*.pid")}
+
+
+def accounted(folder: Path) -> set[int]:
+    """The ranks that left on their own terms: done, or after reporting an error."""
+    return {int(path.stem.removeprefix("rank"))
+            for pattern in ("rank*.done", "rank*.error") for path in folder.glob(pattern)}
+
+
+def last_log_line(folder: Path, rank: int) -> str:
+    """The last non-empty line of rank ``rank``'s log ('' when there is none)."""
+    try:
+        with open(log_path(folder, rank), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def read_errors(folder: Path) -> list[RankError]:

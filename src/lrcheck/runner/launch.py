@@ -5,22 +5,28 @@ process it started is left running (``procs.stop``)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from lrcheck.errors import RunError, SpecError
+from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner import handoff, procs
 from lrcheck.runner.torchrun import torchrun_argv
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 POLL_S = 0.05
+# Once a rank has died, how long torchrun gets to notice it, stop the others and exit, so that
+# its log holds the dead rank's exit status (it polls every MONITOR_INTERVAL_S).
+SETTLE_S = 10.0
 # Until training starts, the clock also covers starting Python and torch on every rank, the
 # rendezvous, loading the data and building the model and DDP.
 STARTUP_S = 60.0
@@ -95,8 +101,8 @@ class Launched:
         if code != 0 or missing:
             role = missing[0] if missing else self.watch.role
             raise RunError(f"the {role} run ({self.watch.processes(role)}) ended with torchrun "
-                           f"exit code {code} and no rank reported an error (a worker killed by "
-                           f"a signal?); torchrun's log: {self.folder / handoff.TORCHRUN_LOG}")
+                           f"exit code {code}; no rank reported an error, and torchrun's log "
+                           f"names none that failed: {self.folder / handoff.TORCHRUN_LOG}")
         shutil.rmtree(self.folder, ignore_errors=True)
         first = self.finished[self.roles[0]]
         # Until the next run's first line, when there is one: its own wall time.
@@ -156,27 +162,76 @@ class _Watch:
         return bool(lines)
 
     def wait(self, proc: subprocess.Popen, timeout: float | None) -> int:
-        """torchrun's exit code once it exits on its own; ``RunError`` (``SpecError`` for bad
-        input) as soon as a rank reports an error, or nothing arrives for ``timeout`` seconds."""
+        """torchrun's exit code once every rank has finished; ``RunError`` (``SpecError`` for
+        bad input) as soon as a rank reports an error or dies, or nothing arrives for
+        ``timeout`` seconds."""
         last = time.monotonic()
         while True:
             if self.pump():
                 last = time.monotonic()
             code = proc.poll()
+            dead = self._dead()
             errors = handoff.read_errors(self.folder)
-            if errors:
-                first = errors[0]
-                if first.bad_input:
-                    raise SpecError(first.line)
-                world = self.spec.world if first.role == self.spec_role else 1
-                raise RunError(f"rank {first.rank} of {world} failed in the {first.role} run: "
-                               f"{first.line}; full log: {handoff.log_path(self.folder, first.rank)}")
+            if dead or errors or code not in (None, 0):
+                failure = self._failure(proc, dead, errors)
+                if failure is not None:
+                    raise failure
             if code is not None:
                 return code
             allowed = timeout if self.started else max(timeout or 0.0, STARTUP_S)
             if timeout is not None and time.monotonic() - last > allowed:
                 raise RunError(self._hung(timeout))
             time.sleep(POLL_S)
+
+    def _dead(self) -> list[int]:
+        """Ranks whose process is gone although they neither finished nor reported an error,
+        and torchrun did not stop them (it stops the others once one has failed)."""
+        pids = handoff.read_pids(self.folder)
+        gone = {rank: pid for rank, pid in pids.items() if not procs.alive(pid)}
+        if not gone:
+            return []
+        # Read after the processes were found gone: torchrun logs that it stops a worker
+        # before it signals it, so one it stopped cannot pass for one that died.
+        log = TorchrunLog.read(self.folder / handoff.TORCHRUN_LOG)
+        accounted = handoff.accounted(self.folder)
+        return sorted(rank for rank, pid in gone.items()
+                      if rank not in accounted and pid not in log.stopped)
+
+    def _failure(self, proc: subprocess.Popen, dead: list[int],
+                 errors: list[handoff.RankError]) -> LrcheckError | None:
+        """The error that names the cause: bad input; else a rank that died (its peers' errors
+        are only that they lost it); else the first rank that raised; else the rank torchrun's
+        log says failed first. None when nothing names one (``Launched.wait`` tells it)."""
+        if errors and errors[0].bad_input:
+            return SpecError(errors[0].line)
+        if errors and not dead:
+            first = errors[0]
+            return RunError(f"{self._rank(first.rank, first.role)} failed in the {first.role} "
+                            f"run: {first.line}; full log: "
+                            f"{handoff.log_path(self.folder, first.rank)}")
+        # torchrun notices a dead rank within MONITOR_INTERVAL_S, stops the others, logs the
+        # exit status of each and exits: wait for that (bounded) so the message can say how.
+        deadline = time.monotonic() + SETTLE_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        log = TorchrunLog.read(self.folder / handoff.TORCHRUN_LOG)
+        pids = handoff.read_pids(self.folder)
+        if not dead:  # gone before it could write its pid: torchrun's log alone names it
+            dead = [log.first.rank] if log.first is not None else []
+            if log.first is not None:
+                pids.setdefault(log.first.rank, log.first.pid)
+        if not dead:
+            return None
+        first = log.first.rank if log.first is not None and log.first.rank in dead else dead[0]
+        role = self.spec_role if first != 0 else self.role
+        last = handoff.last_log_line(self.folder, first)
+        said = f"its last log line: {last!r}" if last else "its log is empty"
+        return RunError(f"{self._rank(first, role)} died in the {role} run: "
+                        f"{log.how(pids.get(first))}; {said}; full log: "
+                        f"{handoff.log_path(self.folder, first)}")
+
+    def _rank(self, rank: int, role: str) -> str:
+        return f"rank {rank} of {self.spec.world if role == self.spec_role else 1}"
 
     def _hung(self, timeout: float) -> str:
         if self.last_update is None:
@@ -187,3 +242,58 @@ class _Watch:
         return (f"the {self.role} run ({self.processes(self.role)}) made no progress for "
                 f"{timeout:g} s (--timeout) {where}; every process was stopped; rank logs in "
                 f"{self.folder}")
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A worker process as torchrun reported it: local ``rank``, ``pid`` and exit ``code``
+    (minus the signal's number when a signal ended it)."""
+
+    rank: int
+    pid: int
+    code: int
+
+
+# What torchrun (torch.distributed.elastic) logs about its workers. When they cannot be found
+# (another torch's wording), a dead rank is still named, only without its exit status.
+_FIRST_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_EXITCODE = re.compile(r"exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)")
+_STOPPING = re.compile(r"Sending process (\d+) closing signal")
+
+
+@dataclass(frozen=True)
+class TorchrunLog:
+    """What torchrun's own log says: the first worker it saw fail, the exit code of every
+    worker that failed (by pid), and the workers it stopped itself."""
+
+    first: Exited | None = None
+    codes: dict[int, int] = field(default_factory=dict)
+    stopped: frozenset[int] = frozenset()
+
+    @classmethod
+    def parse(cls, text: str) -> TorchrunLog:
+        first = _FIRST_FAILED.search(text)
+        codes = {int(pid): int(code) for code, pid in _EXITCODE.findall(text)}
+        if first is not None:
+            codes.setdefault(int(first[3]), int(first[1]))
+        return cls(None if first is None else Exited(int(first[2]), int(first[3]), int(first[1])),
+                   codes, frozenset(int(pid) for pid in _STOPPING.findall(text)))
+
+    @classmethod
+    def read(cls, path: Path) -> TorchrunLog:
+        try:
+            return cls.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return cls()
+
+    def how(self, pid: int | None) -> str:
+        """How the worker ``pid`` ended, in words."""
+        code = self.codes.get(pid) if pid is not None else None
+        if code is None:
+            return "its process is gone (torchrun's log does not say how)"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code} without reporting an error"
