@@ -7,7 +7,6 @@ user is a bug.
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
+from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
@@ -157,7 +156,9 @@ def compare_command(
                 from lrcheck.runner.group import finish
 
                 # torchrun stops every rank as soon as one exits non-zero: the others wait
-                # here until rank 0 has written and printed the report.
+                # here until rank 0 has written and printed the report and stopped its plot
+                # helper (stopped by torchrun, rank 0 would leave the helper to init).
+                _close(renderer)
                 finish(member)
     except Interrupted as exc:
         if speak:
@@ -166,9 +167,9 @@ def compare_command(
     except LrcheckError as exc:
         # Under torchrun a crash is told by the rank it happened on; bad input once, by rank 0.
         raise fail(exc, speak=speak or isinstance(exc, RunError)) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if speak:
-            errors.print("lrcheck: interrupted")
+            errors.print(f"lrcheck: {stop_words(stop)}")
         raise typer.Exit(130) from None
     finally:
         _close(renderer)
@@ -305,8 +306,8 @@ def trace_command(
         renderer.finish()
     except LrcheckError as exc:
         raise fail(exc) from None
-    except KeyboardInterrupt:
-        errors.print("lrcheck: interrupted")
+    except KeyboardInterrupt as stop:
+        errors.print(f"lrcheck: {stop_words(stop)}")
         raise typer.Exit(130) from None
     finally:
         _close(renderer)
@@ -341,8 +342,8 @@ def diff_command(
                                  else DEFAULT_REPORTS / f"diff-{report.pair.name}")
     except LrcheckError as exc:
         raise fail(exc) from None
-    except KeyboardInterrupt:
-        errors.print("lrcheck: interrupted")
+    except KeyboardInterrupt as stop:
+        errors.print(f"lrcheck: {stop_words(stop)}")
         raise typer.Exit(130) from None
     _show(report, console, errors, json_out=json_out, quiet=quiet)
     raise typer.Exit(report.exit_code)
@@ -424,8 +425,8 @@ def suite_command(
                 errors.print(escape(f"lrcheck: warning: $GITHUB_STEP_SUMMARY: {exc}"))
     except LrcheckError as exc:
         raise fail(exc) from None
-    except KeyboardInterrupt:
-        errors.print("lrcheck: interrupted")
+    except KeyboardInterrupt as stop:
+        errors.print(f"lrcheck: {stop_words(stop)}")
         raise typer.Exit(130) from None
     finally:
         _close(renderer)
@@ -460,13 +461,41 @@ def list_command() -> None:
         console.print(table)
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+def _stop_on_signals() -> list[int]:
+    """SIGTERM and SIGHUP stop lrcheck as Ctrl-C does (``errors.Stopped``), so a CI runner that
+    cancels a job, or a closed terminal, still stops every worker and saves what was recorded.
+    Returns the list the signals that arrived are added to. A second one is ignored: lrcheck is
+    already stopping. Not under torchrun, which stops its ranks with SIGTERM itself."""
+    import signal
+
+    arrived: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        for name in STOP_SIGNALS:
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        arrived.append(signum)
+        raise Stopped(signum)
+
+    if torchrun_env(os.environ) is None:
+        for name in STOP_SIGNALS:
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), stop)
+    return arrived
+
+
 def main() -> None:
     """The console script (and ``python -m lrcheck``): run the command, then leave without
-    tearing the interpreter down. With torch, scikit-learn and torch._dynamo loaded, Python's
-    finalisation takes about a second (1.1 s on the benchmark machine) and does nothing a user
-    needs: every report file is written, closed and renamed by then and the plot helper has
-    stopped. atexit handlers still run and stdout and stderr are flushed; the exit code is the
-    command's. (Tests call ``app`` through typer's CliRunner, which this does not touch.)"""
+    finalising the interpreter (``runner.procs.exit_now``): under torchrun that is what keeps a
+    rank from aborting in teardown, and everywhere it saves Python's one-second teardown of
+    torch. Every report file is written, closed and renamed by then and the plot helper has
+    stopped. A command stopped by SIGTERM or SIGHUP exits 128 + its number instead of Ctrl-C's
+    130. (Tests call ``app`` through typer's CliRunner, which this does not touch.)"""
+    from lrcheck.runner.procs import exit_now
+
+    arrived = _stop_on_signals()
     try:
         app()
         code: Any = 0
@@ -477,10 +506,6 @@ def main() -> None:
     elif not isinstance(code, int):  # what sys.exit("message") means
         print(code, file=sys.stderr)
         code = 1
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing more to tell
-            pass
-    os._exit(code)
+    if code == 130 and arrived:
+        code = 128 + arrived[0]
+    exit_now(code)

@@ -30,3 +30,23 @@ class Interrupted(LrcheckError):
     def __init__(self, message: str, result: object) -> None:
         super().__init__(message)
         self.result = result
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal asked lrcheck to stop (SIGTERM, SIGHUP). It is handled as Ctrl-C is — every
+    worker stopped, what was recorded saved with verdict "incomplete" — and the command exits
+    with 128 + the signal's number, as a shell reports a process that signal ended (143 for
+    SIGTERM)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stop_words(exc: BaseException) -> str:
+    """How a stop is told: "interrupted (Ctrl-C)" or "terminated (SIGTERM)"."""
+    if isinstance(exc, Stopped):
+        import signal
+
+        return f"terminated ({signal.Signals(exc.signum).name})"
+    return "interrupted (Ctrl-C)"

@@ -98,7 +98,9 @@ class Renderer:
     def close(self) -> None:
         """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
         raise): an interrupted suite keeps the plots of the pairs it finished. A Ctrl-C while
-        waiting stops waiting (the helper leaves on its own once this process is gone)."""
+        waiting stops the helper at once. Either way no process is left once this returns:
+        lrcheck leaves through ``os._exit``, and a child still running then would be left to
+        init (the helper, or multiprocessing's resource tracker)."""
         pool, self._pool = self._pool, None
         self._pending = []
         if pool is None:
@@ -106,7 +108,12 @@ class Renderer:
         try:
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # a second Ctrl-C while waiting: the user wants out now
-            pool.shutdown(wait=False, cancel_futures=True)
+            helpers = list((getattr(pool, "_processes", None) or {}).values())
+            for process in helpers:
+                process.kill()
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            _stop_resource_tracker()
 
     def __enter__(self) -> Renderer:
         return self
@@ -145,3 +152,15 @@ def _sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _stop_resource_tracker() -> None:
+    """Stop and reap multiprocessing's resource tracker, which the helper's queues started in
+    this process: it would otherwise leave only after this process, as init's orphan. (Python
+    3.11 to 3.13 name the method ``_stop``; multiprocessing starts the tracker again if
+    anything here needs it later.)"""
+    from multiprocessing import resource_tracker
+
+    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+    if stop is not None:
+        stop()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lrcheck.errors import Interrupted, SpecError
+from lrcheck.errors import Interrupted, SpecError, stop_words
 from lrcheck.runner.policies import require_extra
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
@@ -51,7 +51,7 @@ class _Tracker:
         self.finished[role] = trace
         return trace
 
-    def interrupted(self) -> Interrupted:
+    def interrupted(self, stop: BaseException) -> Interrupted:
         from lrcheck.result import IncompleteResult
 
         traces = {}
@@ -66,7 +66,7 @@ class _Tracker:
                                             planned, stopped)
         running = (self.current if self.current not in (None, *self.finished)
                    else next((r for r in ROLES if r not in self.finished), "report"))
-        reason = (f"interrupted (Ctrl-C) during the {running} run; "
+        reason = (f"{stop_words(stop)} during the {running} run; "
                   f"reference {traces['reference'].stopped or 'finished'}, "
                   f"candidate {traces['candidate'].stopped or 'finished'}")
         result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
@@ -91,8 +91,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     tracker = _Tracker(pair, progress)
     try:
         traces = _run_pair(pair, tracker, timeout, member, cache)
-    except KeyboardInterrupt:
-        raise tracker.interrupted() from None
+    except KeyboardInterrupt as stop:  # Ctrl-C, or a signal that lrcheck.cli turns into one
+        raise tracker.interrupted(stop) from None
     if traces is None:
         return None
     tracker.environment["launch"] = {role: _how(traces[role], member) for role in ROLES}
