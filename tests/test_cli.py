@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from lrcheck.cli import app
+from tests.helpers import HANG_S
 
 runner = CliRunner()
 FAST = ["--epochs", "1"]
@@ -39,7 +40,8 @@ def test_help_and_list_do_not_import_torch(argv):
             "heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
             "         if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)" % (argv,))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=HANG_S)
     assert "HEAVY []" in done.stderr, done.stderr
 
 
@@ -52,7 +54,7 @@ def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
         argv, code, stream, text):
     # main() skips the interpreter's teardown (os._exit): nothing may be lost on the way out.
     done = subprocess.run([sys.executable, "-m", "lrcheck", *argv], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
     assert done.returncode == code
     assert text in getattr(done, stream)
 

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from typer.testing import CliRunner
 import lrcheck
 from lrcheck.cli import app
 from lrcheck.runner import pair as pair_module
+from tests.helpers import HANG_S, wait_for
 
 SUITE = """
     [defaults]
@@ -204,7 +204,7 @@ def test_amp_fp16_and_inject_overflow_work_in_defaults_and_pairs(tmp_path):
 
 
 SLOW_FACTORY = """
-    import signal
+    import time
     from pathlib import Path
 
     from torch.optim.lr_scheduler import LambdaLR
@@ -216,7 +216,12 @@ SLOW_FACTORY = """
         def factor(step):
             if step == 3:  # three updates into pair "b": tell the test, wait for its Ctrl-C
                 MARK.touch()
-                signal.pause()
+                # Short sleeps, not signal.pause(): a Ctrl-C landing between touch() and pause()
+                # would wake nothing, and the suite would wait for a second one.
+                deadline = time.monotonic() + {hang}
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                raise RuntimeError("the test sent no Ctrl-C")
             return 1.0
 
         return LambdaLR(optimizer, factor)
@@ -250,24 +255,25 @@ def _default_sigint() -> None:
 @pytest.mark.slow
 def test_sigint_stops_the_suite_exits_130_and_writes_what_finished(tmp_path):
     factory = tmp_path / "slow_schedule.py"
-    factory.write_text(textwrap.dedent(SLOW_FACTORY))
+    factory.write_text(textwrap.dedent(SLOW_FACTORY.format(hang=HANG_S)))
     path = tmp_path / "ci.toml"
     path.write_text(textwrap.dedent(SIGINT_SUITE.format(factory=factory)))
     env = {**os.environ, "PYTHONPATH": str(Path(lrcheck.__file__).parents[1]),
            "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "lrcheck", "suite", str(path), "--out", "R"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    # Files, not pipes: nobody reads a pipe while the test waits, and a full one would stall it.
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "lrcheck", "suite", str(path), "--out",
+                                 "R"], cwd=tmp_path, env=env, stdout=stdout, stderr=stderr,
+                                preexec_fn=_default_sigint)
     try:
-        deadline = time.monotonic() + 180  # a bound, not a measurement
-        while not (tmp_path / "pair-b-is-training").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "pair b never started"
-            time.sleep(0.05)
+        wait_for((tmp_path / "pair-b-is-training").exists, HANG_S, "pair b to start training",
+                 proc=proc)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()
+    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     print(out, err)
     assert proc.returncode == 130
     R = tmp_path / "R"
@@ -311,5 +317,6 @@ def test_help_does_not_import_torch_sklearn_or_matplotlib():
     code = ("import sys; from typer.testing import CliRunner; from lrcheck.cli import app; "
             "r = CliRunner().invoke(app, ['suite', '--help']); assert r.exit_code == 0; "
             "print(sorted(m for m in ('torch', 'sklearn', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=HANG_S)
     assert out.stdout.strip() == "[]"

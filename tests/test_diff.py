@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 import lrcheck
 from lrcheck.cli import app
 from lrcheck.errors import SpecError
+from tests.helpers import HANG_S
 
 SAMPLES, FEATURES, EPOCHS = 256, 8, 2
 runner = CliRunner()
@@ -193,5 +194,5 @@ def test_diff_imports_no_torch(loop_files, tmp_path):
                  ["diff", str(loop_files["ref"]), str(loop_files["accum"]), "--quiet", "--out",
                   str(tmp_path / "r")]):
         done = subprocess.run([sys.executable, "-c", code % (argv,)], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=HANG_S)
         assert "TORCH False" in done.stderr, done.stderr

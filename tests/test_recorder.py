@@ -6,6 +6,7 @@ import pytest
 
 from lrcheck.errors import SpecError
 from lrcheck.recorder import Recorder, read_records
+from tests.helpers import HANG_S
 
 
 class FakeOptimizer:
@@ -36,7 +37,8 @@ def test_append_continues_the_counters_and_disabled_writes_nothing(tmp_path):
 
 def test_importable_without_torch():
     code = "import sys, lrcheck; lrcheck.Recorder; print('torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=HANG_S)
     assert done.stdout.strip() == "False", done.stderr
 
 

@@ -1,0 +1,56 @@
+"""Waiting on other processes in tests, so that a loaded machine makes a test slower, never wrong:
+wait on the condition itself, and bound the wait only to turn a hang into a failure."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+# How long a test lets something that takes seconds take before calling it a hang. Not a measure
+# of speed: a loaded 2-core CI machine can stretch a short run to minutes; only a hang takes this
+# long. A test about lrcheck's own --timeout waits on that instead.
+HANG_S = 600.0
+
+# How long an exited process may keep its pipes open (a leftover child holding them) before
+# wait_for reports it without its output.
+OUTPUT_S = 10.0
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str, *,
+             proc: subprocess.Popen | None = None, interval: float = 0.05) -> T:
+    """Call ``condition`` until it returns something truthy, and return that value.
+
+    Fails the test, naming ``what`` (the thing awaited, e.g. ``"pair b to start training"``),
+    when ``timeout`` seconds pass first, or, given ``proc``, as soon as that process has exited
+    with the condition still false (with its exit code and whatever it printed to pipes). The
+    condition is always tried once more after the deadline or the exit was seen, so neither
+    races with it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        exited = proc is not None and proc.poll() is not None
+        late = time.monotonic() >= deadline
+        value = condition()
+        if value:
+            return value
+        if exited:
+            pytest.fail(f"waiting for {what}: the process exited first, with code "
+                        f"{proc.returncode}{_output(proc)}")
+        if late:
+            pytest.fail(f"waiting for {what}: gave up after {timeout:g} s")
+        time.sleep(interval)
+
+
+def _output(proc: subprocess.Popen) -> str:
+    try:
+        out, err = proc.communicate(timeout=OUTPUT_S)
+    except subprocess.TimeoutExpired:
+        return f"; its pipes were still open {OUTPUT_S:g} s after it exited"
+    texts = [t.decode(errors="replace") if isinstance(t, bytes) else t for t in (out, err)]
+    return "".join(f"\n{name}:\n{text}" for name, text in zip(("stdout", "stderr"), texts)
+                   if text)
