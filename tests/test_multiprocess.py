@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import lrcheck
+from tests.helpers import HANG_S, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -99,7 +100,7 @@ class Run:
                                      stderr=subprocess.PIPE, text=True, start_new_session=True,
                                      preexec_fn=_default_sigint)
 
-    def finish(self, timeout: float = 240) -> Run:
+    def finish(self, timeout: float = HANG_S) -> Run:
         try:
             self.out, self.err = self.proc.communicate(timeout=timeout)
         finally:
@@ -123,18 +124,16 @@ class Run:
         assert json.loads(self.reaped.read_text()) == [], "processes left to init"
         assert _survivors(self.mark) == [], "processes left running"
 
-    def wait_for_updates(self, count: int, timeout: float = 180) -> Path:
+    def wait_for_updates(self, count: int) -> Path:
         """The candidate's launch folder once rank 0 has recorded ``count`` lines (its "started"
-        line and count - 1 updates) — a condition, not a time."""
-        deadline = time.monotonic() + timeout
-        lines: list[str] = []
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            found = list(self.tmp.glob("lrcheck-candidate-*/updates.jsonl"))
-            lines = found[0].read_text().splitlines() if found else []
-            if len(lines) >= count:
-                return found[0].parent
-            time.sleep(0.2)
-        raise AssertionError(f"the candidate did not record {count} lines: {lines}")
+        line and count - 1 updates): a condition, not a time."""
+        def recorded() -> Path | None:
+            for path in self.tmp.glob("lrcheck-candidate-*/updates.jsonl"):
+                if len(path.read_text().splitlines()) >= count:
+                    return path.parent
+            return None
+
+        return wait_for(recorded, HANG_S, f"{count} lines from the candidate", proc=self.proc)
 
 
 def _hold_default_ports() -> ExitStack:
