@@ -118,3 +118,28 @@ def test_a_broken_torchrun_environment_is_bad_input(environ, match):
 def test_single_node_defaults_from_plain_rank_and_world():
     env = torchrun_env({"WORLD_SIZE": "3", "RANK": "2"})
     assert (env.local_rank, env.local_world, env.node, env.nodes) == (2, 3, 0, 1)
+
+
+def test_torchrun_s_parser_passes_every_compare_flag_to_lrcheck_but_nproc():
+    """torchrun's argparse matches abbreviations of its own options anywhere on the line, even
+    after ``-m lrcheck``: ``--nproc`` is read as its ``--nproc-per-node`` (and refused as
+    ambiguous), which docs/multiprocess.md says. A new compare flag that collided would fail
+    here."""
+    pytest.importorskip("torch")
+    import typer.main
+    from torch.distributed.run import get_args_parser
+
+    from lrcheck.cli import app
+
+    compare = typer.main.get_command(app).commands["compare"]
+    flags = [opt for param in compare.params for opt in param.opts if opt.startswith("-")]
+    refused = []
+    for flag in flags:
+        try:
+            args = get_args_parser().parse_args(
+                ["--nproc-per-node", "2", "-m", "lrcheck", "compare", flag, "1"])
+        except SystemExit:
+            refused.append(flag)
+            continue
+        assert args.training_script_args == ["compare", flag, "1"]
+    assert refused == ["--nproc"]
