@@ -31,7 +31,7 @@ def test_help_lists_commands_and_flags():
         assert flag in flags
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"]])
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"], ["--version"]])
 def test_help_and_list_do_not_import_torch(argv):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
             "from lrcheck.cli import app\n"
@@ -47,6 +47,8 @@ def test_help_and_list_do_not_import_torch(argv):
     (["list"], 0, "stdout", "per-micro-batch-scaled"),  # the last rows, flushed into a pipe
     (["compare", "--bs", "0"], 2, "stderr", "lrcheck: error:"),
     (["nonsense"], 2, "stderr", "No such command"),
+    (["compare", "--bs", "abc"], 2, "stderr", "lrcheck: error: Invalid value for '--bs'"),
+    (["--version"], 0, "stdout", "lrcheck 0.1.0"),
 ])
 def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
         argv, code, stream, text):
@@ -55,6 +57,41 @@ def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
                           text=True, timeout=120)
     assert done.returncode == code
     assert text in getattr(done, stream)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compare", "--bs", "abc"], "Invalid value for '--bs'"),
+    (["trace", "--samples", "1000", "--warmup", "lots"], "Invalid value for '--warmup'"),
+    (["compare", "--nope"], "No such option: --nope"),
+    (["list", "extra"], "unexpected extra argument"),
+    (["nonsense"], "No such command 'nonsense'"),
+    (["trace"], "Missing option '--samples'"),
+    (["diff", "only-one.jsonl"], "Missing argument 'candidate'"),
+])
+def test_usage_errors_are_one_line_on_stderr_and_exit_2(argv, needle):
+    result = invoke(*argv)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("lrcheck: error: ") and needle in lines[0]
+    assert "--help" in lines[0]  # where to read more
+    assert result.stdout == ""
+
+
+def test_help_still_works_and_no_arguments_still_show_it():
+    for argv in (["--help"], ["compare", "--help"], ["trace", "--help"]):
+        result = invoke(*argv)
+        assert result.exit_code == 0 and "Usage:" in result.stdout and "--help" in result.stdout
+    bare = invoke()
+    assert "Usage:" in bare.output and "compare" in bare.output and "trace" in bare.output
+    assert "lrcheck: error" not in bare.output
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout == f"lrcheck {version('lrcheck')}\n"
 
 
 def test_list_shows_every_registry_entry():

@@ -8,6 +8,7 @@ user is a bug.
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -53,9 +54,69 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdo
 TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-           help="Prove (or disprove) that gradient accumulation and several processes train "
-                "exactly like one process with the same effective batch.")
+def _error_line(text: str) -> None:
+    """``text`` as lrcheck's one error line on stderr."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]lrcheck: error:[/] {escape(' '.join(text.split()))}", markup=True)
+
+
+# The click that typer runs on: its own vendored copy (typer._click) in recent typer, click itself
+# before.
+_click = importlib.import_module(typer.BadParameter.__module__)
+
+
+class _Commands(typer.core.TyperGroup):
+    """lrcheck's commands, whose usage errors (a value that does not parse, an unknown flag, a
+    missing or extra argument) are told as every other bad input is: one line on stderr and
+    exit 2, instead of click's usage block. Help, with or without arguments, is unchanged."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except getattr(_click, "NoArgsIsHelpError", ()) as exc:  # click >= 8.2
+            exc.show()
+            sys.exit(exc.exit_code)
+        except _click.ClickException as exc:
+            where = exc.ctx.command_path if isinstance(exc, _click.UsageError) and exc.ctx else None
+            text = exc.format_message().rstrip(".")
+            _error_line(text + (f"; see '{where} --help'" if where else ""))
+            sys.exit(2)
+        except _click.Abort:
+            print("lrcheck: interrupted", file=sys.stderr)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False,
+                  rich_markup_mode=None,
+                  help="Prove (or disprove) that gradient accumulation and several processes "
+                       "train exactly like one process with the same effective batch.")
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: the installed distribution's version, without importing torch."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("lrcheck")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        from lrcheck import __version__ as number
+    typer.echo(f"lrcheck {number}")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print lrcheck's version and exit.")] = False,
+) -> None:
+    pass
 
 
 def parse_updates(flag: str, text: str) -> tuple[int, ...]:
@@ -71,8 +132,7 @@ def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
     """Print ``exc`` as one line on stderr (unless ``speak`` is False); the ``typer.Exit`` to
     raise."""
     if speak:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]lrcheck: error:[/] {escape(str(exc))}", markup=True)
+        _error_line(str(exc))
     return typer.Exit(exc.exit_code)
 
 
