@@ -193,3 +193,26 @@ def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch
     assert result.stderr.strip().splitlines() == [
         "lrcheck: error: --policy accelerate trains through accelerate, which is not installed; "
         "install it with: pip install 'lrcheck[accelerate]'"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", *FAST, "--out", ""],
+    ["compare", *FAST, "--out=  "],
+    ["trace", "--samples", "1000", "--out", ""],
+    ["diff", "a.jsonl", "b.jsonl", "--out", ""],
+])
+def test_an_empty_out_is_bad_input_before_anything_runs(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where an empty --out would have written
+    result = invoke(*argv)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith("lrcheck: error:") and "--out" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_out_refuses_an_empty_name():
+    from lrcheck.errors import SpecError
+    from lrcheck.reports.files import prepare_out
+
+    with pytest.raises(SpecError, match="--out '' names no folder"):
+        prepare_out("")

@@ -54,6 +54,18 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdo
 TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 
 
+def _out_folder(text: str) -> Path:
+    """``reports.files.out_folder``, imported only when ``--out`` is given (it needs numpy)."""
+    from lrcheck.reports.files import out_folder
+
+    return out_folder(text)
+
+
+def _out_option(help: str) -> Any:
+    """``--out DIR``; an empty name is refused while the flags are read."""
+    return typer.Option(help=help, metavar="DIR", parser=_out_folder)
+
+
 def _error_line(text: str) -> None:
     """``text`` as lrcheck's one error line on stderr."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(
@@ -85,6 +97,9 @@ class _Commands(typer.core.TyperGroup):
             text = exc.format_message().rstrip(".")
             _error_line(text + (f"; see '{where} --help'" if where else ""))
             sys.exit(2)
+        except LrcheckError as exc:  # raised while the flags are read (``_out_option``)
+            _error_line(str(exc))
+            sys.exit(exc.exit_code)
         except _click.Abort:
             print("lrcheck: interrupted", file=sys.stderr)
             sys.exit(130)
@@ -165,7 +180,7 @@ def compare_command(
     tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[Optional[float], typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
@@ -336,7 +351,7 @@ def trace_command(
     policy: PolicyOpt = "per-update",
     tail: TailOpt = "drop",
     tol_lr: TolLrOpt = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
@@ -380,7 +395,7 @@ def diff_command(
     candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
     tol_lr: TolLrOpt = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
 ) -> None:

@@ -66,9 +66,19 @@ def result_json(report: Report | IncompleteResult) -> str:
     return to_json(report.to_dict())
 
 
-def prepare_out(out: Path) -> Path:
-    """``out`` as a folder to write into; an existing file there, or a folder that cannot be
-    made, is bad input."""
+def out_folder(text: str | Path) -> Path:
+    """The report folder a user named (``--out``). An empty name is bad input: as a path it
+    would be the working directory, filled with report files."""
+    if not str(text).strip():
+        raise SpecError(f"--out {str(text)!r} names no folder; give one, such as "
+                        "--out lrcheck-reports/run1")
+    return Path(text)
+
+
+def prepare_out(out: str | Path) -> Path:
+    """``out`` as a folder to write into; an empty name, an existing file there, or a folder
+    that cannot be made, is bad input."""
+    out = out_folder(out)
     if out.exists() and not out.is_dir():
         raise SpecError(f"--out {str(out)!r} is an existing file; give a folder")
     try:
