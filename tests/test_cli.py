@@ -216,3 +216,15 @@ def test_prepare_out_refuses_an_empty_name():
 
     with pytest.raises(SpecError, match="--out '' names no folder"):
         prepare_out("")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compare", "--nproc", "0"], "--nproc must be a whole number >= 1, got 0"),
+    (["trace", "--samples", "1000", "--nproc", "0"], "--nproc must be a whole number >= 1, got 0"),
+    (["compare", "--bs", "8", "--accum", "2", "--nproc", "2", "--ref-bs", "30"],
+     "bs 8 · accum 2 · nproc 2 = 32; set --ref-bs 32"),
+])
+def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
+    result = invoke(*argv, "--out", str(tmp_path))
+    assert result.exit_code == 2 and needle in result.stderr
+    assert "world" not in result.stderr

@@ -155,7 +155,7 @@ def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
 def compare_command(
     accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 2,
     bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = 16,
-    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·world must equal ref-bs·ref-nproc. [default: bs·accum·world / ref-nproc]")] = None,
+    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
     nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
     timeout: Annotated[float, typer.Option(help="Seconds a multi-process run may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3.")] = DEFAULT_TIMEOUT_S,
