@@ -228,3 +228,24 @@ def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
     result = invoke(*argv, "--out", str(tmp_path))
     assert result.exit_code == 2 and needle in result.stderr
     assert "world" not in result.stderr
+
+
+@pytest.mark.parametrize("argv, largest", [
+    (["compare", "--scheduler", "onecycle", "--warmup", "0.99", *FAST], "0.988"),  # 44 updates
+    (["trace", "--samples", "100", "--scheduler", "onecycle", "--warmup", "0.99"], "0.958"),  # 12
+])
+def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
+        argv, largest, monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+    import lrcheck.runner.schedule as schedule
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking the warmup")
+
+    monkeypatch.setattr(loop, "train", trained)
+    monkeypatch.setattr(schedule, "simulate", trained)
+    result = invoke(*argv, "--out", str(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith("lrcheck: error: --warmup 0.99 ")
+    assert f"the largest --warmup that works here is {largest}" in lines[0]

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lrcheck.errors import SpecError
-from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.experiments.schedulers import check_warmup, make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
@@ -338,9 +338,11 @@ class _Run:
 
 def check_plan(spec: RunSpec, num_samples: int) -> None:
     """What can only be checked against the run's length, checked before anything trains: a
-    training set of at least one effective batch, a resume point inside the run, injected
-    overflows at updates the run makes."""
+    training set of at least one effective batch, a warmup the schedule has room for, a resume
+    point inside the run, injected overflows at updates the run makes."""
     plan = plan_steps(num_samples, spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    check_warmup(spec.scheduler, spec.warmup,
+                 lambda warmup: schedule_context(plan, spec.policy, warmup))
     resume_point(spec, plan)
     late = [k for k in spec.inject_overflow if k >= plan.total_updates]
     if late:

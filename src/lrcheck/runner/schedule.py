@@ -119,8 +119,12 @@ def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> 
 
 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
-    """Both schedules of ``pair``, over ``samples`` training samples per epoch each."""
-    from lrcheck.runner.loop import environment
+    """Both schedules of ``pair``, over ``samples`` training samples per epoch each, after the
+    checks a training run makes before it starts (``loop.check_plan``)."""
+    from lrcheck.runner.loop import check_plan, environment
+
+    for spec in (pair.reference, pair.candidate):
+        check_plan(spec, spec.samples)
 
     reference = simulate_one(pair.reference, "reference", progress)
     candidate = simulate_one(pair.candidate, "candidate", progress)
