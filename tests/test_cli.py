@@ -249,3 +249,32 @@ def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
     assert result.exit_code == 2 and len(lines) == 1
     assert lines[0].startswith("lrcheck: error: --warmup 0.99 ")
     assert f"the largest --warmup that works here is {largest}" in lines[0]
+
+
+def test_a_comparison_whose_recording_cannot_fit_in_memory_is_refused_before_training(
+        monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking the memory the recording needs")
+
+    monkeypatch.setattr(loop, "train", trained)
+    # 1437 training samples / 32 = 44 updates per epoch, 4,810 float64 parameters, two runs.
+    result = invoke("compare", "--epochs", "1000000", "--out", str(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.stderr
+    assert "needs about 3.39 TB of memory" in lines[0] and "is available" in lines[0]
+    assert "--epochs" in lines[0]
+
+
+def test_the_memory_check_uses_what_is_available(monkeypatch, tmp_path):
+    from lrcheck.runner import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1_000_000)
+    result = invoke("compare", *FAST, "--quiet", "--out", str(tmp_path / "c"))
+    assert result.exit_code == 2 and "and 1 MB is available" in result.stderr
+    # trace: about 100 bytes per update and run; 20,000 updates each need 4 MB
+    result = invoke("trace", "--samples", "20000", "--bs", "1", "--quiet",
+                    "--out", str(tmp_path / "t"))
+    assert result.exit_code == 2 and "needs about 4 MB of memory, and 1 MB is available" \
+        in result.stderr and "--samples" in result.stderr

@@ -111,14 +111,14 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
                        f"equal at all {n} updates ({a.shape[1]} param groups)")
 
 
-def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.ndarray,
-              tol: float, reason: str | None, steps: np.ndarray | None = None) -> CheckResult:
-    """Rows k of both, relative to ``scale[k]``; ``steps[k]`` (default k) names row k."""
-    n = min(len(ref_rows), len(cand_rows))
+def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason: str | None,
+              steps: np.ndarray | None = None) -> CheckResult:
+    """``diff[k]``, the largest absolute difference at update k, relative to ``scale[k]``;
+    ``steps[k]`` (default k) names update k."""
+    n = len(diff)
     if n == 0:
         return CheckResult(name, SKIP, None, None, "no updates to compare")
-    diff = np.abs(cand_rows[:n] - ref_rows[:n]).reshape(n, -1).max(axis=1)
-    rel = diff / np.maximum(scale[:n], _TINY)
+    rel = diff / np.maximum(scale, _TINY)
     steps = np.arange(n) if steps is None else steps
     worst_abs, worst_rel = float(diff.max()), float(rel.max())
     over = np.flatnonzero(~(rel <= tol))  # NaN (a run that diverged) fails too
@@ -138,18 +138,29 @@ def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.
     return CheckResult(name, FAIL, worst_abs, k, measured, worst_rel)
 
 
+# Snapshots compared at once by the params check: its working memory stays a few MB beside the
+# snapshots themselves, which is all the memory a comparison's recording needs.
+PARAM_ROWS = 256
+
+
 def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
     """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol``."""
     n = min(len(ref.params), len(cand.params))
-    scale = np.abs(ref.params[:n]).max(axis=1) if n else np.empty(0)
-    return _relative("params", ref.params.astype(np.float64), cand.params.astype(np.float64),
-                     scale, tol, reason)
+    diff, scale = np.empty(n), np.empty(n)
+    for start in range(0, n, PARAM_ROWS):
+        rows = slice(start, min(n, start + PARAM_ROWS))
+        a = ref.params[rows].astype(np.float64, copy=False)
+        b = cand.params[rows].astype(np.float64, copy=False)
+        diff[rows] = np.max(np.abs(b - a), axis=1, initial=0.0)
+        scale[rows] = np.max(np.abs(a), axis=1, initial=0.0)
+    return _relative("params", diff, scale, tol, reason)
 
 
 def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
     """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol``."""
     a, b = ref.losses(), cand.losses()
-    return _relative("loss", a, b, np.abs(a), tol, reason)
+    n = min(len(a), len(b))
+    return _relative("loss", np.abs(b[:n] - a[:n]), np.abs(a[:n]), tol, reason)
 
 
 def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
@@ -304,8 +315,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                          and cand.updates[int(j)].loss is not None
                          for i, j in zip(ref_at, cand_at)], dtype=bool)
     if recorded.any():
-        loss = _relative("loss", a[recorded], b[recorded], np.abs(a[recorded]), tol.loss, None,
-                         ref_at[recorded])
+        loss = _relative("loss", np.abs(b[recorded] - a[recorded]), np.abs(a[recorded]),
+                         tol.loss, None, ref_at[recorded])
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")

@@ -350,6 +350,27 @@ def check_plan(spec: RunSpec, num_samples: int) -> None:
                         f"{plan.total_updates} updates; give updates 0..{plan.total_updates - 1}")
 
 
+def recording_bytes(spec: RunSpec, data: Dataset) -> int:
+    """What a run of ``spec`` on ``data`` keeps in memory for the ``params`` check: a snapshot of
+    every parameter after every update (in ``spec.dtype``). The model is built on the meta
+    device, which allocates nothing."""
+    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    with torch.device("meta"):
+        net = TASKS[spec.task].build_model(data)
+    size = sum(p.numel() for p in net.parameters())
+    return plan.total_updates * size * getattr(torch, spec.dtype).itemsize
+
+
+def check_memory(runs: list[tuple[RunSpec, Dataset]]) -> None:
+    """Bad input when the recordings of ``runs`` (each with its data), which the checks hold
+    together, need more memory than the machine has left."""
+    from lrcheck.runner.memory import check_fits
+
+    check_fits(sum(recording_bytes(spec, data) for spec, data in runs),
+               "recording the runs (a snapshot of every parameter after every update)",
+               "lower --epochs, or --samples for a generated task")
+
+
 def resume_point(spec: RunSpec, plan: Any) -> Window | None:
     """Where ``--resume-at K`` (after update K) or ``--resume-at-micro M`` (after micro-batch M
     of this rank, counted over the run) stops the run, as a window position: ``micro`` None means

@@ -30,6 +30,7 @@ import torch
 
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.runner.local import guarded
+from lrcheck.runner.memory import check_fits
 from lrcheck.runner.pair import PairTraces, Progress
 from lrcheck.runner.loop import make_optimizer
 from lrcheck.runner.policies import POLICIES
@@ -40,6 +41,10 @@ from lrcheck.trace import ScheduleTrace, UpdateColumns
 
 OnUpdate = Callable[[int, int], None]
 PROGRESS_EVERY = 4096
+# Memory per update of one simulated run, at its peak (the LRs of the loop's two param groups as
+# Python floats while the run is stepped, then as numpy columns with its counters; the checks,
+# the plot and result.json). Measured with tracemalloc over 10^6 updates: 84 bytes.
+TRACE_BYTES_PER_UPDATE = 100
 WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simulation is
 
 
@@ -125,6 +130,11 @@ def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTrace
 
     for spec in (pair.reference, pair.candidate):
         check_plan(spec, spec.samples)
+    updates = sum(plan_steps(spec.samples, spec.bs, spec.accum, spec.world, spec.epochs,
+                             spec.tail).total_updates for spec in (pair.reference, pair.candidate))
+    check_fits(updates * TRACE_BYTES_PER_UPDATE,
+               f"simulating {updates:,} updates (the LR of each, over both runs)",
+               "lower --samples or --epochs")
 
     reference = simulate_one(pair.reference, "reference", progress)
     candidate = simulate_one(pair.candidate, "candidate", progress)
