@@ -278,3 +278,17 @@ def test_the_memory_check_uses_what_is_available(monkeypatch, tmp_path):
                     "--out", str(tmp_path / "t"))
     assert result.exit_code == 2 and "needs about 4 MB of memory, and 1 MB is available" \
         in result.stderr and "--samples" in result.stderr
+
+
+def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedules_file):
+    result = invoke("trace", "--samples", "1000", "--scheduler",
+                    f"{schedules_file}:interrupted_at_step_50", "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert str(tmp_path / "result.json") in result.stderr and "Traceback" not in result.output
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["verdict"] == "incomplete" and data["checks"] == []
+    assert "interrupted (Ctrl-C) while simulating the reference schedule" in data["incomplete"]
+    reference, candidate = data["runs"]["reference"], data["runs"]["candidate"]
+    assert [u["step"] for u in reference["updates"]] == list(range(50))
+    assert reference["stopped"] == "interrupted after 50 of 125 updates"
+    assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"

@@ -46,7 +46,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
                    **candidate: Any) -> Report:
     """``lrcheck trace``: step both schedules without a model over ``samples`` training samples
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
-    Arguments as for ``compare``."""
+    Arguments as for ``compare``; Ctrl-C raises ``Interrupted`` carrying what was simulated."""
     from lrcheck.runner.schedule import simulate_pair
 
     pair = _pair(pair, ref_bs, ref_world, tolerances, candidate)

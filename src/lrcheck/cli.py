@@ -235,9 +235,7 @@ def compare_command(
                 # here until rank 0 has written and printed the report.
                 finish(member)
     except Interrupted as exc:
-        if speak:
-            errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
+        raise _interrupted(exc, errors, speak) from None
     except LrcheckError as exc:
         # Under torchrun a crash is told by the rank it happened on; bad input once, by rank 0.
         raise fail(exc, speak=speak or isinstance(exc, RunError)) from None
@@ -248,6 +246,13 @@ def compare_command(
     finally:
         _close(renderer)
     raise typer.Exit(code)
+
+
+def _interrupted(exc: Interrupted, errors: Console, speak: bool = True) -> typer.Exit:
+    """Say what Ctrl-C stopped and where what was recorded is; the ``typer.Exit`` (130)."""
+    if speak:
+        errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
+    return typer.Exit(exc.exit_code)
 
 
 def _show(report: Any, console: Console, errors: Console, *, json_out: bool, quiet: bool) -> None:
@@ -359,7 +364,8 @@ def trace_command(
     the reference's schedules exactly as the training loop would (world size is arithmetic, no
     process starts) and check `updates` and `lr`.
 
-    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed.
+    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed,
+    130 interrupted (what was simulated is saved with verdict "incomplete").
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
@@ -378,6 +384,8 @@ def trace_command(
                       trace=True)
         report.out = report.save(folder, renderer)
         renderer.finish()
+    except Interrupted as exc:
+        raise _interrupted(exc, errors) from None
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
