@@ -292,3 +292,27 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
     assert [u["step"] for u in reference["updates"]] == list(range(50))
     assert reference["stopped"] == "interrupted after 50 of 125 updates"
     assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"
+
+
+def test_a_schedule_that_raises_in_both_runs_says_both_stopped_with_the_code_help_promises(
+        tmp_path, schedules_file):
+    help_text = " ".join(invoke("compare", "--help").stdout.split())
+    assert "1 a check failed (a scheduler.step() that raises stops its run" in help_text
+    result = invoke("compare", "--task", "wine", "--bs", "8", *FAST, "--scheduler",
+                    f"{schedules_file}:raises_at_step_3", "--out", str(tmp_path))
+    assert result.exit_code == 1
+    updates = json.loads((tmp_path / "result.json").read_text())["checks"][0]
+    assert updates["name"] == "updates" and updates["status"] == "fail"
+    assert updates["detail"].startswith("both runs stopped, the reference after 3 of 8 updates "
+                                        "and the candidate after 3 of 8:")
+
+
+def test_timeout_help_and_readme_say_it_covers_multi_process_runs_only():
+    from pathlib import Path
+
+    help_text = " ".join(invoke("compare", "--help").stdout.split())
+    assert "Multi-process runs only" in help_text and "A run in this process has no timeout" \
+        in help_text
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `--timeout S`"))
+    assert "multi-process runs only" in row and "a single-process run has no timeout" in row

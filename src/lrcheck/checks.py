@@ -44,6 +44,18 @@ def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
 
 
 def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    if ref.stopped and cand.stopped:  # the schedule fails with and without accumulation
+        n_ref, n_cand = len(ref.updates), len(cand.updates)
+        if ref.stopped == cand.stopped:
+            detail = (f"both runs stopped, the reference after {n_ref} of {ref.planned_updates} "
+                      f"updates and the candidate after {n_cand} of {cand.planned_updates}: "
+                      f"{ref.stopped}")
+        else:
+            detail = (f"both runs stopped: the reference after {n_ref} of {ref.planned_updates} "
+                      f"updates ({ref.stopped}), the candidate after {n_cand} of "
+                      f"{cand.planned_updates} updates ({cand.stopped})")
+        return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
+                           detail)
     for who, trace in (("candidate", cand), ("reference", ref)):
         if trace.stopped:
             return CheckResult("updates", FAIL, None, len(trace.updates),
@@ -101,6 +113,10 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
         i, g = (int(v) for v in bad[0])
         k = int(named[i])
         group = f" (param group {g})" if a.shape[1] > 1 else ""
+        if not (np.isfinite(a[i, g]) or np.isfinite(b[i, g])):
+            return CheckResult("lr", FAIL, worst, k,
+                               f"the LR is not finite in both runs from update {k}{group}: "
+                               f"{a[i, g]:.10g} in the reference, {b[i, g]:.10g} in the candidate")
         return CheckResult("lr", FAIL, worst, k,
                            f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
                            f"candidate {b[i, g]:.10g}; max |ΔLR| {worst:.3g}")

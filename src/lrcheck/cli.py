@@ -158,7 +158,7 @@ def compare_command(
     ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
     nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
-    timeout: Annotated[float, typer.Option(help="Seconds a multi-process run may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3.")] = DEFAULT_TIMEOUT_S,
+    timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
     epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = 5,
     task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = "digits",
     samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = 2000,
@@ -190,8 +190,9 @@ def compare_command(
     every rank and rank 0 alone trains the reference and reports; every rank exits with the
     verdict's code.
 
-    Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed or hung,
-    130 interrupted (what was recorded is saved with verdict "incomplete").
+    Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that raises stops its
+    run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
+    (what was recorded is saved with verdict "incomplete").
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
