@@ -149,3 +149,13 @@ def test_a_nan_lr_in_both_runs_is_said_so():
     assert "differs" not in result.detail
     one = check_lr(trace([0.1, 0.1]), trace([0.1, nan]), 1e-12)
     assert one.status == "fail" and "reference 0.1, candidate nan" in one.detail
+
+
+def test_counts_of_one_are_singular():
+    one = check_lr(trace([0.1]), trace([0.1]), 1e-12)
+    assert one.detail == "equal at all 1 update (1 param group)"
+    two = check_lr(trace([(0.1, 0.2)] * 2), trace([(0.1, 0.2)] * 2), 1e-12)
+    assert two.detail == "equal at all 2 updates (2 param groups)"
+    assert check_params(trace([0.1]), trace([0.1]), 1e-9, None).detail.endswith("over 1 update")
+    assert check_updates(trace([0.1]), trace([0.1, 0.1])).detail == \
+        "reference made 1 optimizer update, candidate 2"

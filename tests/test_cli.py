@@ -316,3 +316,22 @@ def test_timeout_help_and_readme_say_it_covers_multi_process_runs_only():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `--timeout S`"))
     assert "multi-process runs only" in row and "a single-process run has no timeout" in row
+
+
+def test_list_has_no_empty_column():
+    lines = [line.rstrip() for line in invoke("list").stdout.splitlines()]
+    title = lines.index("schedulers (--scheduler)")
+    header = lines[title + 2]  # the title, the top border, then the header
+    assert header.count("┃") == 3 and "name" in header and "what" in header  # two columns
+    for line in lines:
+        assert "┃  ┃" not in line and "│  │" not in line
+
+
+def test_a_line_comes_before_the_first_progress_bar(monkeypatch, tmp_path):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: progress is shown
+    result = invoke("compare", "--task", "wine", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 0
+    first = result.stderr.index("lrcheck: loading wine and building the runs")
+    assert first < result.stderr.index("reference updates")
+    quiet = invoke("compare", "--task", "wine", *FAST, "--quiet", "--out", str(tmp_path))
+    assert "loading" not in quiet.stderr

@@ -10,6 +10,7 @@ import numpy as np
 
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace
+from lrcheck.words import plural
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 CHECK_NAMES = ("updates", "lr", "params", "loss", "metrics")
@@ -47,25 +48,26 @@ def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
     if ref.stopped and cand.stopped:  # the schedule fails with and without accumulation
         n_ref, n_cand = len(ref.updates), len(cand.updates)
         if ref.stopped == cand.stopped:
-            detail = (f"both runs stopped, the reference after {n_ref} of {ref.planned_updates} "
-                      f"updates and the candidate after {n_cand} of {cand.planned_updates}: "
-                      f"{ref.stopped}")
+            detail = (f"both runs stopped, the reference after {n_ref} of "
+                      f"{plural(ref.planned_updates, 'update')} and the candidate after {n_cand} "
+                      f"of {cand.planned_updates}: {ref.stopped}")
         else:
-            detail = (f"both runs stopped: the reference after {n_ref} of {ref.planned_updates} "
-                      f"updates ({ref.stopped}), the candidate after {n_cand} of "
-                      f"{cand.planned_updates} updates ({cand.stopped})")
+            detail = (f"both runs stopped: the reference after {n_ref} of "
+                      f"{plural(ref.planned_updates, 'update')} ({ref.stopped}), the candidate "
+                      f"after {n_cand} of {plural(cand.planned_updates, 'update')} "
+                      f"({cand.stopped})")
         return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
                            detail)
     for who, trace in (("candidate", cand), ("reference", ref)):
         if trace.stopped:
             return CheckResult("updates", FAIL, None, len(trace.updates),
                                f"{who} stopped after {len(trace.updates)} of "
-                               f"{trace.planned_updates} updates: {trace.stopped}")
+                               f"{plural(trace.planned_updates, 'update')}: {trace.stopped}")
     n_ref, n_cand = len(ref.updates), len(cand.updates)
     if n_ref == n_cand:
         return CheckResult("updates", PASS, 0.0, None, f"{n_ref} in both runs")
     return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
-                       f"reference made {n_ref} optimizer updates, candidate {n_cand}")
+                       f"reference made {plural(n_ref, 'optimizer update')}, candidate {n_cand}")
 
 
 def skipped_updates(trace: RunTrace) -> list[dict[str, int]]:
@@ -104,7 +106,8 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
         return CheckResult("lr", SKIP, None, None, "no updates to compare")
     a, b = ref.lrs()[ref_at], cand.lrs()[cand_at]
     if a.shape != b.shape:
-        return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
+        return CheckResult("lr", FAIL, None, 0,
+                           f"reference has {plural(a.shape[1], 'param group')}, "
                            f"candidate {b.shape[1]}")
     diff = np.abs(b - a)
     bad = np.argwhere(~(diff <= tol * np.maximum(1.0, np.abs(a))))  # NaN fails too
@@ -121,10 +124,12 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
                            f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
                            f"candidate {b[i, g]:.10g}; max |ΔLR| {worst:.3g}")
     if lengths[0] != lengths[1]:
-        return CheckResult("lr", FAIL, worst, n, f"equal for the first {n} updates, then only "
-                           f"one run goes on ({lengths[0]} vs {lengths[1]} updates)")
+        return CheckResult("lr", FAIL, worst, n,
+                           f"equal for the first {plural(n, 'update')}, then only one run goes "
+                           f"on ({lengths[0]} vs {lengths[1]} updates)")
     return CheckResult("lr", PASS, worst, None,
-                       f"equal at all {n} updates ({a.shape[1]} param groups)")
+                       f"equal at all {plural(n, 'update')} "
+                       f"({plural(a.shape[1], 'param group')})")
 
 
 def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason: str | None,
@@ -140,7 +145,8 @@ def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason
     over = np.flatnonzero(~(rel <= tol))  # NaN (a run that diverged) fails too
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
-                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {n} updates", worst_rel)
+                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {plural(n, 'update')}",
+                           worst_rel)
     i = int(over[0])
     k = int(steps[i])
     if not np.isfinite(rel[i]):
@@ -264,8 +270,8 @@ def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
             return None
         if k_cand is None:
             return (f"the reference's LR falls below {level:.3g} at update {k_ref:.0f}, the "
-                    f"candidate's never does in its {len(cand)} updates: its schedule runs at "
-                    f"least {len(cand) / k_ref:.2g}× too slow")
+                    f"candidate's never does in its {plural(len(cand), 'update')}: its "
+                    f"schedule runs at least {len(cand) / k_ref:.2g}× too slow")
     ratio = (k_ref + 1) / (k_cand + 1)  # updates it took each to get there
     if abs(ratio - 1) < 0.01:
         return None
@@ -315,7 +321,7 @@ def check_aligned_updates(ref: RunTrace, cand: RunTrace,
                 "updates", FAIL, float(abs(len(ref.updates) - len(cand.updates))), k,
                 f"{who} update {k} (samples_seen {trace.updates[k].samples_seen:,}) has no "
                 f"{other} update at the same samples_seen; {len(alone)} such in the {who}, "
-                f"{len(ref.updates)} reference and {len(cand.updates)} candidate updates")
+                f"{len(ref.updates)} reference and {plural(len(cand.updates), 'candidate update')}")
     return CheckResult("updates", PASS, 0.0, None,
                        f"{len(ref.updates)} in both files, at the same samples_seen")
 

@@ -212,14 +212,16 @@ def compare_command(
                             inject_overflow=parse_updates("--inject-overflow", inject_overflow),
                             resume_at=resume_at, resume_at_micro=resume_at_micro)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
+        show_progress = speak and not (quiet or json_out)
+        _starting(errors, show_progress, f"loading {task} and building the runs")
         folder = _prepare(pair, out, create=speak)
         renderer = _renderer(speak)
         if env is not None and env.world > 1:
             from lrcheck.runner.group import join
 
             member = join(env, device, timeout)
-        report = _run(pair, folder, show_progress=speak and not (quiet or json_out),
-                      console=errors, timeout=timeout, member=member)
+        report = _run(pair, folder, show_progress=show_progress, console=errors,
+                      timeout=timeout, member=member)
         code = report.exit_code if report is not None else 0
         if member is not None:
             code = member.share(code)
@@ -269,6 +271,13 @@ def _show(report: Any, console: Console, errors: Console, *, json_out: bool, qui
         console.print(render(report))
     errors.print(escape(f"report: {report.out}"), soft_wrap=True)
     sys.stdout.flush()
+
+
+def _starting(console: Console, show_progress: bool, what: str) -> None:
+    """A line on ``console`` where a progress bar will be shown: the first bar takes seconds to
+    come (torch, the data, the runs are being set up), and a blank terminal looks hung."""
+    if show_progress and console.is_terminal:
+        console.print(f"lrcheck: {what}…", markup=False)
 
 
 def _renderer(active: bool) -> Any:
@@ -378,6 +387,7 @@ def trace_command(
                             policy=policy, tail=tail, device="cpu", samples=samples)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
                               tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
+        _starting(errors, not (quiet or json_out), "building the schedules")
         folder = _prepare(pair, out, create=True,
                           default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
         renderer = _renderer(True)
@@ -515,15 +525,16 @@ def suite_command(
 def list_command() -> None:
     """List the tasks, schedulers and policies."""
     console = Console(highlight=False)
-    for title, rows in (
-        ("tasks (--task)", [(t.name, t.description, t.source) for t in TASKS.values()]),
-        ("schedulers (--scheduler)", [(s.name, s.description, "") for s in SCHEDULERS.values()]),
-        ("policies (--policy)", [(p.name, p.description, p.who) for p in POLICIES.values()]),
+    for title, headers, rows in (
+        ("tasks (--task)", ("name", "what", "data"),
+         [(t.name, t.description, t.source) for t in TASKS.values()]),
+        ("schedulers (--scheduler)", ("name", "what"),
+         [(s.name, s.description) for s in SCHEDULERS.values()]),
+        ("policies (--policy)", ("name", "what", "who"),
+         [(p.name, p.description, p.who) for p in POLICIES.values()]),
     ):
-        table = Table(title=title, title_justify="left")
-        table.add_column("name", style="bold")
-        table.add_column("what")
-        table.add_column("" if "schedulers" in title else ("data" if "tasks" in title else "who"))
+        table = Table(*headers, title=title, title_justify="left")
+        table.columns[0].style = "bold"
         for row in rows:
             table.add_row(*row)
         console.print(table)

@@ -28,6 +28,7 @@ from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
+from lrcheck.words import plural
 
 MOMENTUM = 0.9
 WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
@@ -347,7 +348,8 @@ def check_plan(spec: RunSpec, num_samples: int) -> None:
     late = [k for k in spec.inject_overflow if k >= plan.total_updates]
     if late:
         raise SpecError(f"--inject-overflow {','.join(map(str, late))}: the run has "
-                        f"{plan.total_updates} updates; give updates 0..{plan.total_updates - 1}")
+                        f"{plural(plan.total_updates, 'update')}; give updates "
+                        f"0..{plan.total_updates - 1}")
 
 
 def recording_bytes(spec: RunSpec, data: Dataset) -> int:
@@ -377,8 +379,9 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
     after the whole update."""
     if spec.resume_at is not None:
         if spec.resume_at >= plan.total_updates - 1:
-            raise SpecError(f"--resume-at {spec.resume_at}: the run has {plan.total_updates} "
-                            f"updates; resume after one of 0..{plan.total_updates - 2}")
+            raise SpecError(f"--resume-at {spec.resume_at}: the run has "
+                            f"{plural(plan.total_updates, 'update')}; resume after one of "
+                            f"0..{plan.total_updates - 2}")
         return Window(spec.resume_at, None)
     if spec.resume_at_micro is not None:
         done = 0
@@ -393,8 +396,8 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
                 return Window(batch.update, None if last else m)
             done += count
         raise SpecError(f"--resume-at-micro {spec.resume_at_micro}: the run has "
-                        f"{plan.total_micro_batches} micro-batches; resume after one of "
-                        f"0..{plan.total_micro_batches - 2}")
+                        f"{plural(plan.total_micro_batches, 'micro-batch', 'micro-batches')}; "
+                        f"resume after one of 0..{plan.total_micro_batches - 2}")
     return None
 
 

@@ -40,6 +40,7 @@ from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, up
                                   update_runs)
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, ScheduleTrace, UpdateColumns
+from lrcheck.words import plural
 
 OnUpdate = Callable[[int, int], None]
 PROGRESS_EVERY = 4096
@@ -113,7 +114,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
         seconds=time.perf_counter() - started, extra={"scheduler_steps": steps},
     )
     if interrupted:
-        trace.stopped = f"interrupted after {made} of {plan.total_updates} updates"
+        trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"
         raise SimulationInterrupted(trace)
     return trace
 
