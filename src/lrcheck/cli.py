@@ -24,10 +24,13 @@ from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
-from lrcheck.spec import AMPS, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
+from lrcheck.spec import (AMPS, DEFAULT_TIMEOUT_S, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS,
+                          TRACE_DEFAULTS, PairSpec, RunSpec, Tolerances)
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
-DEFAULT_TIMEOUT_S = 300.0
+# The flags' defaults are the library's (RunSpec's, TRACE_DEFAULTS), so that lrcheck.compare()
+# and a suite's [[pair]] run what the command runs when told nothing.
+DEFAULT = RunSpec()
 SUITE_LOG_WIDTH = 160
 LOG_WIDTH = 110  # tables printed to a file or a CI log: wide enough not to fold every detail
 
@@ -153,26 +156,26 @@ def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
 
 @app.command("compare")
 def compare_command(
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 2,
-    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = 16,
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
+    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = DEFAULT.bs,
     ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
     nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
     timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
-    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = 5,
-    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = "digits",
-    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = 2000,
-    scheduler: SchedulerOpt = "cosine",
-    warmup: WarmupOpt = 0.1,
-    lr: LrOpt = 0.05,
-    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = "sgd",
-    policy: PolicyOpt = "per-update",
-    tail: TailOpt = "drop",
-    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = "global",
-    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = 0,
-    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = "float64",
-    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = "auto",
-    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = "off",
+    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
+    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = DEFAULT.task,
+    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = DEFAULT.samples,
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    tail: TailOpt = DEFAULT.tail,
+    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
+    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
+    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = DEFAULT.dtype,
+    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = DEFAULT.device,
+    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
     resume_at: Annotated[Optional[int], typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
     resume_at_micro: Annotated[Optional[int], typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
@@ -353,18 +356,18 @@ def _schedule_name(pair: PairSpec) -> str:
 @app.command("trace")
 def trace_command(
     samples: Annotated[int, typer.Option(help="Training samples per epoch (the whole data set of the run being checked).")],
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 1,
-    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = 8,
-    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = 1,
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = TRACE_DEFAULTS["accum"],
+    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = TRACE_DEFAULTS["bs"],
+    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = DEFAULT.world,
     ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
-    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = 1,
-    scheduler: SchedulerOpt = "cosine",
-    warmup: WarmupOpt = 0.1,
-    lr: LrOpt = 0.05,
-    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = "sgd",
-    policy: PolicyOpt = "per-update",
-    tail: TailOpt = "drop",
+    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = TRACE_DEFAULTS["epochs"],
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    tail: TailOpt = DEFAULT.tail,
     tol_lr: TolLrOpt = None,
     out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
     json_out: JsonOpt = False,
@@ -381,10 +384,9 @@ def trace_command(
     errors = Console(stderr=True, highlight=False)
     renderer = None
     try:
-        # The task is a placeholder: a trace has no data, only --samples per epoch.
-        candidate = RunSpec(task="synthetic", bs=bs, accum=accum, world=nproc, epochs=epochs,
-                            scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
-                            policy=policy, tail=tail, device="cpu", samples=samples)
+        candidate = RunSpec(**{**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs},
+                            world=nproc, scheduler=scheduler, warmup=warmup, lr=lr,
+                            optimizer=optimizer, policy=policy, tail=tail, samples=samples)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
                               tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
         _starting(errors, not (quiet or json_out), "building the schedules")

@@ -25,6 +25,14 @@ AMPS = ("off", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
 
 REFERENCE_POLICY = "per-update"
+# Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
+# and ``lrcheck.compare(timeout=...)``.
+DEFAULT_TIMEOUT_S = 300.0
+# ``lrcheck trace`` and ``lrcheck.trace_schedule``: what a schedule-only run is when told nothing
+# but its samples (the other fields are ``RunSpec``'s). The task is a placeholder: a trace has no
+# data, only ``samples`` per epoch.
+TRACE_DEFAULTS: dict[str, Any] = {"task": "synthetic", "bs": 8, "accum": 1, "epochs": 1,
+                                  "device": "cpu"}
 # A Recorder file does not say its dtype; users mostly train in float32 (or lower), so ``lrcheck
 # diff`` allows float32's loss tolerance unless told otherwise.
 DIFF_DTYPE = "float32"
@@ -43,11 +51,13 @@ def _at_least(flag: str, value: int, low: int) -> None:
 @dataclass(frozen=True)
 class RunSpec:
     """One training configuration. ``world`` is the number of processes; ``device`` may still be
-    ``auto`` here and is resolved by the runner."""
+    ``auto`` here and is resolved by the runner. The defaults are ``lrcheck compare``'s, which
+    ``lrcheck.compare()`` and a suite's ``[[pair]]`` share: the command line takes them from
+    here."""
 
     task: str = "digits"
-    bs: int = 32
-    accum: int = 1
+    bs: int = 16
+    accum: int = 2
     world: int = 1
     epochs: int = 5
     scheduler: str = "cosine"
