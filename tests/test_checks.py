@@ -123,3 +123,39 @@ def test_a_run_that_diverged_to_nan_fails_instead_of_passing():
     for result in (check_params(ref, cand, 1e-9, None), check_lr(ref, cand, 1e-12)):
         assert result.status == "fail" and result.first_divergence == 1, result
     assert "not finite" in check_params(ref, cand, 1e-9, None).detail
+
+
+def test_both_runs_stopped_says_both_with_each_reason():
+    same = "scheduler.step() raised RuntimeError at update 2: no"
+    ref = trace([0.1, 0.1, 0.1], stopped=same)
+    cand = trace([0.1, 0.1, 0.1], stopped=same)
+    ref.planned_updates = cand.planned_updates = 44
+    result = check_updates(ref, cand)
+    assert result.status == "fail" and result.first_divergence == 3
+    assert result.detail == (f"both runs stopped, the reference after 3 of 44 updates and the "
+                             f"candidate after 3 of 44: {same}")
+    other = trace([0.1, 0.1], stopped="scheduler.step() raised ValueError at update 1: x")
+    other.planned_updates = 44
+    detail = check_updates(ref, other).detail
+    assert detail.startswith("both runs stopped: the reference after 3 of 44 updates (" + same)
+    assert "the candidate after 2 of 44 updates (scheduler.step() raised ValueError" in detail
+
+
+def test_a_nan_lr_in_both_runs_is_said_so():
+    nan = float("nan")
+    result = check_lr(trace([0.1, nan, nan]), trace([0.1, nan, nan]), 1e-12)
+    assert result.status == "fail" and result.first_divergence == 1
+    assert result.detail.startswith("the LR is not finite in both runs from update 1: nan")
+    assert "differs" not in result.detail
+    one = check_lr(trace([0.1, 0.1]), trace([0.1, nan]), 1e-12)
+    assert one.status == "fail" and "reference 0.1, candidate nan" in one.detail
+
+
+def test_counts_of_one_are_singular():
+    one = check_lr(trace([0.1]), trace([0.1]), 1e-12)
+    assert one.detail == "equal at all 1 update (1 param group)"
+    two = check_lr(trace([(0.1, 0.2)] * 2), trace([(0.1, 0.2)] * 2), 1e-12)
+    assert two.detail == "equal at all 2 updates (2 param groups)"
+    assert check_params(trace([0.1]), trace([0.1]), 1e-9, None).detail.endswith("over 1 update")
+    assert check_updates(trace([0.1]), trace([0.1, 0.1])).detail == \
+        "reference made 1 optimizer update, candidate 2"

@@ -32,7 +32,7 @@ def test_help_lists_commands_and_flags():
         assert flag in flags
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"]])
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"], ["--version"]])
 def test_help_and_list_do_not_import_torch(argv):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
             "from lrcheck.cli import app\n"
@@ -49,6 +49,8 @@ def test_help_and_list_do_not_import_torch(argv):
     (["list"], 0, "stdout", "per-micro-batch-scaled"),  # the last rows, flushed into a pipe
     (["compare", "--bs", "0"], 2, "stderr", "lrcheck: error:"),
     (["nonsense"], 2, "stderr", "No such command"),
+    (["compare", "--bs", "abc"], 2, "stderr", "lrcheck: error: Invalid value for '--bs'"),
+    (["--version"], 0, "stdout", "lrcheck 0.1.0"),
 ])
 def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
         argv, code, stream, text):
@@ -57,6 +59,41 @@ def test_the_console_script_leaves_with_the_command_s_code_and_all_its_output(
                           text=True, timeout=HANG_S)
     assert done.returncode == code
     assert text in getattr(done, stream)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compare", "--bs", "abc"], "Invalid value for '--bs'"),
+    (["trace", "--samples", "1000", "--warmup", "lots"], "Invalid value for '--warmup'"),
+    (["compare", "--nope"], "No such option: --nope"),
+    (["list", "extra"], "unexpected extra argument"),
+    (["nonsense"], "No such command 'nonsense'"),
+    (["trace"], "Missing option '--samples'"),
+    (["diff", "only-one.jsonl"], "Missing argument 'candidate'"),
+])
+def test_usage_errors_are_one_line_on_stderr_and_exit_2(argv, needle):
+    result = invoke(*argv)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("lrcheck: error: ") and needle in lines[0]
+    assert "--help" in lines[0]  # where to read more
+    assert result.stdout == ""
+
+
+def test_help_still_works_and_no_arguments_still_show_it():
+    for argv in (["--help"], ["compare", "--help"], ["trace", "--help"]):
+        result = invoke(*argv)
+        assert result.exit_code == 0 and "Usage:" in result.stdout and "--help" in result.stdout
+    bare = invoke()
+    assert "Usage:" in bare.output and "compare" in bare.output and "trace" in bare.output
+    assert "lrcheck: error" not in bare.output
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout == f"lrcheck {version('lrcheck')}\n"
 
 
 def test_list_shows_every_registry_entry():
@@ -158,3 +195,145 @@ def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch
     assert result.stderr.strip().splitlines() == [
         "lrcheck: error: --policy accelerate trains through accelerate, which is not installed; "
         "install it with: pip install 'lrcheck[accelerate]'"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["compare", *FAST, "--out", ""],
+    ["compare", *FAST, "--out=  "],
+    ["trace", "--samples", "1000", "--out", ""],
+    ["diff", "a.jsonl", "b.jsonl", "--out", ""],
+])
+def test_an_empty_out_is_bad_input_before_anything_runs(argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where an empty --out would have written
+    result = invoke(*argv)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith("lrcheck: error:") and "--out" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_prepare_out_refuses_an_empty_name():
+    from lrcheck.errors import SpecError
+    from lrcheck.reports.files import prepare_out
+
+    with pytest.raises(SpecError, match="--out '' names no folder"):
+        prepare_out("")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["compare", "--nproc", "0"], "--nproc must be a whole number >= 1, got 0"),
+    (["trace", "--samples", "1000", "--nproc", "0"], "--nproc must be a whole number >= 1, got 0"),
+    (["compare", "--bs", "8", "--accum", "2", "--nproc", "2", "--ref-bs", "30"],
+     "bs 8 · accum 2 · nproc 2 = 32; set --ref-bs 32"),
+])
+def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
+    result = invoke(*argv, "--out", str(tmp_path))
+    assert result.exit_code == 2 and needle in result.stderr
+    assert "world" not in result.stderr
+
+
+@pytest.mark.parametrize("argv, largest", [
+    (["compare", "--scheduler", "onecycle", "--warmup", "0.99", *FAST], "0.988"),  # 44 updates
+    (["trace", "--samples", "100", "--scheduler", "onecycle", "--warmup", "0.99"], "0.958"),  # 12
+])
+def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
+        argv, largest, monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+    import lrcheck.runner.schedule as schedule
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking the warmup")
+
+    monkeypatch.setattr(loop, "train", trained)
+    monkeypatch.setattr(schedule, "simulate", trained)
+    result = invoke(*argv, "--out", str(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1
+    assert lines[0].startswith("lrcheck: error: --warmup 0.99 ")
+    assert f"the largest --warmup that works here is {largest}" in lines[0]
+
+
+def test_a_comparison_whose_recording_cannot_fit_in_memory_is_refused_before_training(
+        monkeypatch, tmp_path):
+    import lrcheck.runner.loop as loop
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking the memory the recording needs")
+
+    monkeypatch.setattr(loop, "train", trained)
+    # 1437 training samples / 32 = 44 updates per epoch, 4,810 float64 parameters, two runs.
+    result = invoke("compare", "--epochs", "1000000", "--out", str(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.stderr
+    assert "needs about 3.39 TB of memory" in lines[0] and "is available" in lines[0]
+    assert "--epochs" in lines[0]
+
+
+def test_the_memory_check_uses_what_is_available(monkeypatch, tmp_path):
+    from lrcheck.runner import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1_000_000)
+    result = invoke("compare", *FAST, "--quiet", "--out", str(tmp_path / "c"))
+    assert result.exit_code == 2 and "and 1 MB is available" in result.stderr
+    # trace: about 100 bytes per update and run; 20,000 updates each need 4 MB
+    result = invoke("trace", "--samples", "20000", "--bs", "1", "--quiet",
+                    "--out", str(tmp_path / "t"))
+    assert result.exit_code == 2 and "needs about 4 MB of memory, and 1 MB is available" \
+        in result.stderr and "--samples" in result.stderr
+
+
+def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedules_file):
+    result = invoke("trace", "--samples", "1000", "--scheduler",
+                    f"{schedules_file}:interrupted_at_step_50", "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert str(tmp_path / "result.json") in result.stderr and "Traceback" not in result.output
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["verdict"] == "incomplete" and data["checks"] == []
+    assert "interrupted (Ctrl-C) while simulating the reference schedule" in data["incomplete"]
+    reference, candidate = data["runs"]["reference"], data["runs"]["candidate"]
+    assert [u["step"] for u in reference["updates"]] == list(range(50))
+    assert reference["stopped"] == "interrupted after 50 of 125 updates"
+    assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"
+
+
+def test_a_schedule_that_raises_in_both_runs_says_both_stopped_with_the_code_help_promises(
+        tmp_path, schedules_file):
+    help_text = " ".join(invoke("compare", "--help").stdout.split())
+    assert "1 a check failed (a scheduler.step() that raises stops its run" in help_text
+    result = invoke("compare", "--task", "wine", "--bs", "8", *FAST, "--scheduler",
+                    f"{schedules_file}:raises_at_step_3", "--out", str(tmp_path))
+    assert result.exit_code == 1
+    updates = json.loads((tmp_path / "result.json").read_text())["checks"][0]
+    assert updates["name"] == "updates" and updates["status"] == "fail"
+    assert updates["detail"].startswith("both runs stopped, the reference after 3 of 8 updates "
+                                        "and the candidate after 3 of 8:")
+
+
+def test_timeout_help_and_readme_say_it_covers_multi_process_runs_only():
+    from pathlib import Path
+
+    help_text = " ".join(invoke("compare", "--help").stdout.split())
+    assert "Multi-process runs only" in help_text and "A run in this process has no timeout" \
+        in help_text
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `--timeout S`"))
+    assert "multi-process runs only" in row and "a single-process run has no timeout" in row
+
+
+def test_list_has_no_empty_column():
+    lines = [line.rstrip() for line in invoke("list").stdout.splitlines()]
+    title = lines.index("schedulers (--scheduler)")
+    header = lines[title + 2]  # the title, the top border, then the header
+    assert header.count("┃") == 3 and "name" in header and "what" in header  # two columns
+    for line in lines:
+        assert "┃  ┃" not in line and "│  │" not in line
+
+
+def test_a_line_comes_before_the_first_progress_bar(monkeypatch, tmp_path):
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: progress is shown
+    result = invoke("compare", "--task", "wine", *FAST, "--out", str(tmp_path))
+    assert result.exit_code == 0
+    first = result.stderr.index("lrcheck: loading wine and building the runs")
+    assert first < result.stderr.index("reference updates")
+    quiet = invoke("compare", "--task", "wine", *FAST, "--quiet", "--out", str(tmp_path))
+    assert "loading" not in quiet.stderr

@@ -196,3 +196,15 @@ def test_diff_imports_no_torch(loop_files, tmp_path):
         done = subprocess.run([sys.executable, "-c", code % (argv,)], capture_output=True,
                               text=True, timeout=HANG_S)
         assert "TORCH False" in done.stderr, done.stderr
+
+
+def test_cli_on_a_file_that_is_not_utf8_exits_2_with_one_line(tmp_path):
+    good = tmp_path / "ref.jsonl"
+    good.write_text('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": 1.0}\n')
+    bad = tmp_path / "cand.jsonl"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    result = invoke("diff", good, bad, "--out", tmp_path / "out")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lrcheck: error:") and str(bad) in lines[0]
+    assert "not UTF-8" in lines[0] and "Traceback" not in result.output

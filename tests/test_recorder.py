@@ -55,3 +55,30 @@ def test_malformed_lines_name_the_file_and_line(tmp_path, line, needle):
     with pytest.raises(SpecError) as info:
         read_records(path)
     assert f"{path}:2" in str(info.value) and needle in str(info.value)
+
+
+@pytest.mark.parametrize("samples", [0, -1, 2.5, "32", True])
+def test_a_bad_samples_count_is_refused_at_once_and_writes_nothing(tmp_path, samples):
+    path = tmp_path / "run.jsonl"
+    with Recorder(path) as rec:
+        rec.record(FakeOptimizer(0.1), samples=32)
+        with pytest.raises(SpecError, match=r"samples must be a whole number >= 1, got"):
+            rec.record(FakeOptimizer(0.1), samples=samples)
+    assert [r["samples_seen"] for r in read_records(path)] == [32]
+
+
+def test_samples_may_be_any_integer_type(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "run.jsonl"
+    with Recorder(path) as rec:
+        rec.record(FakeOptimizer(0.1), samples=np.int64(16))
+    assert read_records(path)[0]["samples_seen"] == 16
+
+
+def test_a_file_that_is_not_utf8_is_a_spec_error_naming_it(tmp_path):
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b'{"step": 0}\n\xff\xfe\x00garbage\n')
+    with pytest.raises(SpecError, match="not UTF-8 text") as info:
+        read_records(path)
+    assert str(path) in str(info.value) and ":2" in str(info.value)

@@ -63,3 +63,31 @@ def test_amp_values(changes, needle):
 def test_amp_has_its_own_calibrated_tolerances():
     assert Tolerances.for_dtype("float32", "fp16").params == 5e-2
     assert PairSpec.build(RunSpec(dtype="float32", amp="fp16", inject_overflow=[2])).reference.inject_overflow == (2,)
+
+
+def test_messages_name_nproc_as_the_user_typed_it_not_world():
+    with pytest.raises(SpecError) as info:
+        RunSpec(world=0)
+    assert str(info.value) == "--nproc must be a whole number >= 1, got 0"
+
+
+def test_ref_bs_mismatch_shows_the_candidate_s_own_breakdown():
+    with pytest.raises(SpecError) as info:
+        PairSpec.build(RunSpec(bs=8, accum=2, world=2), ref_bs=30)
+    message = str(info.value)
+    assert "bs 8 · accum 2 · nproc 2 = 32" in message and "set --ref-bs 32" in message
+    assert "world" not in message
+    with pytest.raises(SpecError) as info:
+        PairSpec.build(RunSpec(bs=8, accum=2, world=2), ref_bs=15, ref_world=3)
+    message = str(info.value)
+    assert "--ref-bs 15 · --ref-nproc 3 = 45" in message and "bs 8 · accum 2 · nproc 2 = 32" in message
+    assert "world" not in message
+
+
+def test_a_training_set_smaller_than_one_effective_batch_shows_the_breakdown():
+    from lrcheck.runner.steps import plan_steps
+
+    with pytest.raises(SpecError) as info:
+        plan_steps(100, 16, 2, 4, 1, "drop")
+    message = str(info.value)
+    assert "bs 16 · accum 2 · nproc 4 = 128" in message and "world" not in message

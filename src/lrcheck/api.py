@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from lrcheck.checks import recorded_checks, run_checks, schedule_checks
 from lrcheck.result import Report
-from lrcheck.spec import FilePair, PairSpec, RunSpec, Tolerances
+from lrcheck.errors import SpecError
+from lrcheck.spec import DEFAULT_TIMEOUT_S, TRACE_DEFAULTS, FilePair, PairSpec, RunSpec, Tolerances
 from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
@@ -17,15 +18,16 @@ if TYPE_CHECKING:
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
             tolerances: Tolerances | None = None, progress: Progress | None = None,
-            timeout: float | None = None, member: Any = None,
+            timeout: float | None = DEFAULT_TIMEOUT_S, member: Any = None,
             cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
 
     Either pass a ``PairSpec``, or the candidate's ``RunSpec`` fields as keywords
     (``compare(accum=2, bs=16)``, ``compare(world=2, bs=8)``); the reference then has
     ``bs = ref_bs`` (default: the candidate's effective batch over ``ref_world``), accum 1 and
-    policy ``per-update``. A side with ``world > 1`` is launched through torchrun; ``timeout``
-    is how long such a run may go without finishing an update.
+    policy ``per-update``. Every default is ``lrcheck compare``'s (``RunSpec``'s fields; bs 16 ×
+    accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
+    (300 s, None for no limit) is how long such a run may go without finishing an update.
 
     Inside torchrun, pass ``member`` (``lrcheck.runner.group.join``): every rank trains the
     candidate, and ranks other than 0 get None instead of a report. ``cache`` (reference
@@ -46,10 +48,15 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
                    **candidate: Any) -> Report:
     """``lrcheck trace``: step both schedules without a model over ``samples`` training samples
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
-    Arguments as for ``compare``."""
+    Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
+    accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
+    ``Interrupted`` carrying what was simulated."""
     from lrcheck.runner.schedule import simulate_pair
 
-    pair = _pair(pair, ref_bs, ref_world, tolerances, candidate)
+    if pair is None and "samples" not in candidate:
+        raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
+                        "run to check (lrcheck trace --samples)")
+    pair = _pair(pair, ref_bs, ref_world, tolerances, {**TRACE_DEFAULTS, **candidate})
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
     # Keep the updates around where the traces part in the thinned result.json.

@@ -10,6 +10,7 @@ import numpy as np
 
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace
+from lrcheck.words import plural
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 CHECK_NAMES = ("updates", "lr", "params", "loss", "metrics")
@@ -44,16 +45,29 @@ def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
 
 
 def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    if ref.stopped and cand.stopped:  # the schedule fails with and without accumulation
+        n_ref, n_cand = len(ref.updates), len(cand.updates)
+        if ref.stopped == cand.stopped:
+            detail = (f"both runs stopped, the reference after {n_ref} of "
+                      f"{plural(ref.planned_updates, 'update')} and the candidate after {n_cand} "
+                      f"of {cand.planned_updates}: {ref.stopped}")
+        else:
+            detail = (f"both runs stopped: the reference after {n_ref} of "
+                      f"{plural(ref.planned_updates, 'update')} ({ref.stopped}), the candidate "
+                      f"after {n_cand} of {plural(cand.planned_updates, 'update')} "
+                      f"({cand.stopped})")
+        return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
+                           detail)
     for who, trace in (("candidate", cand), ("reference", ref)):
         if trace.stopped:
             return CheckResult("updates", FAIL, None, len(trace.updates),
                                f"{who} stopped after {len(trace.updates)} of "
-                               f"{trace.planned_updates} updates: {trace.stopped}")
+                               f"{plural(trace.planned_updates, 'update')}: {trace.stopped}")
     n_ref, n_cand = len(ref.updates), len(cand.updates)
     if n_ref == n_cand:
         return CheckResult("updates", PASS, 0.0, None, f"{n_ref} in both runs")
     return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
-                       f"reference made {n_ref} optimizer updates, candidate {n_cand}")
+                       f"reference made {plural(n_ref, 'optimizer update')}, candidate {n_cand}")
 
 
 def skipped_updates(trace: RunTrace) -> list[dict[str, int]]:
@@ -92,7 +106,8 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
         return CheckResult("lr", SKIP, None, None, "no updates to compare")
     a, b = ref.lrs()[ref_at], cand.lrs()[cand_at]
     if a.shape != b.shape:
-        return CheckResult("lr", FAIL, None, 0, f"reference has {a.shape[1]} param groups, "
+        return CheckResult("lr", FAIL, None, 0,
+                           f"reference has {plural(a.shape[1], 'param group')}, "
                            f"candidate {b.shape[1]}")
     diff = np.abs(b - a)
     bad = np.argwhere(~(diff <= tol * np.maximum(1.0, np.abs(a))))  # NaN fails too
@@ -101,30 +116,37 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
         i, g = (int(v) for v in bad[0])
         k = int(named[i])
         group = f" (param group {g})" if a.shape[1] > 1 else ""
+        if not (np.isfinite(a[i, g]) or np.isfinite(b[i, g])):
+            return CheckResult("lr", FAIL, worst, k,
+                               f"the LR is not finite in both runs from update {k}{group}: "
+                               f"{a[i, g]:.10g} in the reference, {b[i, g]:.10g} in the candidate")
         return CheckResult("lr", FAIL, worst, k,
                            f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
                            f"candidate {b[i, g]:.10g}; max |ΔLR| {worst:.3g}")
     if lengths[0] != lengths[1]:
-        return CheckResult("lr", FAIL, worst, n, f"equal for the first {n} updates, then only "
-                           f"one run goes on ({lengths[0]} vs {lengths[1]} updates)")
+        return CheckResult("lr", FAIL, worst, n,
+                           f"equal for the first {plural(n, 'update')}, then only one run goes "
+                           f"on ({lengths[0]} vs {lengths[1]} updates)")
     return CheckResult("lr", PASS, worst, None,
-                       f"equal at all {n} updates ({a.shape[1]} param groups)")
+                       f"equal at all {plural(n, 'update')} "
+                       f"({plural(a.shape[1], 'param group')})")
 
 
-def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.ndarray,
-              tol: float, reason: str | None, steps: np.ndarray | None = None) -> CheckResult:
-    """Rows k of both, relative to ``scale[k]``; ``steps[k]`` (default k) names row k."""
-    n = min(len(ref_rows), len(cand_rows))
+def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason: str | None,
+              steps: np.ndarray | None = None) -> CheckResult:
+    """``diff[k]``, the largest absolute difference at update k, relative to ``scale[k]``;
+    ``steps[k]`` (default k) names update k."""
+    n = len(diff)
     if n == 0:
         return CheckResult(name, SKIP, None, None, "no updates to compare")
-    diff = np.abs(cand_rows[:n] - ref_rows[:n]).reshape(n, -1).max(axis=1)
-    rel = diff / np.maximum(scale[:n], _TINY)
+    rel = diff / np.maximum(scale, _TINY)
     steps = np.arange(n) if steps is None else steps
     worst_abs, worst_rel = float(diff.max()), float(rel.max())
     over = np.flatnonzero(~(rel <= tol))  # NaN (a run that diverged) fails too
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
-                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {n} updates", worst_rel)
+                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {plural(n, 'update')}",
+                           worst_rel)
     i = int(over[0])
     k = int(steps[i])
     if not np.isfinite(rel[i]):
@@ -138,18 +160,29 @@ def _relative(name: str, ref_rows: np.ndarray, cand_rows: np.ndarray, scale: np.
     return CheckResult(name, FAIL, worst_abs, k, measured, worst_rel)
 
 
+# Snapshots compared at once by the params check: its working memory stays a few MB beside the
+# snapshots themselves, which is all the memory a comparison's recording needs.
+PARAM_ROWS = 256
+
+
 def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
     """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol``."""
     n = min(len(ref.params), len(cand.params))
-    scale = np.abs(ref.params[:n]).max(axis=1) if n else np.empty(0)
-    return _relative("params", ref.params.astype(np.float64), cand.params.astype(np.float64),
-                     scale, tol, reason)
+    diff, scale = np.empty(n), np.empty(n)
+    for start in range(0, n, PARAM_ROWS):
+        rows = slice(start, min(n, start + PARAM_ROWS))
+        a = ref.params[rows].astype(np.float64, copy=False)
+        b = cand.params[rows].astype(np.float64, copy=False)
+        diff[rows] = np.max(np.abs(b - a), axis=1, initial=0.0)
+        scale[rows] = np.max(np.abs(a), axis=1, initial=0.0)
+    return _relative("params", diff, scale, tol, reason)
 
 
 def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
     """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol``."""
     a, b = ref.losses(), cand.losses()
-    return _relative("loss", a, b, np.abs(a), tol, reason)
+    n = min(len(a), len(b))
+    return _relative("loss", np.abs(b[:n] - a[:n]), np.abs(a[:n]), tol, reason)
 
 
 def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
@@ -237,8 +270,8 @@ def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
             return None
         if k_cand is None:
             return (f"the reference's LR falls below {level:.3g} at update {k_ref:.0f}, the "
-                    f"candidate's never does in its {len(cand)} updates: its schedule runs at "
-                    f"least {len(cand) / k_ref:.2g}× too slow")
+                    f"candidate's never does in its {plural(len(cand), 'update')}: its "
+                    f"schedule runs at least {len(cand) / k_ref:.2g}× too slow")
     ratio = (k_ref + 1) / (k_cand + 1)  # updates it took each to get there
     if abs(ratio - 1) < 0.01:
         return None
@@ -288,7 +321,7 @@ def check_aligned_updates(ref: RunTrace, cand: RunTrace,
                 "updates", FAIL, float(abs(len(ref.updates) - len(cand.updates))), k,
                 f"{who} update {k} (samples_seen {trace.updates[k].samples_seen:,}) has no "
                 f"{other} update at the same samples_seen; {len(alone)} such in the {who}, "
-                f"{len(ref.updates)} reference and {len(cand.updates)} candidate updates")
+                f"{len(ref.updates)} reference and {plural(len(cand.updates), 'candidate update')}")
     return CheckResult("updates", PASS, 0.0, None,
                        f"{len(ref.updates)} in both files, at the same samples_seen")
 
@@ -304,8 +337,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                          and cand.updates[int(j)].loss is not None
                          for i, j in zip(ref_at, cand_at)], dtype=bool)
     if recorded.any():
-        loss = _relative("loss", a[recorded], b[recorded], np.abs(a[recorded]), tol.loss, None,
-                         ref_at[recorded])
+        loss = _relative("loss", np.abs(b[recorded] - a[recorded]), np.abs(a[recorded]),
+                         tol.loss, None, ref_at[recorded])
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")

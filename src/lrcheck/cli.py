@@ -7,6 +7,7 @@ user is a bug.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -22,10 +23,13 @@ from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
-from lrcheck.spec import AMPS, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS, PairSpec, RunSpec, Tolerances
+from lrcheck.spec import (AMPS, DEFAULT_TIMEOUT_S, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS,
+                          TRACE_DEFAULTS, PairSpec, RunSpec, Tolerances)
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
-DEFAULT_TIMEOUT_S = 300.0
+# The flags' defaults are the library's (RunSpec's, TRACE_DEFAULTS), so that lrcheck.compare()
+# and a suite's [[pair]] run what the command runs when told nothing.
+DEFAULT = RunSpec()
 SUITE_LOG_WIDTH = 160
 LOG_WIDTH = 110  # tables printed to a file or a CI log: wide enough not to fold every detail
 
@@ -52,9 +56,85 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdo
 TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-           help="Prove (or disprove) that gradient accumulation and several processes train "
-                "exactly like one process with the same effective batch.")
+def _out_folder(text: str) -> Path:
+    """``reports.files.out_folder``, imported only when ``--out`` is given (it needs numpy)."""
+    from lrcheck.reports.files import out_folder
+
+    return out_folder(text)
+
+
+def _out_option(help: str) -> Any:
+    """``--out DIR``; an empty name is refused while the flags are read."""
+    return typer.Option(help=help, metavar="DIR", parser=_out_folder)
+
+
+def _error_line(text: str) -> None:
+    """``text`` as lrcheck's one error line on stderr."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]lrcheck: error:[/] {escape(' '.join(text.split()))}", markup=True)
+
+
+# The click that typer runs on: its own vendored copy (typer._click) in recent typer, click itself
+# before.
+_click = importlib.import_module(typer.BadParameter.__module__)
+
+
+class _Commands(typer.core.TyperGroup):
+    """lrcheck's commands, whose usage errors (a value that does not parse, an unknown flag, a
+    missing or extra argument) are told as every other bad input is: one line on stderr and
+    exit 2, instead of click's usage block. Help, with or without arguments, is unchanged."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except getattr(_click, "NoArgsIsHelpError", ()) as exc:  # click >= 8.2
+            exc.show()
+            sys.exit(exc.exit_code)
+        except _click.ClickException as exc:
+            where = exc.ctx.command_path if isinstance(exc, _click.UsageError) and exc.ctx else None
+            text = exc.format_message().rstrip(".")
+            _error_line(text + (f"; see '{where} --help'" if where else ""))
+            sys.exit(2)
+        except LrcheckError as exc:  # raised while the flags are read (``_out_option``)
+            _error_line(str(exc))
+            sys.exit(exc.exit_code)
+        except _click.Abort as exc:  # click's word for a KeyboardInterrupt (or errors.Stopped)
+            print(f"lrcheck: {stop_words(exc.__cause__ or KeyboardInterrupt())}",
+                  file=sys.stderr)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False,
+                  rich_markup_mode=None,
+                  help="Prove (or disprove) that gradient accumulation and several processes "
+                       "train exactly like one process with the same effective batch.")
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: the installed distribution's version, without importing torch."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("lrcheck")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        from lrcheck import __version__ as number
+    typer.echo(f"lrcheck {number}")
+    raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print lrcheck's version and exit.")] = False,
+) -> None:
+    pass
 
 
 def parse_updates(flag: str, text: str) -> tuple[int, ...]:
@@ -70,33 +150,32 @@ def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
     """Print ``exc`` as one line on stderr (unless ``speak`` is False); the ``typer.Exit`` to
     raise."""
     if speak:
-        Console(stderr=True, highlight=False, soft_wrap=True).print(
-            f"[bold red]lrcheck: error:[/] {escape(str(exc))}", markup=True)
+        _error_line(str(exc))
     return typer.Exit(exc.exit_code)
 
 
 @app.command("compare")
 def compare_command(
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 2,
-    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = 16,
-    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·world must equal ref-bs·ref-nproc. [default: bs·accum·world / ref-nproc]")] = None,
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
+    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = DEFAULT.bs,
+    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
     nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
-    timeout: Annotated[float, typer.Option(help="Seconds a multi-process run may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3.")] = DEFAULT_TIMEOUT_S,
-    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = 5,
-    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = "digits",
-    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = 2000,
-    scheduler: SchedulerOpt = "cosine",
-    warmup: WarmupOpt = 0.1,
-    lr: LrOpt = 0.05,
-    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = "sgd",
-    policy: PolicyOpt = "per-update",
-    tail: TailOpt = "drop",
-    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = "global",
-    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = 0,
-    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = "float64",
-    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = "auto",
-    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = "off",
+    timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
+    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
+    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = DEFAULT.task,
+    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = DEFAULT.samples,
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    tail: TailOpt = DEFAULT.tail,
+    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
+    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
+    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = DEFAULT.dtype,
+    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = DEFAULT.device,
+    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
     resume_at: Annotated[Optional[int], typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
     resume_at_micro: Annotated[Optional[int], typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
@@ -104,7 +183,7 @@ def compare_command(
     tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[Optional[float], typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
@@ -114,8 +193,9 @@ def compare_command(
     every rank and rank 0 alone trains the reference and reports; every rank exits with the
     verdict's code.
 
-    Exit codes: 0 every check passed, 1 a check failed, 2 bad input, 3 a run crashed or hung,
-    130 interrupted (what was recorded is saved with verdict "incomplete").
+    Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that raises stops its
+    run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
+    (what was recorded is saved with verdict "incomplete").
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
@@ -135,14 +215,16 @@ def compare_command(
                             inject_overflow=parse_updates("--inject-overflow", inject_overflow),
                             resume_at=resume_at, resume_at_micro=resume_at_micro)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
+        show_progress = speak and not (quiet or json_out)
+        _starting(errors, show_progress, f"loading {task} and building the runs")
         folder = _prepare(pair, out, create=speak)
         renderer = _renderer(speak)
         if env is not None and env.world > 1:
             from lrcheck.runner.group import join
 
             member = join(env, device, timeout)
-        report = _run(pair, folder, show_progress=speak and not (quiet or json_out),
-                      console=errors, timeout=timeout, member=member)
+        report = _run(pair, folder, show_progress=show_progress, console=errors,
+                      timeout=timeout, member=member)
         code = report.exit_code if report is not None else 0
         if member is not None:
             code = member.share(code)
@@ -161,9 +243,7 @@ def compare_command(
                 _close(renderer)
                 finish(member)
     except Interrupted as exc:
-        if speak:
-            errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
+        raise _interrupted(exc, errors, speak) from None
     except LrcheckError as exc:
         # Under torchrun a crash is told by the rank it happened on; bad input once, by rank 0.
         raise fail(exc, speak=speak or isinstance(exc, RunError)) from None
@@ -174,6 +254,13 @@ def compare_command(
     finally:
         _close(renderer)
     raise typer.Exit(code)
+
+
+def _interrupted(exc: Interrupted, errors: Console, speak: bool = True) -> typer.Exit:
+    """Say what Ctrl-C stopped and where what was recorded is; the ``typer.Exit`` (130)."""
+    if speak:
+        errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
+    return typer.Exit(exc.exit_code)
 
 
 def _show(report: Any, console: Console, errors: Console, *, json_out: bool, quiet: bool) -> None:
@@ -189,6 +276,13 @@ def _show(report: Any, console: Console, errors: Console, *, json_out: bool, qui
         console.print(render(report))
     errors.print(escape(f"report: {report.out}"), soft_wrap=True)
     sys.stdout.flush()
+
+
+def _starting(console: Console, show_progress: bool, what: str) -> None:
+    """A line on ``console`` where a progress bar will be shown: the first bar takes seconds to
+    come (torch, the data, the runs are being set up), and a blank terminal looks hung."""
+    if show_progress and console.is_terminal:
+        console.print(f"lrcheck: {what}…", markup=False)
 
 
 def _renderer(active: bool) -> Any:
@@ -264,20 +358,20 @@ def _schedule_name(pair: PairSpec) -> str:
 @app.command("trace")
 def trace_command(
     samples: Annotated[int, typer.Option(help="Training samples per epoch (the whole data set of the run being checked).")],
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = 1,
-    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = 8,
-    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = 1,
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = TRACE_DEFAULTS["accum"],
+    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = TRACE_DEFAULTS["bs"],
+    nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = DEFAULT.world,
     ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
-    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = 1,
-    scheduler: SchedulerOpt = "cosine",
-    warmup: WarmupOpt = 0.1,
-    lr: LrOpt = 0.05,
-    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = "sgd",
-    policy: PolicyOpt = "per-update",
-    tail: TailOpt = "drop",
+    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = TRACE_DEFAULTS["epochs"],
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer whose param groups the schedule drives: {_choices(OPTIMIZERS)}.")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    tail: TailOpt = DEFAULT.tail,
     tol_lr: TolLrOpt = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
@@ -285,18 +379,19 @@ def trace_command(
     the reference's schedules exactly as the training loop would (world size is arithmetic, no
     process starts) and check `updates` and `lr`.
 
-    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed.
+    Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed,
+    130 interrupted (what was simulated is saved with verdict "incomplete").
     """
     console = _stdout_console()
     errors = Console(stderr=True, highlight=False)
     renderer = None
     try:
-        # The task is a placeholder: a trace has no data, only --samples per epoch.
-        candidate = RunSpec(task="synthetic", bs=bs, accum=accum, world=nproc, epochs=epochs,
-                            scheduler=scheduler, warmup=warmup, lr=lr, optimizer=optimizer,
-                            policy=policy, tail=tail, device="cpu", samples=samples)
+        candidate = RunSpec(**{**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs},
+                            world=nproc, scheduler=scheduler, warmup=warmup, lr=lr,
+                            optimizer=optimizer, policy=policy, tail=tail, samples=samples)
         pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
                               tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
+        _starting(errors, not (quiet or json_out), "building the schedules")
         folder = _prepare(pair, out, create=True,
                           default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
         renderer = _renderer(True)
@@ -304,6 +399,8 @@ def trace_command(
                       trace=True)
         report.out = report.save(folder, renderer)
         renderer.finish()
+    except Interrupted as exc:
+        raise _interrupted(exc, errors) from None
     except LrcheckError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt as stop:
@@ -321,7 +418,7 @@ def diff_command(
     candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
     tol_lr: TolLrOpt = None,
     tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
 ) -> None:
@@ -447,15 +544,16 @@ def suite_command(
 def list_command() -> None:
     """List the tasks, schedulers and policies."""
     console = Console(highlight=False)
-    for title, rows in (
-        ("tasks (--task)", [(t.name, t.description, t.source) for t in TASKS.values()]),
-        ("schedulers (--scheduler)", [(s.name, s.description, "") for s in SCHEDULERS.values()]),
-        ("policies (--policy)", [(p.name, p.description, p.who) for p in POLICIES.values()]),
+    for title, headers, rows in (
+        ("tasks (--task)", ("name", "what", "data"),
+         [(t.name, t.description, t.source) for t in TASKS.values()]),
+        ("schedulers (--scheduler)", ("name", "what"),
+         [(s.name, s.description) for s in SCHEDULERS.values()]),
+        ("policies (--policy)", ("name", "what", "who"),
+         [(p.name, p.description, p.who) for p in POLICIES.values()]),
     ):
-        table = Table(title=title, title_justify="left")
-        table.add_column("name", style="bold")
-        table.add_column("what")
-        table.add_column("" if "schedulers" in title else ("data" if "tasks" in title else "who"))
+        table = Table(*headers, title=title, title_justify="left")
+        table.columns[0].style = "bold"
         for row in rows:
             table.add_row(*row)
         console.print(table)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -43,14 +44,18 @@ class Recorder:
             self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
     def record(self, optimizer: Any, *, samples: int, loss: Any = None) -> None:
-        """Call just before ``optimizer.step()``: ``samples`` is this update's global batch."""
+        """Call just before ``optimizer.step()``: ``samples`` is this update's global batch, a
+        whole number >= 1 (any integer type: ``int``, numpy's, a one-element integer tensor).
+        Anything else raises ``lrcheck.SpecError`` at once and writes nothing, rather than a
+        file ``lrcheck diff`` would reject later."""
         self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
 
     def log(self, *, lr: Sequence[float], samples: int, loss: Any = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback)."""
+        count = _samples(samples)
         if not self.enabled or self._file is None:
             return
-        self.samples_seen += int(samples)
+        self.samples_seen += count
         line = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
         self._file.write(json.dumps(line) + "\n")
@@ -69,6 +74,18 @@ class Recorder:
         self.close()
 
 
+def _samples(samples: Any) -> int:
+    """``samples`` as a whole number >= 1; a ``SpecError`` naming it otherwise."""
+    try:
+        count = None if isinstance(samples, bool) else operator.index(samples)
+    except TypeError:
+        count = None
+    if count is None or count < 1:
+        raise SpecError(f"Recorder.record: samples must be a whole number >= 1, got {samples!r} "
+                        "(the samples behind this update over all processes: bs·accum·world)")
+    return count
+
+
 def _last_record(path: Path) -> dict[str, Any] | None:
     if not path.read_text(encoding="utf-8").strip():
         return None
@@ -79,9 +96,15 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The records of a Recorder file; a malformed line is a ``SpecError`` naming file and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw_bytes = path.read_bytes()
     except OSError as exc:
         raise SpecError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw_bytes[:exc.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: not UTF-8 text (byte 0x{raw_bytes[exc.start]:02x}); a "
+                        "Recorder file holds JSON lines written by lrcheck.Recorder") from None
     records = []
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():

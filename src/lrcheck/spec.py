@@ -15,6 +15,7 @@ from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.runner.policies import POLICIES
+from lrcheck.runner.steps import batch_breakdown
 
 TAILS = ("drop", "flush", "carry")
 LOSS_NORMS = ("global", "mean")
@@ -24,6 +25,14 @@ AMPS = ("off", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
 
 REFERENCE_POLICY = "per-update"
+# Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
+# and ``lrcheck.compare(timeout=...)``.
+DEFAULT_TIMEOUT_S = 300.0
+# ``lrcheck trace`` and ``lrcheck.trace_schedule``: what a schedule-only run is when told nothing
+# but its samples (the other fields are ``RunSpec``'s). The task is a placeholder: a trace has no
+# data, only ``samples`` per epoch.
+TRACE_DEFAULTS: dict[str, Any] = {"task": "synthetic", "bs": 8, "accum": 1, "epochs": 1,
+                                  "device": "cpu"}
 # A Recorder file does not say its dtype; users mostly train in float32 (or lower), so ``lrcheck
 # diff`` allows float32's loss tolerance unless told otherwise.
 DIFF_DTYPE = "float32"
@@ -42,11 +51,13 @@ def _at_least(flag: str, value: int, low: int) -> None:
 @dataclass(frozen=True)
 class RunSpec:
     """One training configuration. ``world`` is the number of processes; ``device`` may still be
-    ``auto`` here and is resolved by the runner."""
+    ``auto`` here and is resolved by the runner. The defaults are ``lrcheck compare``'s, which
+    ``lrcheck.compare()`` and a suite's ``[[pair]]`` share: the command line takes them from
+    here."""
 
     task: str = "digits"
-    bs: int = 32
-    accum: int = 1
+    bs: int = 16
+    accum: int = 2
     world: int = 1
     epochs: int = 5
     scheduler: str = "cosine"
@@ -69,7 +80,7 @@ class RunSpec:
         _one_of("--task", self.task, list(TASKS))
         _at_least("--bs", self.bs, 1)
         _at_least("--accum", self.accum, 1)
-        _at_least("--world", self.world, 1)
+        _at_least("--nproc", self.world, 1)
         _at_least("--epochs", self.epochs, 1)
         _at_least("--samples", self.samples, 10)
         _at_least("--seed", self.seed, 0)
@@ -178,15 +189,13 @@ class PairSpec:
     def __post_init__(self) -> None:
         ref, cand = self.reference, self.candidate
         if ref.effective_batch != cand.effective_batch:
-            ref_world = f"·{ref.world} processes" if ref.world > 1 else ""
-            raise SpecError(
-                f"--ref-bs {ref.bs}{ref_world} = {ref.effective_batch} differs from the candidate's "
-                f"bs·accum·world = {cand.bs}·{cand.accum}·{cand.world} = {cand.effective_batch}; "
-                f"set --ref-bs {cand.effective_batch // ref.world}"
-                if cand.effective_batch % ref.world == 0
-                else f"--ref-bs {ref.bs} gives an effective batch of {ref.effective_batch}, the "
-                f"candidate's is {cand.effective_batch}; no --ref-bs matches with {ref.world} processes"
-            )
+            given = (f"--ref-bs {ref.bs} · --ref-nproc {ref.world} = {ref.effective_batch}"
+                     if ref.world > 1 else f"--ref-bs {ref.bs}")
+            fix = (f"set --ref-bs {cand.effective_batch // ref.world}"
+                   if cand.effective_batch % ref.world == 0
+                   else f"no --ref-bs matches with --ref-nproc {ref.world}")
+            raise SpecError(f"{given} differs from the candidate's effective batch, "
+                            f"{batch_breakdown(cand.bs, cand.accum, cand.world)}; {fix}")
         if ref.accum != 1 or ref.policy != REFERENCE_POLICY:
             raise SpecError(
                 f"the reference must run accum 1 with policy {REFERENCE_POLICY!r}, "

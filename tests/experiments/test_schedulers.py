@@ -100,3 +100,35 @@ def test_user_factory_errors_name_the_problem(schedules_file):
         make_scheduler(f"{schedules_file}:not_a_scheduler", opt, ctx())
     with pytest.raises(SpecError, match="raised RuntimeError: no schedule today"):
         make_scheduler(f"{schedules_file}:raises", opt, ctx())
+
+
+def onecycle_steps_through(total: int, warmup: int) -> bool:
+    """Whether OneCycleLR, as built for (total, warmup), really survives every step of a run."""
+    try:
+        lr_trace("onecycle", ctx(total, warmup))
+    except (ZeroDivisionError, SpecError):  # SpecError: raised while it was being made
+        return False
+    return True
+
+
+@pytest.mark.parametrize("total", [2, 3, 4, 5, 12, 44, 100])
+def test_onecycle_fits_says_exactly_when_onecycle_can_step_through_the_run(total):
+    why_not = SCHEDULERS["onecycle"].why_not
+    for warmup in range(total + 1):
+        assert (why_not(ctx(total, warmup)) is None) == onecycle_steps_through(total, warmup), warmup
+
+
+def test_a_warmup_that_leaves_onecycle_no_room_names_the_largest_that_works():
+    from lrcheck.experiments.schedulers import check_warmup
+
+    def context(warmup: float) -> ScheduleContext:
+        return ctx(44, round(warmup * 44))
+
+    with pytest.raises(SpecError) as info:
+        check_warmup("onecycle", 0.99, context)
+    message = str(info.value)
+    assert message.startswith("--warmup 0.99 ") and "the largest --warmup that works here is 0.988" in message
+    assert SCHEDULERS["onecycle"].why_not(context(0.988)) is None
+    assert SCHEDULERS["onecycle"].why_not(context(0.989)) is not None
+    check_warmup("onecycle", 0.5, context)  # room enough: no error
+    check_warmup("cosine", 0.99, context)  # the others clamp their lengths themselves

@@ -78,3 +78,53 @@ def test_prepare_file_makes_a_missing_folder_and_leaves_nothing_else(tmp_path):
     assert os.listdir(tmp_path / "baselines") == []  # the probe file is gone, none written
     with pytest.raises(SpecError, match="is a folder; give a file name"):
         prepare_file(tmp_path / "baselines", "--save-baseline")
+
+
+def test_report_md_escapes_pipes_in_table_cells(make_report):
+    from lrcheck.reports.files import report_markdown
+
+    text = report_markdown(make_report(lr_shift=0.01))
+    row = next(line for line in text.splitlines() if line.startswith("| lr |"))
+    assert "max \\|ΔLR\\|" in row and "/ΔLR/" not in row
+    assert row.replace("\\|", "").count("|") == 6  # five cells
+
+
+class Recorded:
+    """A renderer that keeps the plots it is sent instead of drawing them."""
+
+    def __init__(self):
+        self.plots = []
+
+    def draw(self, plots):
+        self.plots += plots
+
+
+def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_report, tmp_path):
+    from lrcheck.reports.files import write_incomplete
+
+    for name in ("lr.png", "loss.png", "metrics.png", "report.md", "result.json", "notes.txt",
+                 "mine.png"):
+        (tmp_path / name).write_text("from an earlier run, or the user's")
+    trace = make_report()
+    trace.mode = "trace"  # draws lr.png only
+    renderer = Recorded()
+    write_report(trace, tmp_path, renderer)
+    assert [p.path.name for p in renderer.plots] == ["lr.png"]
+    assert sorted(os.listdir(tmp_path)) == ["lr.png", "mine.png", "notes.txt", "report.md",
+                                            "result.json"]
+    from lrcheck.result import IncompleteResult
+
+    incomplete = IncompleteResult(trace.pair, trace.reference, trace.candidate, {}, "Ctrl-C")
+    write_incomplete(incomplete, tmp_path)  # no report.md nor plots: none may stay from before
+    assert sorted(os.listdir(tmp_path)) == ["mine.png", "notes.txt", "result.json"]
+
+
+def test_report_md_says_1_epoch_not_1_epochs(make_report):
+    from dataclasses import replace
+
+    from lrcheck.reports.files import report_markdown
+
+    report = make_report()
+    report.pair = replace(report.pair, candidate=report.pair.candidate.replace(epochs=1),
+                          reference=report.pair.reference.replace(epochs=1))
+    assert ", 1 epoch, " in report_markdown(report)

@@ -77,7 +77,8 @@ def test_pairs_defaults_ref_nproc_tolerances_and_default_names(tmp_path):
     first, ddp, *grid = s.entries
     assert first.name == first.pair.name == "wine-cosine-bs8x2-vs-bs16"
     assert first.pair.tolerances.metrics == 0.05
-    assert (ddp.pair.reference.bs, ddp.pair.reference.world, ddp.expect) == (8, 2, "fail")
+    # bs 4 · accum 2 (the default, as on the command line) · nproc 4, over ref_nproc 2
+    assert (ddp.pair.reference.bs, ddp.pair.reference.world, ddp.expect) == (16, 2, "fail")
     assert ddp.pair.tolerances.lr == 0.0
     assert [g.name for g in grid] == ["sweep-wine-cosine-bs8x2-vs-bs16",
                                       "sweep-wine-cosine-bs8x2-per-micro-batch-vs-bs16"]

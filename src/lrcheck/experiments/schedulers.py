@@ -41,10 +41,15 @@ WSD_DECAY_FRACTION = 0.2
 
 @dataclass(frozen=True)
 class Scheduler:
+    """A built-in schedule. ``why_not(ctx)``, where given, says why the schedule cannot run a
+    whole run of ``ctx`` (None when it can), so that ``check_warmup`` refuses it before
+    anything trains."""
+
     name: str
     description: str
     main: Callable[[Any, int], Any]
     own_warmup: bool = False
+    why_not: Callable[[ScheduleContext], str | None] | None = None
 
     def make(self, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
         """The schedule for ``ctx``: warmup (if any) then the main schedule."""
@@ -104,11 +109,56 @@ def _exponential(opt: Any, steps: int) -> Any:
     return _lrs().ExponentialLR(opt, gamma=EXPONENTIAL_FINAL ** (1.0 / steps))
 
 
-def _onecycle(opt: Any, ctx: ScheduleContext) -> Any:
+ONECYCLE_DEFAULT_RISE = 0.25  # OneCycleLR's rising phase when --warmup is 0
+
+
+def _onecycle_shape(ctx: ScheduleContext) -> tuple[int, float]:
+    """OneCycleLR's ``total_steps`` and ``pct_start`` for ``ctx``."""
     total = max(2, ctx.total_steps)
-    pct = ctx.warmup_steps / total if ctx.warmup_steps else 0.25
+    return total, ctx.warmup_steps / total if ctx.warmup_steps else ONECYCLE_DEFAULT_RISE
+
+
+def _onecycle(opt: Any, ctx: ScheduleContext) -> Any:
+    total, pct = _onecycle_shape(ctx)
     max_lr = [g["lr"] for g in opt.param_groups]
     return _lrs().OneCycleLR(opt, max_lr=max_lr, total_steps=total, pct_start=pct)
+
+
+def _onecycle_why_not(ctx: ScheduleContext) -> str | None:
+    """OneCycleLR interpolates each phase over its length, and divides by zero where a phase
+    has none: a rise that ends at step 0 (made at once), or one that ends where the run does (at
+    the step after the last update). Its own arithmetic, so that this agrees with it exactly."""
+    total, pct = _onecycle_shape(ctx)
+    rise_end = float(pct * total) - 1
+    if rise_end == 0:
+        return "a rise of 1 step, which OneCycleLR cannot interpolate (it divides by zero)"
+    if total - 1 - rise_end == 0:
+        return (f"a rise of all {total} of its steps, leaving none to anneal over (OneCycleLR "
+                "divides by zero at the run's last scheduler.step())")
+    return None
+
+
+def check_warmup(name: str, warmup: float, context: Callable[[float], ScheduleContext]) -> None:
+    """A ``SpecError`` when the built-in schedule ``name`` cannot run with ``warmup``
+    (``context(w)``: the run's ``ScheduleContext`` at warmup ``w``), naming the nearest warmups
+    that work, in steps of 0.001."""
+    scheduler = SCHEDULERS.get(name)
+    why_not = scheduler.why_not if scheduler is not None else None
+    trouble = why_not(context(warmup)) if why_not is not None else None
+    if why_not is None or trouble is None:
+        return
+    works = [k / 1000 for k in range(1000) if why_not(context(k / 1000)) is None]
+    below = [w for w in works if w < warmup]
+    above = [w for w in works if w > warmup]
+    if below and not above:
+        advice = f"the largest --warmup that works here is {below[-1]:g}"
+    elif below and above:
+        advice = f"the nearest that work here are --warmup {below[-1]:g} and {above[0]:g}"
+    elif above:
+        advice = f"the smallest --warmup that works here is {above[0]:g}"
+    else:
+        advice = "no --warmup works for a run this short; make it longer or use another scheduler"
+    raise SpecError(f"--warmup {warmup:g} gives {name} {trouble}; {advice}")
 
 
 _SCHEDULERS = [
@@ -128,7 +178,7 @@ _SCHEDULERS = [
     Scheduler("exponential", f"warmup, then exponential decay to {EXPONENTIAL_FINAL}x "
               "(ExponentialLR)", _exponential),
     Scheduler("onecycle", "OneCycleLR; its warm-up phase is the warmup fraction (0.25 if 0)",
-              _onecycle, own_warmup=True),
+              _onecycle, own_warmup=True, why_not=_onecycle_why_not),
 ]
 
 SCHEDULERS: dict[str, Scheduler] = {s.name: s for s in _SCHEDULERS}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import SpecError
 from lrcheck.result import IncompleteResult, Report
+from lrcheck.words import plural
 
 if TYPE_CHECKING:
     from lrcheck.reports.render import Renderer
@@ -89,9 +90,19 @@ def result_json(report: Report | IncompleteResult) -> str:
     return to_json(report.to_dict())
 
 
-def prepare_out(out: Path) -> Path:
-    """``out`` as a folder to write into; an existing file there, or a folder that cannot be
-    made, is bad input."""
+def out_folder(text: str | Path) -> Path:
+    """The report folder a user named (``--out``). An empty name is bad input: as a path it
+    would be the working directory, filled with report files."""
+    if not str(text).strip():
+        raise SpecError(f"--out {str(text)!r} names no folder; give one, such as "
+                        "--out lrcheck-reports/run1")
+    return Path(text)
+
+
+def prepare_out(out: str | Path) -> Path:
+    """``out`` as a folder to write into; an empty name, an existing file there, or a folder
+    that cannot be made, is bad input."""
+    out = out_folder(out)
     if out.exists() and not out.is_dir():
         raise SpecError(f"--out {str(out)!r} is an existing file; give a folder")
     try:
@@ -100,6 +111,11 @@ def prepare_out(out: Path) -> Path:
         raise SpecError(f"--out {str(out)!r}: cannot create the folder "
                         f"({exc.strerror or exc}); give another") from None
     return out
+
+
+def markdown_cell(text: str) -> str:
+    """``text`` inside a Markdown table cell: its pipes escaped (``\\|ΔLR\\|``), on one line."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def report_markdown(report: Report) -> str:
@@ -112,8 +128,7 @@ def report_markdown(report: Report) -> str:
     for c in report.checks:
         diff = "—" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
         first = "—" if c.first_divergence is None else str(c.first_divergence)
-        lines.append(f"| {c.name} | {c.status} | {diff} | {first} | "
-                     f"{c.detail.replace('|', '/')} |")
+        lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
     if report.mode == "compare":
         lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
         for key in ("accuracy", "f1_macro"):
@@ -131,8 +146,8 @@ def _settings(report: Report) -> list[str]:
     pair = report.pair
     ref, cand = pair.reference, pair.candidate
     if report.mode == "diff":
-        return [f"- candidate: `{cand}`, {len(report.candidate.updates)} updates",
-                f"- reference: `{ref}`, {len(report.reference.updates)} updates",
+        return [f"- candidate: `{cand}`, {plural(len(report.candidate.updates), 'update')}",
+                f"- reference: `{ref}`, {plural(len(report.reference.updates), 'update')}",
                 "- Recorder files, updates aligned by samples_seen; "
                 f"lrcheck {report.environment.get('lrcheck')}"]
     return [
@@ -140,8 +155,8 @@ def _settings(report: Report) -> list[str]:
         f"(effective {cand.effective_batch}), policy `{cand.policy}`",
         f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
         f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
-        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {cand.epochs} epochs, tail `{cand.tail}`, "
-        f"loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
+        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
+        f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.get('torch')}"
         + (f", accelerate {report.environment['accelerate']}"
            if "accelerate" in report.environment else "")
@@ -157,9 +172,11 @@ def write_report(report: Report, out: Path, renderer: Renderer | None = None) ->
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
+    plots = report_plots(report, out)
+    _remove_stale(out, keep={"result.json", "report.md", *(plot.path.name for plot in plots)})
     write_text(out / "result.json", result_json(report))
     write_text(out / "report.md", report_markdown(report))
-    (renderer or Renderer()).draw(report_plots(report, out))
+    (renderer or Renderer()).draw(plots)
     return out
 
 
@@ -167,8 +184,25 @@ def write_incomplete(result: IncompleteResult, out: Path) -> Path:
     """result.json of an interrupted comparison (verdict ``incomplete``) in ``out``; no plots or
     report.md, which need both runs."""
     out = prepare_out(out)
+    _remove_stale(out, keep={"result.json"})
     write_text(out / "result.json", result_json(result))
     return out / "result.json"
+
+
+def _remove_stale(out: Path, keep: set[str]) -> None:
+    """Remove from ``out`` the report files lrcheck writes (result.json, report.md, every plot
+    of every mode) that this report will not write again: left from an earlier report there,
+    they would pass for this one's. Other files are left alone."""
+    from lrcheck.reports.plots import PLOTS_BY_MODE
+
+    owned = {"result.json", "report.md", *(name for plots in PLOTS_BY_MODE.values()
+                                           for name in plots)}
+    for name in sorted(owned - keep):
+        try:
+            (out / name).unlink(missing_ok=True)
+        except OSError as exc:
+            raise SpecError(f"cannot remove {str(out / name)!r}, left from an earlier report: "
+                            f"{exc.strerror or exc}") from None
 def write_json(path: Path, data: Any) -> None:
     write_text(path, to_json(data))
 

@@ -21,13 +21,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lrcheck.errors import SpecError
-from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.experiments.schedulers import check_warmup, make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
+from lrcheck.words import plural
 
 MOMENTUM = 0.9
 WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
@@ -338,14 +339,38 @@ class _Run:
 
 def check_plan(spec: RunSpec, num_samples: int) -> None:
     """What can only be checked against the run's length, checked before anything trains: a
-    training set of at least one effective batch, a resume point inside the run, injected
-    overflows at updates the run makes."""
+    training set of at least one effective batch, a warmup the schedule has room for, a resume
+    point inside the run, injected overflows at updates the run makes."""
     plan = plan_steps(num_samples, spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    check_warmup(spec.scheduler, spec.warmup,
+                 lambda warmup: schedule_context(plan, spec.policy, warmup))
     resume_point(spec, plan)
     late = [k for k in spec.inject_overflow if k >= plan.total_updates]
     if late:
         raise SpecError(f"--inject-overflow {','.join(map(str, late))}: the run has "
-                        f"{plan.total_updates} updates; give updates 0..{plan.total_updates - 1}")
+                        f"{plural(plan.total_updates, 'update')}; give updates "
+                        f"0..{plan.total_updates - 1}")
+
+
+def recording_bytes(spec: RunSpec, data: Dataset) -> int:
+    """What a run of ``spec`` on ``data`` keeps in memory for the ``params`` check: a snapshot of
+    every parameter after every update (in ``spec.dtype``). The model is built on the meta
+    device, which allocates nothing."""
+    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    with torch.device("meta"):
+        net = TASKS[spec.task].build_model(data)
+    size = sum(p.numel() for p in net.parameters())
+    return plan.total_updates * size * getattr(torch, spec.dtype).itemsize
+
+
+def check_memory(runs: list[tuple[RunSpec, Dataset]]) -> None:
+    """Bad input when the recordings of ``runs`` (each with its data), which the checks hold
+    together, need more memory than the machine has left."""
+    from lrcheck.runner.memory import check_fits
+
+    check_fits(sum(recording_bytes(spec, data) for spec, data in runs),
+               "recording the runs (a snapshot of every parameter after every update)",
+               "lower --epochs, or --samples for a generated task")
 
 
 def resume_point(spec: RunSpec, plan: Any) -> Window | None:
@@ -354,8 +379,9 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
     after the whole update."""
     if spec.resume_at is not None:
         if spec.resume_at >= plan.total_updates - 1:
-            raise SpecError(f"--resume-at {spec.resume_at}: the run has {plan.total_updates} "
-                            f"updates; resume after one of 0..{plan.total_updates - 2}")
+            raise SpecError(f"--resume-at {spec.resume_at}: the run has "
+                            f"{plural(plan.total_updates, 'update')}; resume after one of "
+                            f"0..{plan.total_updates - 2}")
         return Window(spec.resume_at, None)
     if spec.resume_at_micro is not None:
         done = 0
@@ -370,8 +396,8 @@ def resume_point(spec: RunSpec, plan: Any) -> Window | None:
                 return Window(batch.update, None if last else m)
             done += count
         raise SpecError(f"--resume-at-micro {spec.resume_at_micro}: the run has "
-                        f"{plan.total_micro_batches} micro-batches; resume after one of "
-                        f"0..{plan.total_micro_batches - 2}")
+                        f"{plural(plan.total_micro_batches, 'micro-batch', 'micro-batches')}; "
+                        f"resume after one of 0..{plan.total_micro_batches - 2}")
     return None
 
 

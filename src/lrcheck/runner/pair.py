@@ -118,10 +118,11 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
     needs. Returns the device and the environment a report states."""
     from lrcheck.experiments.tasks import load_data
     from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import check_plan, environment
+    from lrcheck.runner.loop import check_memory, check_plan, environment
 
     for run in (*others, spec):
         check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
+    check_memory([(run, load_data(run.task, run.seed, run.samples)) for run in (*others, spec)])
     device = resolve_device(spec.device)
     frameworks = require_extra(spec.policy)  # a missing extra is bad input: say so now
     return device, {**environment(device, spec.world), **frameworks}

@@ -24,22 +24,30 @@ import functools
 import operator
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.runner.local import guarded
-from lrcheck.runner.pair import PairTraces, Progress
+from lrcheck.runner.memory import check_fits
+from lrcheck.runner.pair import ROLES, PairTraces, Progress
 from lrcheck.runner.loop import make_optimizer
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, update_counters,
                                   update_runs)
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.trace import ScheduleTrace, UpdateColumns
+from lrcheck.trace import RunTrace, ScheduleTrace, UpdateColumns
+from lrcheck.words import plural
 
 OnUpdate = Callable[[int, int], None]
 PROGRESS_EVERY = 4096
+# Memory per update of one simulated run, at its peak (the LRs of the loop's two param groups as
+# Python floats while the run is stepped, then as numpy columns with its counters; the checks,
+# the plot and result.json). Measured with tracemalloc over 10^6 updates: 84 bytes.
+TRACE_BYTES_PER_UPDATE = 100
 WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simulation is
 
 
@@ -65,6 +73,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
     phase, first = WINDOW, True
     stepped_in_window = 0
     stopped: str | None = None
+    interrupted = False
     try:
         for run in runs:
             before_read = run.micro_batches - 1 if every_micro_batch else 0
@@ -88,19 +97,34 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
         made = len(lrs) // len(groups)
         # Inside the window the update is not made; after it, it was.
         stopped = step_failure(exc, made if phase == WINDOW else made - 1)
+    except KeyboardInterrupt:
+        interrupted = True
     made = len(lrs) // len(groups)
+    del lrs[made * len(groups):]  # an update whose LRs were being read when Ctrl-C came
     counters = update_counters(runs, made, every_micro_batch)
     steps = counters.steps_made
-    if stopped:
+    if stopped or interrupted:
         steps += stepped_in_window if phase == WINDOW else -1
 
     columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
                             counters.samples_seen, counters.steps_at_read, counters.epoch)
-    return ScheduleTrace(
+    trace = ScheduleTrace(
         spec=spec, updates=columns, epochs=[], params=np.empty((made, 0)),
         planned_updates=plan.total_updates, context=ctx.to_dict(), stopped=stopped,
         seconds=time.perf_counter() - started, extra={"scheduler_steps": steps},
     )
+    if interrupted:
+        trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"
+        raise SimulationInterrupted(trace)
+    return trace
+
+
+class SimulationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``simulate``; ``trace`` holds the updates simulated until then."""
+
+    def __init__(self, trace: ScheduleTrace) -> None:
+        super().__init__()
+        self.trace = trace
 
 
 @functools.cache
@@ -119,10 +143,45 @@ def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> 
 
 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
-    """Both schedules of ``pair``, over ``samples`` training samples per epoch each."""
-    from lrcheck.runner.loop import environment
+    """Both schedules of ``pair``, over ``samples`` training samples per epoch each, after the
+    checks a training run makes before it starts (``loop.check_plan``)."""
+    from lrcheck.runner.loop import check_plan, environment
 
-    reference = simulate_one(pair.reference, "reference", progress)
-    candidate = simulate_one(pair.candidate, "candidate", progress)
+    for spec in (pair.reference, pair.candidate):
+        check_plan(spec, spec.samples)
+    planned = {role: plan_steps(spec.samples, spec.bs, spec.accum, spec.world, spec.epochs,
+                                spec.tail).total_updates
+               for role, spec in (("reference", pair.reference), ("candidate", pair.candidate))}
+    updates = sum(planned.values())
+    check_fits(updates * TRACE_BYTES_PER_UPDATE,
+               f"simulating {updates:,} updates (the LR of each, over both runs)",
+               "lower --samples or --epochs")
+
     env = environment("none (schedule simulated, no model)", pair.candidate.world)
-    return PairTraces(reference, candidate, env)
+    done: dict[str, RunTrace] = {}
+    try:
+        for role in ROLES:
+            done[role] = simulate_one(getattr(pair, role), role, progress)
+    except KeyboardInterrupt as exc:
+        raise _interrupted(pair, done, getattr(exc, "trace", None), planned, env) from None
+    return PairTraces(done["reference"], done["candidate"], env)
+
+
+def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: ScheduleTrace | None,
+                 planned: dict[str, int], env: dict[str, Any]) -> Interrupted:
+    """``Interrupted`` carrying what the simulation had recorded when Ctrl-C came: the runs
+    finished, the one in progress (``partial``), and the one not begun."""
+    from lrcheck.result import IncompleteResult
+
+    running = next(role for role in ROLES if role not in done)
+    traces = dict(done)
+    for role in ROLES:
+        if role not in traces:
+            traces[role] = partial if role == running and partial is not None else \
+                RunTrace.partial(getattr(pair, role), [], planned[role],
+                                 "interrupted before its first update")
+    reason = (f"interrupted (Ctrl-C) while simulating the {running} schedule; "
+              f"reference {traces['reference'].stopped or 'finished'}, "
+              f"candidate {traces['candidate'].stopped or 'finished'}")
+    return Interrupted(reason, IncompleteResult(pair, traces["reference"], traces["candidate"],
+                                                env, reason))

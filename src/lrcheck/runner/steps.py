@@ -62,6 +62,12 @@ class StepPlan:
         return self.micro_batch_size * self.accum * self.world
 
 
+def batch_breakdown(bs: int, accum: int, world: int) -> str:
+    """An effective batch in the words of the flags that make it: ``bs 8 · accum 2 · nproc 2 =
+    32``."""
+    return f"bs {bs} · accum {accum} · nproc {world} = {bs * accum * world}"
+
+
 def plan_steps(num_samples: int, bs: int, accum: int, world: int, epochs: int,
                tail: str) -> StepPlan:
     """Counts for one run.
@@ -76,8 +82,8 @@ def plan_steps(num_samples: int, bs: int, accum: int, world: int, epochs: int,
     effective = bs * accum * world
     if num_samples < effective:
         raise SpecError(
-            f"the training set has {num_samples} samples, fewer than one effective batch of "
-            f"{effective} (bs·accum·world = {bs}·{accum}·{world}); lower --bs or --accum"
+            f"the training set has {num_samples} samples, fewer than one effective batch "
+            f"({batch_breakdown(bs, accum, world)}); lower --bs or --accum"
         )
     per_forward = bs * world
     full, left = divmod(num_samples, effective)
