@@ -449,7 +449,7 @@ def diff_command(
 @app.command("suite")
 def suite_command(
     file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],
-    out: Annotated[Optional[Path], typer.Option(help="Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
+    out: Annotated[Optional[Path], _out_option("Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
     baseline: Annotated[Optional[Path], typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
     save_baseline: Annotated[Optional[Path], typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
