@@ -99,7 +99,7 @@ def test_version_prints_the_installed_version():
 def test_list_shows_every_registry_entry():
     from lrcheck.experiments.schedulers import SCHEDULERS
     from lrcheck.experiments.tasks import TASKS
-    from lrcheck.runner.policies import POLICIES
+    from lrcheck.plan.policies import POLICIES
 
     out = invoke("list").stdout
     for name in [*TASKS, *SCHEDULERS, *POLICIES]:

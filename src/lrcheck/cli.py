@@ -21,7 +21,7 @@ from rich.table import Table
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
-from lrcheck.runner.policies import POLICIES
+from lrcheck.plan.policies import POLICIES
 from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import (AMPS, DEFAULT_TIMEOUT_S, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS,
                           TRACE_DEFAULTS, PairSpec, RunSpec, Tolerances)

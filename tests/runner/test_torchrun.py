@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.order import micro_batches, rank_share
-from lrcheck.runner.steps import plan_steps
+from lrcheck.plan.order import micro_batches, rank_share
+from lrcheck.plan.steps import plan_steps
 from lrcheck.runner.torchrun import (
     WORKER_MODULE,
     TorchrunEnv,

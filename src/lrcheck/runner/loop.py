@@ -23,9 +23,9 @@ import torch.nn.functional as F
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import check_warmup, make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
-from lrcheck.runner.order import global_batches, micro_batches, rank_share
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
+from lrcheck.plan.order import global_batches, micro_batches, rank_share
+from lrcheck.plan.policies import POLICIES
+from lrcheck.plan.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
 from lrcheck.words import plural

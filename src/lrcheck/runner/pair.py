@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.errors import Interrupted, SpecError, stop_words
-from lrcheck.runner.policies import require_extra
+from lrcheck.plan.policies import require_extra
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 

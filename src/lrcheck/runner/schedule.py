@@ -31,13 +31,13 @@ import torch
 
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.plan.policies import POLICIES
+from lrcheck.plan.steps import (plan_steps, schedule_context, step_failure, update_counters,
+                                update_runs)
 from lrcheck.runner.local import guarded
+from lrcheck.runner.loop import make_optimizer
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.pair import ROLES, PairTraces, Progress
-from lrcheck.runner.loop import make_optimizer
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, update_counters,
-                                  update_runs)
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, ScheduleTrace, UpdateColumns
 from lrcheck.words import plural

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.policies import POLICIES
+from lrcheck.plan.policies import POLICIES
 
 if TYPE_CHECKING:  # numpy stays off the import path of `lrcheck --help`
     import numpy as np

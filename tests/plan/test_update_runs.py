@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lrcheck.runner.order import global_batches, micro_batches
-from lrcheck.runner.steps import plan_steps, update_counters, update_runs
+from lrcheck.plan.order import global_batches, micro_batches
+from lrcheck.plan.steps import plan_steps, update_counters, update_runs
 
 
 def trained_layout(n, bs, accum, world, epochs, tail):
