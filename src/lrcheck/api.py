@@ -29,7 +29,7 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
     (300 s, None for no limit) is how long such a run may go without finishing an update.
 
-    Inside torchrun, pass ``member`` (``lrcheck.runner.group.join``): every rank trains the
+    Inside torchrun, pass ``member`` (``lrcheck.runner.dist.group.join``): every rank trains the
     candidate, and ranks other than 0 get None instead of a report. ``cache`` (reference
     ``RunSpec`` → trace) lets several pairs share one trained reference.
     """

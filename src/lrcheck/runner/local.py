@@ -10,7 +10,7 @@ from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
-from lrcheck.runner.fault import fault_hook
+from lrcheck.runner.dist.fault import fault_hook
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 
@@ -20,7 +20,7 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
               on_start: Callable[[], None] | None = None) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
-    ``RunError`` naming the role. The test-only fault switch (``runner.fault``) is armed here
+    ``RunError`` naming the role. The test-only fault switch (``runner.dist.fault``) is armed here
     for the ranks of a multi-process candidate."""
     trip = fault_hook(role, rank, os.environ) if spec.world > 1 else None
     if trip is not None:

@@ -154,7 +154,7 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
     ranks check the plan and train the candidate, then rank 0 trains the reference, as a bare
     torchrun script would. This process imports neither torch nor the data, so its own work
     does not compete with the ranks for the machine's cores."""
-    from lrcheck.runner.launch import start
+    from lrcheck.runner.dist.launch import start
 
     job = start(pair.candidate, "candidate",
                 reference=pair.reference if train_reference else None,
@@ -176,7 +176,7 @@ def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
         from lrcheck.runner.local import run_local
 
         return run_local(spec, role, device=device, on_update=tracker.hook(role))
-    from lrcheck.runner.launch import check_gpus, launch
+    from lrcheck.runner.dist.launch import check_gpus, launch
 
     check_gpus(spec, device)
     return launch(spec, role, timeout=timeout, on_update=tracker.hook(role))

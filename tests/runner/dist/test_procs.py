@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from lrcheck.runner import procs
+from lrcheck.runner.dist import procs
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
 
