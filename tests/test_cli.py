@@ -239,13 +239,13 @@ def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
 def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
         argv, largest, monkeypatch, tmp_path):
     import lrcheck.runner.loop as loop
-    import lrcheck.runner.schedule as schedule
+    import lrcheck.runner.simulate as simulate
 
     def trained(*args, **kwargs):
         raise AssertionError("trained before checking the warmup")
 
     monkeypatch.setattr(loop, "train", trained)
-    monkeypatch.setattr(schedule, "simulate", trained)
+    monkeypatch.setattr(simulate, "simulate", trained)
     result = invoke(*argv, "--out", str(tmp_path))
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1

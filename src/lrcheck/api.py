@@ -51,7 +51,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
     accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
     ``Interrupted`` carrying what was simulated."""
-    from lrcheck.runner.schedule import simulate_pair
+    from lrcheck.runner.simulate import simulate_pair
 
     if pair is None and "samples" not in candidate:
         raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
