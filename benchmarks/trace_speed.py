@@ -17,7 +17,7 @@ import warnings
 
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.plan.steps import plan_steps, schedule_context
-from lrcheck.runner.loop import make_optimizer
+from lrcheck.runner.build import make_optimizer
 from lrcheck.runner.simulate import simulate
 from lrcheck.spec import RunSpec
 

@@ -12,8 +12,7 @@ from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.recorder import Recorder
 from lrcheck.spec import PairSpec, RunSpec, Tolerances
-
-__version__ = "0.1.0"
+from lrcheck.version import __version__
 
 if TYPE_CHECKING:
     from lrcheck.result import Report

@@ -73,8 +73,8 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``). Trains
     nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
     the line). Default tolerances are float32's (a file does not say its dtype)."""
-    from lrcheck import __version__
     from lrcheck.recorder import read_records
+    from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))

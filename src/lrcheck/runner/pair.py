@@ -118,7 +118,8 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
     needs. Returns the device and the environment a report states."""
     from lrcheck.experiments.tasks import load_data
     from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import check_memory, check_plan, environment
+    from lrcheck.runner.local import environment
+    from lrcheck.runner.preflight import check_memory, check_plan
 
     for run in (*others, spec):
         check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
