@@ -29,7 +29,7 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
     (300 s, None for no limit) is how long such a run may go without finishing an update.
 
-    Inside torchrun, pass ``member`` (``lrcheck.runner.group.join``): every rank trains the
+    Inside torchrun, pass ``member`` (``lrcheck.runner.dist.group.join``): every rank trains the
     candidate, and ranks other than 0 get None instead of a report. ``cache`` (reference
     ``RunSpec`` → trace) lets several pairs share one trained reference.
     """
@@ -51,7 +51,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
     accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
     ``Interrupted`` carrying what was simulated."""
-    from lrcheck.runner.schedule import simulate_pair
+    from lrcheck.runner.simulate import simulate_pair
 
     if pair is None and "samples" not in candidate:
         raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
@@ -73,8 +73,8 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``). Trains
     nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
     the line). Default tolerances are float32's (a file does not say its dtype)."""
-    from lrcheck import __version__
     from lrcheck.recorder import read_records
+    from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))

@@ -21,8 +21,8 @@ from rich.table import Table
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
+from lrcheck.plan.policies import POLICIES
+from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import (AMPS, DEFAULT_TIMEOUT_S, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS,
                           TRACE_DEFAULTS, PairSpec, RunSpec, Tolerances)
 
@@ -220,7 +220,7 @@ def compare_command(
         folder = _prepare(pair, out, create=speak)
         renderer = _renderer(speak)
         if env is not None and env.world > 1:
-            from lrcheck.runner.group import join
+            from lrcheck.runner.dist.group import join
 
             member = join(env, device, timeout)
         report = _run(pair, folder, show_progress=show_progress, console=errors,
@@ -235,7 +235,7 @@ def compare_command(
                 _show(report, console, errors, json_out=json_out, quiet=quiet)
         finally:
             if member is not None:
-                from lrcheck.runner.group import finish
+                from lrcheck.runner.dist.group import finish
 
                 # torchrun stops every rank as soon as one exits non-zero: the others wait
                 # here until rank 0 has written and printed the report and stopped its plot
@@ -586,12 +586,12 @@ def _stop_on_signals() -> list[int]:
 
 def main() -> None:
     """The console script (and ``python -m lrcheck``): run the command, then leave without
-    finalising the interpreter (``runner.procs.exit_now``): under torchrun that is what keeps a
+    finalising the interpreter (``runner.dist.procs.exit_now``): under torchrun that is what keeps a
     rank from aborting in teardown, and everywhere it saves Python's one-second teardown of
     torch. Every report file is written, closed and renamed by then and the plot helper has
     stopped. A command stopped by SIGTERM or SIGHUP exits 128 + its number instead of Ctrl-C's
     130. (Tests call ``app`` through typer's CliRunner, which this does not touch.)"""
-    from lrcheck.runner.procs import exit_now
+    from lrcheck.runner.dist.procs import exit_now
 
     arrived = _stop_on_signals()
     try:

@@ -12,7 +12,7 @@ import pytest
 from lrcheck.errors import SpecError
 from lrcheck.reports.plots import Plot, draw_loss
 from lrcheck.reports.render import Renderer
-from lrcheck.runner.procs import alive
+from lrcheck.runner.dist.procs import alive
 from tests.helpers import HANG_S, wait_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import RunError, SpecError
-from lrcheck.runner import handoff, procs
-from lrcheck.runner.launch import Exited, Launched, TorchrunLog
+from lrcheck.runner.dist import handoff, procs
+from lrcheck.runner.dist.launch import Exited, Launched, TorchrunLog
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
