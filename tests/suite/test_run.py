@@ -77,3 +77,14 @@ def test_a_pair_whose_report_cannot_be_saved_is_an_error_not_a_pass(tmp_path, su
                         f"{str(tmp_path / 'R' / 'b' / 'result.json')!r}: Is a directory")
     assert b.to_dict()["folder"] is None and b.exit_code == 2
     assert result.exit_code == 2 and result.verdict == "fail"
+
+
+@pytest.mark.slow
+def test_a_finished_pair_keeps_no_candidate_snapshots_so_memory_does_not_grow_per_pair(
+        tmp_path, suite):
+    result = run_suite(suite, tmp_path / "R")
+    for outcome in result.outcomes:
+        params = outcome.report.candidate.params
+        # Empty, and not a view of the snapshots (a view would keep all of them in memory).
+        assert params.size == 0 and params.base is None
+    assert result.outcomes[0].report.reference.params.shape[0] > 0  # the shared one stays

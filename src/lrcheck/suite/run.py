@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from lrcheck.errors import Interrupted, LrcheckError, SpecError
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
@@ -124,8 +126,10 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
         outcome.error, outcome.error_code = str(exc), exc.exit_code
     if outcome.report is not None:
         # The candidate's parameters served the checks; only a shared reference is needed
-        # again, so the suite's memory does not grow with every pair.
-        outcome.report.candidate.params = outcome.report.candidate.params[:0]
+        # again, so the suite's memory does not grow with every pair. A new empty array: a
+        # slice such as params[:0] would be a view that keeps the whole snapshot alive.
+        params = outcome.report.candidate.params
+        outcome.report.candidate.params = np.empty((0, *params.shape[1:]), params.dtype)
         if baseline is not None:
             rec = baseline.get(entry.name)
             outcome.baseline = "new" if rec is None else "compared"
