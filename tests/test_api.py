@@ -4,6 +4,7 @@ stated and expected vs got printed on failure."""
 import pytest
 
 import lrcheck
+from lrcheck.trace import SkippedStep
 
 EPOCHS = 3
 
@@ -34,7 +35,7 @@ def test_per_micro_batch_fails_lr_at_an_early_update():
     assert f"update {lr.first_divergence}" in lr.detail
     assert report.candidate.updates[1].scheduler_steps == 3  # stepped on every micro-batch
     assert report.exit_code == 1
-    assert any("before `optimizer.step()`" in w for w in report.candidate.extra["warnings"])
+    assert any("before `optimizer.step()`" in w for w in report.candidate.warnings or ())
 
 
 def test_per_micro_batch_scaled_is_close_but_not_equal():
@@ -115,8 +116,8 @@ def test_a_skipped_fp16_step_holds_the_schedule_for_per_update_only():
     assert good.ok, summary(good)
     skipped = good.check("skipped-steps")
     assert skipped.status == "pass" and "3, 20" in skipped.detail
-    assert good.candidate.extra["skipped"] == [{"update": 3, "scheduler_steps": 0},
-                                               {"update": 20, "scheduler_steps": 0}]
+    assert good.candidate.skipped == [SkippedStep(update=3, scheduler_steps=0),
+                                      SkippedStep(update=20, scheduler_steps=0)]
     # the skipped update used the same LR as the one after it: the schedule held still
     lrs = [u.lr[0] for u in good.candidate.updates]
     assert lrs[3] == lrs[4] and lrs[2] != lrs[3]
@@ -135,8 +136,9 @@ def test_resume_in_the_middle_of_a_window_trains_on_exactly(scheduler):
     # accum 4: micro-batch 41 is the second of update 10's four
     report = lrcheck.compare(accum=4, bs=8, epochs=1, scheduler=scheduler, resume_at_micro=41)
     assert report.ok, summary(report)
-    assert report.candidate.extra["resumed"]["update"] == 10
-    assert report.candidate.extra["resumed"]["micro_batches_done"] == 2
+    assert report.candidate.resumed is not None
+    assert report.candidate.resumed.update == 10
+    assert report.candidate.resumed.micro_batches_done == 2
     assert report.check("params").max_rel_diff <= 1e-9
 
 

@@ -59,10 +59,6 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     pair = _pair(pair, ref_bs, ref_world, tolerances, {**TRACE_DEFAULTS, **candidate})
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
-    # Keep the updates around where the traces part in the thinned result.json.
-    pinned = tuple(c.first_divergence for c in checks if c.first_divergence is not None)
-    for trace in (traces.reference, traces.candidate):
-        trace.pinned = pinned  # type: ignore[attr-defined]
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
                   mode="trace")
 

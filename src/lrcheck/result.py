@@ -57,7 +57,7 @@ class Report:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**_result(self.verdict, self.pair, [c.to_dict() for c in self.checks],
+        return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
                 "mode": self.mode}
 
@@ -90,13 +90,16 @@ class IncompleteResult:
                 "incomplete": self.reason}
 
 
-def _result(verdict: str, pair: PairSpec | FilePair, checks: list[dict[str, Any]], reference: RunTrace,
-            candidate: RunTrace, environment: dict[str, Any]) -> dict[str, Any]:
+def _result(verdict: str, pair: PairSpec | FilePair, checks: list[CheckResult],
+            reference: RunTrace, candidate: RunTrace, environment: dict[str, Any]
+            ) -> dict[str, Any]:
+    # A long simulated schedule is thinned in JSON: it keeps the updates where the runs part.
+    pinned = [c.first_divergence for c in checks if c.first_divergence is not None]
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": verdict,
         "pair": {"name": pair.name, **pair.to_dict()},
-        "checks": checks,
-        "runs": {"reference": reference.to_dict(), "candidate": candidate.to_dict()},
+        "checks": [c.to_dict() for c in checks],
+        "runs": {"reference": reference.to_dict(pinned), "candidate": candidate.to_dict(pinned)},
         "environment": environment,
     }

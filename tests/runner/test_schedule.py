@@ -39,7 +39,7 @@ def test_simulated_trace_equals_the_trained_one(case):
         assert simulated.stopped == trained.stopped
         assert simulated.planned_updates == trained.planned_updates
         assert simulated.context == trained.context
-        assert simulated.extra["warnings"] == trained.extra["warnings"]
+        assert simulated.warnings == trained.warnings
     assert case["scheduler"] != "onecycle" or report.candidate.stopped
 
 
@@ -66,5 +66,6 @@ def test_world_size_is_arithmetic_and_each_rank_steps_its_own_micro_batches():
                    policy="per-micro-batch")
     trace = simulate(spec)
     assert len(trace.updates) == 10
-    assert trace.extra["scheduler_steps"] == 80  # accum per update on every rank, not accum·world
+    assert trace.schedule is not None
+    assert trace.schedule.scheduler_steps == 80  # accum per update on every rank, not accum·world
     assert trace.updates[3].samples_seen == 4 * 2048

@@ -87,7 +87,7 @@ def trace_table(report: Report) -> Table:
     table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
     runs = (report.reference, report.candidate)
     lrs = [trace.lrs()[:, 0] for trace in runs]
-    steps = [trace.extra.get("scheduler_steps", 0) for trace in runs]
+    steps = [0 if t.schedule is None else t.schedule.scheduler_steps for t in runs]
     rows = [
         ("optimizer updates", [f"{len(t.updates):,} of {t.planned_updates:,}" for t in runs]),
         ("scheduler.step() calls", [f"{n:,}" for n in steps]),

@@ -107,7 +107,7 @@ class Launched:
         first = self.finished[self.roles[0]]
         # Until the next run's first line, when there is one: its own wall time.
         ended = self.watch.left.get(self.roles[0], time.monotonic())
-        first.extra["wall_seconds"] = round(ended - self.began, 3)
+        first.wall_seconds = round(ended - self.began, 3)
         return dict(self.finished)
 
     def stop(self, keep_logs: bool = False) -> None:

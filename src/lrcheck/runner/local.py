@@ -91,5 +91,5 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
         raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
     # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
     # about the run: keep them in the report instead of printing them.
-    trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    trace.warnings = tuple(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
     return trace

@@ -27,7 +27,7 @@ from lrcheck.runner.order import global_batches, micro_batches, rank_share
 from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import plan_steps, schedule_context, step_failure
 from lrcheck.spec import RunSpec
-from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
 from lrcheck.words import plural
 
 MOMENTUM = 0.9
@@ -174,8 +174,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             start = checkpoint.load(path, parts, run)
             # The window in progress at the pause: update N with ``micro_batches_done`` of its
             # micro-batches trained (0: the pause came right after update N - 1).
-            run.extra["resumed"] = {"update": paused.update, "micro_batches_done": paused.micro,
-                                    "checkpoint_bytes": path.stat().st_size}
+            run.resumed = Resumed(paused.update, paused.micro, path.stat().st_size)
         run.loop(parts, start=start, pause=None)
     return run.trace()
 
@@ -200,13 +199,13 @@ class _Run:
         self.pause = resume_point(spec, self.plan)
         self.updates: list[UpdateRecord] = []
         self.epochs: list[EpochMetrics] = []
-        self.skipped: list[dict[str, int]] = []
+        self.skipped: list[SkippedStep] = []
         self.samples_seen = self.scheduler_steps = 0
         self.stopped: str | None = None
         self.snapshots: torch.Tensor | None = None
         self.not_comparable: tuple[str, ...] = ()
         self.amp = spec.amp == "fp16"
-        self.extra: dict[str, Any] = {}
+        self.resumed: Resumed | None = None
 
     def build(self) -> Parts:
         """Model, optimizer, scheduler and scaler, from scratch (the same weights every time:
@@ -315,8 +314,8 @@ class _Run:
             dist.all_reduce(loss_sum, group=self.group)
         self.samples_seen += len(batch.indices)
         if skipped:
-            self.skipped.append({"update": batch.update,
-                                 "scheduler_steps": self.scheduler_steps - window.steps_before})
+            self.skipped.append(SkippedStep(batch.update,
+                                            self.scheduler_steps - window.steps_before))
         record = UpdateRecord(batch.update, lr, float(loss_sum), self.samples_seen,
                               steps_at_read, batch.epoch)
         self.updates.append(record)
@@ -326,15 +325,13 @@ class _Run:
             self.on_update(record, self.plan.total_updates)
 
     def trace(self) -> RunTrace:
-        extra = dict(self.extra)
-        if self.amp:
-            extra["skipped"] = self.skipped
         return RunTrace(
             spec=self.spec, updates=self.updates, epochs=self.epochs,
             params=self.snapshots[:len(self.updates)].cpu().numpy(),
             planned_updates=self.plan.total_updates, context=self.ctx.to_dict(),
             not_comparable=self.not_comparable, stopped=self.stopped,
-            seconds=time.perf_counter() - self.started, extra=extra)
+            seconds=time.perf_counter() - self.started, resumed=self.resumed,
+            skipped=self.skipped if self.amp else None)
 
 
 def check_plan(spec: RunSpec, num_samples: int) -> None:

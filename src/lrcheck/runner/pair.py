@@ -102,8 +102,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
 def _how(trace: RunTrace, member: Any) -> str:
     """Where a run trained (a reference from the cache: where it trained the first time)."""
     spec = trace.spec
-    if "launch" in trace.extra:
-        return trace.extra["launch"]
+    if trace.launch is not None:
+        return trace.launch
     if member is not None:
         return (f"inside torchrun, {spec.world} processes" if spec.world > 1
                 else "inside torchrun, rank 0 alone")
@@ -166,7 +166,7 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
         for role, trace in job.finished.items():
             tracker.done(role, trace)
     if train_reference:
-        job.finished["reference"].extra["launch"] = IN_JOB
+        job.finished["reference"].launch = IN_JOB
     return job.finished
 
 

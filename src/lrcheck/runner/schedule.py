@@ -39,7 +39,7 @@ from lrcheck.runner.policies import POLICIES
 from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, update_counters,
                                   update_runs)
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.trace import RunTrace, ScheduleTrace, UpdateColumns
+from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
 
 OnUpdate = Callable[[int, int], None]
@@ -52,7 +52,7 @@ WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simula
 
 
 def simulate(spec: RunSpec, num_samples: int | None = None,
-             on_update: OnUpdate | None = None) -> ScheduleTrace:
+             on_update: OnUpdate | None = None) -> RunTrace:
     """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
     ``spec.samples``) as ``loop.train`` would, recording the LR of every update."""
     _load_optimizer_code()
@@ -108,11 +108,9 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
 
     columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
                             counters.samples_seen, counters.steps_at_read, counters.epoch)
-    trace = ScheduleTrace(
-        spec=spec, updates=columns, epochs=[], params=np.empty((made, 0)),
-        planned_updates=plan.total_updates, context=ctx.to_dict(), stopped=stopped,
-        seconds=time.perf_counter() - started, extra={"scheduler_steps": steps},
-    )
+    trace = simulated_trace(spec, columns, steps, planned_updates=plan.total_updates,
+                            context=ctx.to_dict(), stopped=stopped,
+                            seconds=time.perf_counter() - started)
     if interrupted:
         trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"
         raise SimulationInterrupted(trace)
@@ -122,7 +120,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
 class SimulationInterrupted(KeyboardInterrupt):
     """Ctrl-C during ``simulate``; ``trace`` holds the updates simulated until then."""
 
-    def __init__(self, trace: ScheduleTrace) -> None:
+    def __init__(self, trace: RunTrace) -> None:
         super().__init__()
         self.trace = trace
 
@@ -134,12 +132,10 @@ def _load_optimizer_code() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()
 
 
-def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> ScheduleTrace:
+def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTrace:
     """``simulate`` with torch's warnings kept in the trace, as ``local.run_local`` keeps them."""
     on_update = (lambda done, total: progress(role, done, total)) if progress else None
-    trace = guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
-    assert isinstance(trace, ScheduleTrace)
-    return trace
+    return guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
 
 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
@@ -167,7 +163,7 @@ def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTrace
     return PairTraces(done["reference"], done["candidate"], env)
 
 
-def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: ScheduleTrace | None,
+def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: RunTrace | None,
                  planned: dict[str, int], env: dict[str, Any]) -> Interrupted:
     """``Interrupted`` carrying what the simulation had recorded when Ctrl-C came: the runs
     finished, the one in progress (``partial``), and the one not begun."""
