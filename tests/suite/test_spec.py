@@ -138,10 +138,10 @@ def test_amp_and_inject_overflow_are_checked_with_the_pairs_other_keys(tmp_path)
         "from-defaults": ("fp16", "float32", (1, 3)), "own-list": ("fp16", "float32", (5,)),
         "one-update": ("fp16", "float32", (2,)), "none": ("fp16", "float32", ()),
         "off": ("off", "float64", ()),
-        "g-wine-cosine-bs32-float32-fp16-overflow1-vs-bs32": ("fp16", "float32", (1,)),
-        "g-wine-cosine-bs32-float32-fp16-overflow1.2-vs-bs32": ("fp16", "float32", (1, 2)),
-        "g-wine-cosine-bs32x2-float32-fp16-overflow1-vs-bs64": ("fp16", "float32", (1,)),
-        "g-wine-cosine-bs32x2-float32-fp16-overflow1.2-vs-bs64": ("fp16", "float32", (1, 2)),
+        "g-wine-cosine-bs16-float32-fp16-overflow1-vs-bs16": ("fp16", "float32", (1,)),
+        "g-wine-cosine-bs16-float32-fp16-overflow1.2-vs-bs16": ("fp16", "float32", (1, 2)),
+        "g-wine-cosine-bs16x2-float32-fp16-overflow1-vs-bs32": ("fp16", "float32", (1,)),
+        "g-wine-cosine-bs16x2-float32-fp16-overflow1.2-vs-bs32": ("fp16", "float32", (1, 2)),
     }
     assert s.entries[0].pair.tolerances.params == 5e-2  # fp16's default, not float32's
 
