@@ -78,7 +78,7 @@ def test_plain_loop_with_accumulation_passes(loop_files):
     report = lrcheck.diff(loop_files["ref"], loop_files["accum"])
     statuses = {c.name: c.status for c in report.checks}
     print(statuses, [c.detail for c in report.checks])
-    assert report.ok and report.mode == "diff"
+    assert report.ok and report.kind == "diff"
     assert statuses == {"updates": "pass", "lr": "pass", "params": "skip", "loss": "pass",
                         "metrics": "skip"}
     assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS

@@ -60,7 +60,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
-                  mode="trace")
+                  kind="trace")
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
@@ -78,7 +78,7 @@ def diff(reference: str | Path, candidate: str | Path, *,
                  for path in (reference, candidate))
     checks = recorded_checks(ref, cand, pair.tolerances)
     return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
-                  mode="diff")
+                  kind="diff")
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from lrcheck.checks import PASS, CheckResult, verdict
-from lrcheck.spec import FilePair, PairSpec
+from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 INCOMPLETE = "incomplete"
+Kind = Literal["compare", "trace", "diff"]
 
 
 @dataclass
@@ -28,9 +29,9 @@ class Report:
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
-    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace);
-    # "diff": two Recorder files (lrcheck diff), whose ``pair`` is a ``FilePair``.
-    mode: str = "compare"
+    # How it is shown: ``reports.kinds.KINDS[kind]``; result.json's "mode". A "diff" report's
+    # ``pair`` is a ``FilePair``.
+    kind: Kind = "compare"
 
     @property
     def verdict(self) -> str:
@@ -44,14 +45,12 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
-    @property
-    def subject(self) -> str:
-        """What was run: the task, for a trace the schedule alone, for a diff the files."""
-        if isinstance(self.pair, FilePair):
-            return f"Recorder files {self.pair.candidate} vs {self.pair.reference}"
-        if self.mode == "trace":
-            return f"schedule only, {self.pair.candidate.samples:,} samples per epoch"
-        return f"task {self.pair.candidate.task}"
+    def specs(self) -> tuple[RunSpec, RunSpec]:
+        """The reference's and the candidate's ``RunSpec``: a report of two runs lrcheck ran
+        (not a diff's, whose runs are files)."""
+        if not isinstance(self.pair, PairSpec):
+            raise TypeError(f"a {self.kind} report has no RunSpecs: {self.pair!r}")
+        return self.pair.reference, self.pair.candidate
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
@@ -59,7 +58,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
-                "mode": self.mode}
+                "mode": self.kind}
 
     def save(self, out: str | Path, renderer: Renderer | None = None) -> Path:
         """Write result.json, report.md and the plots into ``out``; returns the folder. With a

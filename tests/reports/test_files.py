@@ -106,7 +106,7 @@ def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_r
                  "mine.png"):
         (tmp_path / name).write_text("from an earlier run, or the user's")
     trace = make_report()
-    trace.mode = "trace"  # draws lr.png only
+    trace.kind = "trace"  # draws lr.png only
     renderer = Recorded()
     write_report(trace, tmp_path, renderer)
     assert [p.path.name for p in renderer.plots] == ["lr.png"]

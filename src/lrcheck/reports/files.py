@@ -119,42 +119,53 @@ def markdown_cell(text: str) -> str:
 
 
 def report_markdown(report: Report) -> str:
-    from lrcheck.reports.plots import PLOTS_BY_MODE
+    from lrcheck.reports.kinds import kind_of
 
+    kind = kind_of(report)
     lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
-             *_settings(report), "",
+             *kind.settings(report, kind.subject(report)), "",
              "| check | status | max abs diff | first divergence | detail |",
              "| --- | --- | --- | --- | --- |"]
     for c in report.checks:
         diff = "—" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
-    if report.mode == "compare":
-        lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-        for key in ("accuracy", "f1_macro"):
-            r = (report.reference.metrics or {}).get(key)
-            c = (report.candidate.metrics or {}).get(key)
-            lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
-                         f"{'—' if c is None else f'{c:.4f}'} |")
-    for name in PLOTS_BY_MODE[report.mode]:
+    lines += kind.markdown(report)
+    for name in kind.plots:
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
     return "\n".join(lines + [""])
 
 
-def _settings(report: Report) -> list[str]:
-    """The bullet list of what was compared."""
+def metrics_markdown(report: Report) -> list[str]:
+    """report.md's table of the final evaluation."""
+    lines = ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
+    for key in ("accuracy", "f1_macro"):
+        r = (report.reference.metrics or {}).get(key)
+        c = (report.candidate.metrics or {}).get(key)
+        lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
+                     f"{'—' if c is None else f'{c:.4f}'} |")
+    return lines
+
+
+def file_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two Recorder files."""
     pair = report.pair
-    ref, cand = pair.reference, pair.candidate
-    if report.mode == "diff":
-        return [f"- candidate: `{cand}`, {plural(len(report.candidate.updates), 'update')}",
-                f"- reference: `{ref}`, {plural(len(report.reference.updates), 'update')}",
-                "- Recorder files, updates aligned by samples_seen; "
-                f"lrcheck {report.environment.get('lrcheck')}"]
+    return [f"- candidate: `{pair.candidate}`, "
+            f"{plural(len(report.candidate.updates), 'update')}",
+            f"- reference: `{pair.reference}`, "
+            f"{plural(len(report.reference.updates), 'update')}",
+            "- Recorder files, updates aligned by samples_seen; "
+            f"lrcheck {report.environment.get('lrcheck')}"]
+
+
+def run_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two runs of a ``PairSpec``."""
+    ref, cand = report.specs()
     return [
         f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
         f"(effective {cand.effective_batch}), policy `{cand.policy}`",
         f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
-        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
         f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.get('torch')}"
@@ -168,7 +179,7 @@ def write_report(report: Report, out: Path, renderer: Renderer | None = None) ->
     """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
     only lr.png, a diff no metrics.png) in ``out``. With ``renderer``, the plots are sent to it
     (``renderer.finish()`` waits for them); without, drawn here."""
-    from lrcheck.reports.plots import report_plots
+    from lrcheck.reports.kinds import report_plots
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
@@ -191,12 +202,11 @@ def write_incomplete(result: IncompleteResult, out: Path) -> Path:
 
 def _remove_stale(out: Path, keep: set[str]) -> None:
     """Remove from ``out`` the report files lrcheck writes (result.json, report.md, every plot
-    of every mode) that this report will not write again: left from an earlier report there,
+    of every kind) that this report will not write again: left from an earlier report there,
     they would pass for this one's. Other files are left alone."""
-    from lrcheck.reports.plots import PLOTS_BY_MODE
+    from lrcheck.reports.kinds import plot_names
 
-    owned = {"result.json", "report.md", *(name for plots in PLOTS_BY_MODE.values()
-                                           for name in plots)}
+    owned = {"result.json", "report.md", *plot_names()}
     for name in sorted(owned - keep):
         try:
             (out / name).unlink(missing_ok=True)

@@ -20,19 +20,24 @@ def _number(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def _title(report: Report) -> str:
-    pair = report.pair
-    ref, cand = pair.reference, pair.candidate
-    if report.mode == "diff":
-        return f"lrcheck diff: candidate {cand} vs reference {ref} · aligned by samples_seen"
+def pair_title(report: Report, subject: str) -> str:
+    """The checks table's title for two runs of a ``PairSpec``."""
+    ref, cand = report.specs()
     via = report.environment.get("accelerate")
     return (f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
-            f"vs {ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}"
+            f"vs {ref.label} (world {ref.world}) · {subject} · {cand.scheduler}"
             + (f" · accelerate {via}" if via else ""))
 
 
-def checks_table(report: Report) -> Table:
-    table = Table(title=_title(report), title_justify="left")
+def files_title(report: Report, subject: str) -> str:
+    """The checks table's title for two Recorder files."""
+    pair = report.pair
+    return (f"lrcheck diff: candidate {pair.candidate} vs reference {pair.reference} · "
+            "aligned by samples_seen")
+
+
+def checks_table(report: Report, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
     table.add_column("check")
     table.add_column("status")
     table.add_column("max |Δ|", justify="right")
@@ -123,8 +128,9 @@ def files_table(report: Report) -> Table:
 
 
 def render(report: Report) -> Group:
-    if report.mode == "diff":
-        return Group(checks_table(report), files_table(report), verdict_text(report))
-    if report.mode == "trace":
-        return Group(checks_table(report), trace_table(report), verdict_text(report))
-    return Group(checks_table(report), metrics_table(report), verdict_text(report))
+    """The checks, the table of the report's kind under them, and the verdict."""
+    from lrcheck.reports.kinds import kind_of
+
+    kind = kind_of(report)
+    return Group(checks_table(report, kind.title(report, kind.subject(report))),
+                 kind.table(report), verdict_text(report))
