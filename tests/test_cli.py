@@ -296,6 +296,19 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
     assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"
 
 
+def test_ctrl_c_in_any_command_is_told_in_one_line_and_exits_130(monkeypatch, tmp_path):
+    # typer alone would exit 130 without a word.
+    import lrcheck
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lrcheck, "diff", stopped)
+    result = invoke("diff", "ref.jsonl", "cand.jsonl", "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "lrcheck: interrupted (Ctrl-C)" and result.stdout == ""
+
+
 def test_a_schedule_that_raises_in_both_runs_says_both_stopped_with_the_code_help_promises(
         tmp_path, schedules_file):
     help_text = " ".join(invoke("compare", "--help").stdout.split())

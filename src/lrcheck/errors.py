@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from lrcheck.result import IncompleteResult
+
 
 class LrcheckError(Exception):
     """Base class. ``exit_code`` is what the command line exits with."""
@@ -21,15 +28,24 @@ class RunError(LrcheckError):
     exit_code = 3
 
 
-class Interrupted(LrcheckError):
-    """Ctrl-C stopped a comparison. ``result`` (a ``lrcheck.result.IncompleteResult``) holds what
-    the runs had recorded."""
+class Interrupted(Exception):
+    """Ctrl-C (or SIGTERM, SIGHUP: ``Stopped``) stopped a comparison or a trace. ``result`` holds
+    what the runs had recorded; ``saved``, where it was written (None until it is: see
+    ``saved_in``).
+
+    Not an ``LrcheckError``: being stopped is not the pair's failure, and code that handles
+    lrcheck's errors (a suite recording a pair that crashed, say) must let it through."""
 
     exit_code = 130
 
-    def __init__(self, message: str, result: object) -> None:
+    def __init__(self, message: str, result: IncompleteResult, saved: Path | None = None) -> None:
         super().__init__(message)
         self.result = result
+        self.saved = saved
+
+    def saved_in(self, path: Path) -> Interrupted:
+        """The same stop, once what was recorded has been written to ``path``."""
+        return Interrupted(str(self), self.result, path)
 
 
 class Stopped(KeyboardInterrupt):

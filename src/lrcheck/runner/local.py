@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lrcheck.errors import LrcheckError, RunError
+from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.runner.fault import fault_hook
 from lrcheck.spec import RunSpec
@@ -85,7 +85,7 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             trace = run()
-    except LrcheckError:
+    except (LrcheckError, Interrupted):
         raise
     except Exception as exc:
         raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
