@@ -55,7 +55,8 @@ def test_digits_bn_warns_on_params_with_the_batchnorm_reason():
 
 
 def test_a_factory_that_forgets_accum_fails(schedules_file):
-    bad = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:forgets_accum")
+    bad = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS,
+                          scheduler=f"{schedules_file}:forgets_accum")
     good = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:correct")
     assert bad.check("lr").status == "fail" and bad.check("lr").first_divergence == 1
     assert good.ok, summary(good)

@@ -3,8 +3,15 @@
 import numpy as np
 import pytest
 
-from lrcheck.checks import (check_lr, check_metrics, check_params, check_updates,
-                            not_comparable_reason, run_checks, verdict)
+from lrcheck.checks import (
+    check_lr,
+    check_metrics,
+    check_params,
+    check_updates,
+    not_comparable_reason,
+    run_checks,
+    verdict,
+)
 from lrcheck.spec import RunSpec, Tolerances
 from lrcheck.trace import EpochMetrics, RunTrace, SkippedStep, UpdateRecord
 

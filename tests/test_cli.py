@@ -34,12 +34,12 @@ def test_help_lists_commands_and_flags():
 
 @pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"], ["--version"]])
 def test_help_and_list_do_not_import_torch(argv):
-    code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
+    code = (f"import sys; sys.argv = ['lrcheck', *{argv!r}]\n"
             "from lrcheck.cli import app\n"
             "try:\n    app()\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
             "         if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)" % (argv,))
+            "print('HEAVY', heavy, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=HANG_S)
     assert "HEAVY []" in done.stderr, done.stderr
@@ -293,7 +293,8 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
     reference, candidate = data["runs"]["reference"], data["runs"]["candidate"]
     assert [u["step"] for u in reference["updates"]] == list(range(50))
     assert reference["stopped"] == "interrupted after 50 of 125 updates"
-    assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"
+    assert candidate["updates"] == []
+    assert candidate["stopped"] == "interrupted before its first update"
 
 
 def test_ctrl_c_in_any_command_is_told_in_one_line_and_exits_130(monkeypatch, tmp_path):

@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-__all__ = ["compare", "trace_schedule", "diff", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
-           "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
+__all__ = ["compare", "trace_schedule", "diff", "Recorder", "PairSpec", "RunSpec", "Tolerances",
+           "Report", "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
            "__version__"]
 
 

@@ -39,7 +39,8 @@ def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
     if any("BatchNorm" in name for name in layers) and (r.bs, r.world) != (c.bs, c.world):
         return (f"BatchNorm normalises over each forward's samples: {c.bs} per forward in the "
                 f"candidate, {r.bs} in the reference")
-    if any("Dropout" in name for name in layers) and (r.bs, r.accum, r.world) != (c.bs, c.accum, c.world):
+    if (any("Dropout" in name for name in layers)
+            and (r.bs, r.accum, r.world) != (c.bs, c.accum, c.world)):
         return "dropout masks are drawn per forward and differ between the runs"
     return None
 
@@ -334,7 +335,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
     recorded = np.array([ref.updates[int(i)].loss is not None
                          and cand.updates[int(j)].loss is not None
-                         for i, j in zip(ref_at, cand_at)], dtype=bool)
+                         for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
     if recorded.any():
         loss = _relative("loss", np.abs(b[recorded] - a[recorded]), np.abs(a[recorded]),
                          tol.loss, None, ref_at[recorded])

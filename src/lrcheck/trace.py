@@ -131,7 +131,8 @@ class RunTrace:
         """LR per update and param group, shape ``(updates, groups)``."""
         if self.schedule is not None:
             return self.schedule.columns.lr
-        return np.array([u.lr for u in self.updates], dtype=np.float64).reshape(len(self.updates), -1)
+        lrs = np.array([u.lr for u in self.updates], dtype=np.float64)
+        return lrs.reshape(len(self.updates), -1)
 
     def losses(self) -> np.ndarray:
         if self.schedule is not None:  # nothing was trained

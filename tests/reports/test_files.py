@@ -43,10 +43,9 @@ def test_write_report_writes_every_file_and_leaves_no_temporaries(report, tmp_pa
 def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "result.json"
     target.write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half")
-            raise RuntimeError("disk full")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["result.json"]
 

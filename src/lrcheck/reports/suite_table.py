@@ -8,8 +8,15 @@ from rich.text import Text
 
 from lrcheck.reports.table import STATUS_STYLE, status_text
 from lrcheck.result import INCOMPLETE
-from lrcheck.suite.outcome import (ERROR, NOT_RUN, OK, REGRESSION, UNEXPECTED, PairOutcome,
-                                   SuiteResult)
+from lrcheck.suite.outcome import (
+    ERROR,
+    NOT_RUN,
+    OK,
+    REGRESSION,
+    UNEXPECTED,
+    PairOutcome,
+    SuiteResult,
+)
 from lrcheck.suite.spec import Suite
 
 OUTCOME_STYLE = {OK: "bold green", UNEXPECTED: "bold red", REGRESSION: "bold red",

@@ -99,7 +99,7 @@ def trace_table(report: Report) -> Table:
         ("peak LR (group 0)", [_number(float(v.max())) if len(v) else "—" for v in lrs]),
         ("final LR (group 0)", [_number(float(v[-1])) if len(v) else "—" for v in lrs]),
         ("simulated in", [f"{t.seconds:.2f} s ({1e6 * t.seconds / max(n, 1):.1f} µs per step)"
-                          for t, n in zip(runs, steps)]),
+                          for t, n in zip(runs, steps, strict=True)]),
     ]
     for label, (ref, cand) in rows:
         table.add_row(label, ref, cand)

@@ -24,8 +24,14 @@ import torch
 from lrcheck.errors import RunError
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
-from lrcheck.runner.loop import (as_input, batch_dependent_layers, evaluate,
-                                 item_losses, make_optimizer, micro_batch_loss)
+from lrcheck.runner.loop import (
+    as_input,
+    batch_dependent_layers,
+    evaluate,
+    item_losses,
+    make_optimizer,
+    micro_batch_loss,
+)
 from lrcheck.runner.order import GlobalBatch, dealt_order, global_batches
 from lrcheck.runner.policies import require_extra
 from lrcheck.runner.steps import plan_steps, schedule_context, step_failure

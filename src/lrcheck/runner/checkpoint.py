@@ -57,7 +57,7 @@ def load(path: Path, parts: Parts, run: _Run) -> Window:
     saved = state["window"]
     if saved is None:
         return Window(position["update"], 0, None, run.scheduler_steps)
-    for param, grad in zip(parts.net.parameters(), saved["grads"]):
+    for param, grad in zip(parts.net.parameters(), saved["grads"], strict=True):
         param.grad = grad
     return Window(position["update"], position["micro"], saved["loss_sum"],
                   saved["steps_before"])

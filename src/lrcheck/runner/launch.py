@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError, SpecError

@@ -32,12 +32,17 @@ import torch
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.runner.local import guarded
+from lrcheck.runner.loop import make_optimizer
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.pair import ROLES, PairTraces, Progress
-from lrcheck.runner.loop import make_optimizer
 from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import (plan_steps, schedule_context, step_failure, update_counters,
-                                  update_runs)
+from lrcheck.runner.steps import (
+    plan_steps,
+    schedule_context,
+    step_failure,
+    update_counters,
+    update_runs,
+)
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
@@ -80,7 +85,8 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
             for chunk in range(0, run.count, PROGRESS_EVERY):
                 for _ in range(min(PROGRESS_EVERY, run.count - chunk)):
                     phase = WINDOW
-                    for stepped_in_window in range(before_read):  # micro-batches before the last
+                    # the micro-batches before the last (the count is read if a step raises)
+                    for stepped_in_window in range(before_read):  # noqa: B007
                         step()
                     phase = READ
                     record(map(lr_of, groups))  # the LR this update uses

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner import group, handoff
-from lrcheck.runner.procs import exit_now
 from lrcheck.runner.local import run_local
 from lrcheck.runner.pair import preflight
+from lrcheck.runner.procs import exit_now
 from lrcheck.runner.torchrun import torchrun_env
 from lrcheck.trace import OnUpdate, UpdateRecord
 
