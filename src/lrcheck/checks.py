@@ -35,6 +35,8 @@ class CheckResult:
 def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
     """Why the two runs cannot train alike even with a correct schedule, or None."""
     r, c = ref.spec, cand.spec
+    if r is None or c is None:  # runs read from files: nothing known about their layers
+        return None
     layers = set(ref.not_comparable) | set(cand.not_comparable)
     if any("BatchNorm" in name for name in layers) and (r.bs, r.world) != (c.bs, c.world):
         return (f"BatchNorm normalises over each forward's samples: {c.bs} per forward in the "

@@ -11,7 +11,7 @@ import contextlib
 import importlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -43,6 +43,7 @@ from lrcheck.spec import (
 if TYPE_CHECKING:
     from lrcheck.reports.render import Renderer
     from lrcheck.result import Report
+    from lrcheck.runner.pair import Progress
     from lrcheck.suite.outcome import PairOutcome, SuiteResult
     from lrcheck.suite.spec import Suite
 
@@ -110,12 +111,14 @@ def _exit_code(exc: BaseException) -> int:
     (DESIGN.md): a usage error or bad input 2, a crash 3, Ctrl-C or a signal 130 (``main`` makes
     a signal's 128 + its number). Anything else is a bug, raised as it is."""
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    if isinstance(exc, getattr(_click, "NoArgsIsHelpError", ())):  # click >= 8.2: help
-        exc.show()
-        return int(exc.exit_code)
     if isinstance(exc, _click.ClickException):
-        where = exc.ctx.command_path if isinstance(exc, _click.UsageError) and exc.ctx else None
-        text = exc.format_message().rstrip(".")
+        usage: Any = exc  # the click typer runs on (``_click``), which mypy does not see
+        if type(usage).__name__ == "NoArgsIsHelpError":  # click >= 8.2: help, not an error
+            usage.show()
+            return int(usage.exit_code)
+        where = usage.ctx.command_path if isinstance(usage, _click.UsageError) and usage.ctx \
+            else None
+        text = usage.format_message().rstrip(".")
         _error_line(text + (f"; see '{where} --help'" if where else ""))
         return 2
     if isinstance(exc, Interrupted):
@@ -147,13 +150,15 @@ class _Commands(typer.core.TyperGroup):
         except (LrcheckError, Interrupted, KeyboardInterrupt) as exc:
             raise typer.Exit(_exit_code(exc)) from None
 
-    def main(self, args: Any = None, prog_name: str | None = None,
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
+             windows_expand_args: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
         try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
         except (_click.ClickException, typer.Abort) as exc:  # while the flags are read
             code = _exit_code(exc)
         sys.exit(code if isinstance(code, int) else 0)
@@ -251,7 +256,7 @@ class _ProgressBar:
             self._bar.start()
 
     @property
-    def update(self) -> Any:
+    def update(self) -> Progress | None:
         return None if self._bar is None else self._update
 
     def _update(self, role: str, done: int, total: int) -> None:

@@ -53,8 +53,8 @@ def checks_table(report: Report, title: str) -> Table:
 def metrics_table(report: Report) -> Table:
     table = Table(title="final evaluation (test split)", title_justify="left")
     table.add_column("")
-    table.add_column(f"reference {report.pair.reference.label}", justify="right")
-    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    for role, spec in zip(("reference", "candidate"), report.specs(), strict=True):
+        table.add_column(f"{role} {spec.label}", justify="right")
     table.add_column("Δ", justify="right")
     ref, cand = report.reference, report.candidate
     rows = [("optimizer updates", float(len(ref.updates)), float(len(cand.updates)), "{:.0f}"),
@@ -88,8 +88,8 @@ def trace_table(report: Report) -> Table:
     """What the two simulated schedules did, and what simulating them cost."""
     table = Table(title="simulated schedules (no model)", title_justify="left")
     table.add_column("")
-    table.add_column(f"reference {report.pair.reference.label}", justify="right")
-    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    for role, spec in zip(("reference", "candidate"), report.specs(), strict=True):
+        table.add_column(f"{role} {spec.label}", justify="right")
     runs = (report.reference, report.candidate)
     lrs = [trace.lrs()[:, 0] for trace in runs]
     steps = [0 if t.schedule is None else t.schedule.scheduler_steps for t in runs]

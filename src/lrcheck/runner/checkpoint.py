@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 def save(folder: Path, parts: Parts, run: _Run, window: Window) -> Path:
     """Write the checkpoint of ``run`` paused at ``window`` into ``folder``; its path."""
-    in_window = window.loss_sum is not None
     state: dict[str, Any] = {
         "model": parts.net.state_dict(),
         "optimizer": parts.optimizer.state_dict(),
@@ -30,7 +29,8 @@ def save(folder: Path, parts: Parts, run: _Run, window: Window) -> Path:
         "window": {"grads": [None if p.grad is None else p.grad.detach().clone()
                              for p in parts.net.parameters()],
                    "loss_sum": window.loss_sum.detach().clone(),
-                   "steps_before": window.steps_before} if in_window else None,
+                   "steps_before": window.steps_before}
+                  if window.loss_sum is not None else None,  # paused inside a window
     }
     path = folder / f"checkpoint-rank{run.rank}.pt"
     torch.save(state, path)

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import check_warmup, make_scheduler
@@ -257,6 +258,7 @@ class _Run:
                 if start.loss_sum is not None:
                     window = start  # resumed inside this accumulation window
                 start = None
+            assert window.micro is not None and window.loss_sum is not None  # a window under way
             stepped = skipped = False
             for m, shared in enumerate(micro):
                 if m < window.micro:
@@ -264,7 +266,8 @@ class _Run:
                 last = m == len(micro) - 1
                 idx = rank_share(shared, rank, world)
                 # DDP all-reduces gradients only on the last micro-batch of an update.
-                sync = contextlib.nullcontext() if last or world == 1 else model.no_sync()
+                sync = (contextlib.nullcontext() if last or world == 1
+                        else cast(DistributedDataParallel, model).no_sync())
                 with sync:
                     with autocast:
                         per_item = item_losses(model, self.x_train[idx], self.y_train[idx])
@@ -275,8 +278,9 @@ class _Run:
                 if last:
                     lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
                     steps_at_read = self.scheduler_steps
-                    if batch.update in spec.inject_overflow:
-                        params[0].grad.fill_(float("inf"))  # what an fp16 overflow leaves
+                    grad = params[0].grad
+                    if batch.update in spec.inject_overflow and grad is not None:
+                        grad.fill_(float("inf"))  # what an fp16 overflow leaves
                     skipped = optimizer_step(optimizer, scaler)
                     optimizer.zero_grad(set_to_none=True)
                     stepped = True
@@ -310,6 +314,7 @@ class _Run:
     def _record(self, batch: Any, window: Window, lr: tuple[float, ...], steps_at_read: int,
                 skipped: bool, flat: list[torch.Tensor]) -> None:
         loss_sum = window.loss_sum
+        assert loss_sum is not None  # the update just trained
         if self.spec.world > 1:
             dist.all_reduce(loss_sum, group=self.group)
         self.samples_seen += len(batch.indices)
@@ -325,6 +330,7 @@ class _Run:
             self.on_update(record, self.plan.total_updates)
 
     def trace(self) -> RunTrace:
+        assert self.snapshots is not None  # allocated by build()
         return RunTrace(
             spec=self.spec, updates=self.updates, epochs=self.epochs,
             params=self.snapshots[:len(self.updates)].cpu().numpy(),
@@ -357,7 +363,7 @@ def recording_bytes(spec: RunSpec, data: Dataset) -> int:
     with torch.device("meta"):
         net = TASKS[spec.task].build_model(data)
     size = sum(p.numel() for p in net.parameters())
-    return plan.total_updates * size * getattr(torch, spec.dtype).itemsize
+    return plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)
 
 
 def check_memory(runs: list[tuple[RunSpec, Dataset]]) -> None:

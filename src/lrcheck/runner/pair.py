@@ -134,6 +134,7 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
 def _how(trace: RunTrace, member: Any) -> str:
     """Where a run trained (a reference from the cache: where it trained the first time)."""
     spec = trace.spec
+    assert spec is not None  # a run lrcheck trained
     if trace.launch is not None:
         return trace.launch
     if member is not None:

@@ -104,9 +104,11 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     began = time.perf_counter()
     outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
     try:
-        outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
+        outcome.report = report = lrcheck.compare(entry.pair, progress=progress,
+                                                  cache=references)
+        assert report is not None  # every comparison has one outside torchrun
         try:
-            outcome.report.save(out / entry.name, renderer)
+            report.save(out / entry.name, renderer)
         except LrcheckError as exc:
             outcome.report = None  # a report that is not there is not a pass
             raise SpecError(f"its report could not be saved: {exc}") from None

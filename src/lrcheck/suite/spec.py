@@ -145,6 +145,7 @@ def _name(source: str, where: str, values: dict[str, Any], grid_name: str | None
           pair: PairSpec) -> str:
     """A grid's ``name`` is a template (``"sched-{scheduler}-a{accum}"``) or a prefix to the
     pair's own name; without one, the pair's own name."""
+    name: str
     if grid_name is None:
         name = values.get("name", pair.name)
     elif "{" in grid_name:
