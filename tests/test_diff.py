@@ -185,6 +185,7 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert isinstance(first["loss"], float)
 
 
+@pytest.mark.slow
 def test_diff_imports_no_torch(loop_files, tmp_path):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
             "from lrcheck.cli import app\n"

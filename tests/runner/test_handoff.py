@@ -24,7 +24,7 @@ def _trace() -> RunTrace:
     return trace
 
 
-def test_trace_survives_the_round_trip(tmp_path):
+def test_a_trace_and_its_typed_fields_survive_the_hand_off_files(tmp_path):
     trace = _trace()
     handoff.write_trace(tmp_path, trace, "candidate")
     assert handoff.read_trace(tmp_path, "reference") is None  # each run has its own files
