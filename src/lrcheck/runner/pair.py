@@ -8,13 +8,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import Interrupted, SpecError, stop_words
 from lrcheck.runner.policies import require_extra
 from lrcheck.runner.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
+
+if TYPE_CHECKING:
+    from lrcheck.runner.group import Member
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
@@ -77,7 +80,7 @@ class _Tracker:
         return Interrupted(reason, result)
 
 
-def join_torchrun(spec: RunSpec, timeout: float | None) -> Any:
+def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     """When lrcheck itself runs inside torchrun with several processes (``torchrun
     --nproc-per-node N -m lrcheck compare``), join the process group of the candidate ``spec``
     and return this process's ``group.Member`` for ``run_pair`` and ``leave_torchrun``; else
@@ -90,7 +93,7 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Any:
     return join(env, spec.device, timeout)
 
 
-def leave_torchrun(member: Any, code: int, before_leaving: Callable[[], None]) -> int:
+def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]) -> int:
     """Rank 0's exit ``code`` on every rank; then ``before_leaving()`` (where rank 0 saves and
     shows the report, and stops its plot helper), then, also when that raised, wait for every
     rank and leave the group. torchrun stops every rank as soon as one exits non-zero: the
