@@ -107,24 +107,26 @@ def bench_record(table: Table, runs: int) -> None:
     out = subprocess.run([PY, str(Path(__file__)), "--record-child", str(max(3 * runs, 9))],
                          check=True, capture_output=True, text=True).stdout
     res = json.loads(out.strip().splitlines()[-1])
-    # The figure is the time inside _record over the rest of the same loops: stable to 0.1 %
-    # from run to run here, where the A/B ratio of separate loops moves by several %.
-    table.add("recording overhead in _Run.loop (time in _record)",
+    # The figure is the time inside Recording.update over the rest of the same loops: stable to
+    # 0.1 % from run to run here, where the A/B ratio of separate loops moves by several %.
+    table.add("recording overhead in the plain loop (time in Recording.update)",
               f"{res['with']:.3f} s loop, A/B {100 * res['overhead']:+.1f} %",
-              f"{res['without']:.3f} s loop (no _record)", 100 * res["inside"], 3.0, " %")
+              f"{res['without']:.3f} s loop (no update recorded)", 100 * res["inside"], 3.0,
+              " %")
 
 
 def record_child(runs: int) -> None:
-    """In this process: ``_Run.loop`` of the default pair's two runs, timed with the real
-    ``_Run._record`` and with one that records nothing (the loop itself still reads the LR and
-    sums the loss: a few Python operations per update), alternated ``runs`` times (each going
-    first in turn). The overhead
+    """In this process: ``plain._Loop.run`` of the default pair's two runs, timed with the real
+    ``Recording.update`` and with one that records nothing (the loop itself still reads the LR
+    and sums the loss: a few Python operations per update), alternated ``runs`` times (each
+    going first in turn). The overhead
     is the median of the alternations' ratios (with / without - 1), which a machine's slow drift
     affects less than a ratio of medians. As a cross-check immune to run-to-run noise, ``inside``
-    is the time spent in ``_record`` over the rest of the loop, in the same runs."""
+    is the time spent in ``Recording.update`` over the rest of the loop, in the same runs."""
     import torch
 
-    import lrcheck.runner.loop as loop
+    import lrcheck.runner.plain as plain
+    from lrcheck.runner.recording import Recording
     from lrcheck.experiments.tasks import TASKS
     from lrcheck.spec import RunSpec
 
@@ -132,7 +134,7 @@ def record_child(runs: int) -> None:
     ref = RunSpec(task="digits", bs=32, accum=1, device="cpu")
     cand = RunSpec(task="digits", bs=16, accum=2, device="cpu")
     data = TASKS["digits"].load(0, 2000)
-    real_record, real_loop = loop._Run._record, loop._Run.loop
+    real_record, real_loop = Recording.update, plain._Loop.run
     spent: list[float] = []
     inside: list[float] = []
 
@@ -153,17 +155,17 @@ def record_child(runs: int) -> None:
     def no_record(self, *args, **kwargs) -> None:
         return None
 
-    loop._Run.loop = timed_loop
+    plain._Loop.run = timed_loop
     for spec in (ref, cand):  # warm-up: first optimizer step, sklearn metrics import
-        loop.train(spec, data, device="cpu")
+        plain.train(spec, data, device="cpu")
     ratios, shares, times = [], [], {"with": [], "without": []}
     for n in range(runs):
         for mode in ("with", "without") if n % 2 == 0 else ("without", "with"):  # either first
-            loop._Run._record = timed_record if mode == "with" else no_record
+            Recording.update = timed_record if mode == "with" else no_record
             spent.clear()
             inside.clear()
             for spec in (ref, cand):
-                loop.train(spec, data, device="cpu")
+                plain.train(spec, data, device="cpu")
             times[mode].append(sum(spent))
             if mode == "with":
                 shares.append(sum(inside) / (sum(spent) - sum(inside)))

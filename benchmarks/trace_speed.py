@@ -16,9 +16,9 @@ import time
 import warnings
 
 from lrcheck.experiments.schedulers import make_scheduler
-from lrcheck.runner.loop import make_optimizer
-from lrcheck.runner.schedule import simulate
-from lrcheck.runner.steps import plan_steps, schedule_context
+from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.runner.build import make_optimizer
+from lrcheck.runner.simulate import simulate
 from lrcheck.spec import RunSpec
 
 SCHEDULERS = ("cosine", "linear", "wsd", "onecycle", "constant")

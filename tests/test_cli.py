@@ -101,7 +101,7 @@ def test_version_prints_the_installed_version():
 def test_list_shows_every_registry_entry():
     from lrcheck.experiments.schedulers import SCHEDULERS
     from lrcheck.experiments.tasks import TASKS
-    from lrcheck.runner.policies import POLICIES
+    from lrcheck.plan.policies import POLICIES
 
     out = invoke("list").stdout
     for name in [*TASKS, *SCHEDULERS, *POLICIES]:
@@ -178,12 +178,12 @@ def test_every_bad_input_exits_2_with_one_line(tmp_path, schedules_file):
 
 @pytest.mark.slow
 def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
-    import lrcheck.runner.loop as loop
+    import lrcheck.runner.recording as recording
 
     def broken(*args, **kwargs):
         raise RuntimeError("the GPU caught fire")
 
-    monkeypatch.setattr(loop, "evaluate", broken)
+    monkeypatch.setattr(recording, "evaluate", broken)
     result = invoke("compare", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 3
     assert result.stderr.strip().splitlines() == [
@@ -192,13 +192,13 @@ def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch, tmp_path):
-    import lrcheck.runner.loop as loop
+    import lrcheck.runner.plain as plain
 
     def trained(*args, **kwargs):
         raise AssertionError("trained before checking for the accelerate extra")
 
     monkeypatch.setitem(sys.modules, "accelerate", None)  # `import accelerate` raises ImportError
-    monkeypatch.setattr(loop, "train", trained)
+    monkeypatch.setattr(plain, "train", trained)
     result = invoke("compare", "--policy", "accelerate", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
@@ -248,14 +248,14 @@ def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
 ])
 def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
         argv, largest, monkeypatch, tmp_path):
-    import lrcheck.runner.loop as loop
-    import lrcheck.runner.schedule as schedule
+    import lrcheck.runner.plain as plain
+    import lrcheck.runner.simulate as simulate
 
     def trained(*args, **kwargs):
         raise AssertionError("trained before checking the warmup")
 
-    monkeypatch.setattr(loop, "train", trained)
-    monkeypatch.setattr(schedule, "simulate", trained)
+    monkeypatch.setattr(plain, "train", trained)
+    monkeypatch.setattr(simulate, "simulate", trained)
     result = invoke(*argv, "--out", str(tmp_path))
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1
@@ -266,12 +266,12 @@ def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
 @pytest.mark.slow
 def test_a_comparison_whose_recording_cannot_fit_in_memory_is_refused_before_training(
         monkeypatch, tmp_path):
-    import lrcheck.runner.loop as loop
+    import lrcheck.runner.plain as plain
 
     def trained(*args, **kwargs):
         raise AssertionError("trained before checking the memory the recording needs")
 
-    monkeypatch.setattr(loop, "train", trained)
+    monkeypatch.setattr(plain, "train", trained)
     # 1437 training samples / 32 = 44 updates per epoch, 4,810 float64 parameters, two runs.
     result = invoke("compare", "--epochs", "1000000", "--out", str(tmp_path))
     lines = result.stderr.strip().splitlines()

@@ -114,6 +114,7 @@ def untrained(pair, **kwargs):
 
 @pytest.mark.parametrize("args, says", [
     (["--baseline", "missing.json"], "does not exist"),
+    (["--out", ""], "--out '' names no folder"),
     (["--out", "ci.toml"], "is an existing file"),
     (["--out", "R"], "ci.toml: [[pair]] #1: the report folder of pair 'accum', 'R/accum', is an "
                      "existing file; remove it, or give another --out or 'name'"),
@@ -152,6 +153,17 @@ def test_an_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path
     assert warning == [f"lrcheck: warning: $GITHUB_STEP_SUMMARY: cannot append to "
                        f"{str(summary)!r}: Is a directory"]
     assert json.loads((tmp_path / "R" / "suite.json").read_text())["verdict"] == "pass"
+
+
+def test_a_suite_of_one_pair_says_1_of_1_pair(tmp_path, monkeypatch, make_report):
+    monkeypatch.setattr(lrcheck, "compare", lambda pair, **kwargs: make_report())
+    path = tmp_path / "one.toml"
+    path.write_text('[[pair]]\nname = "only"\ntask = "wine"\n')
+    result = invoke("suite", path, "--out", tmp_path / "R")
+    assert result.exit_code == 0
+    assert "suite: PASS — 1 of 1 pair as expected in " in result.stdout
+    assert ("1 of 1 pair as expected (0 unexpected, 0 regressions, 0 errors)"
+            in (tmp_path / "R" / "summary.md").read_text())
 
 
 AMP_SUITE = """

@@ -51,7 +51,7 @@ def test_trace_schedule_defaults_are_the_command_line_s(monkeypatch):
         seen["pair"] = pair
         raise KeyboardInterrupt  # stop here: only the pair it would simulate matters
 
-    monkeypatch.setattr("lrcheck.runner.schedule.simulate_pair", simulate_pair)
+    monkeypatch.setattr("lrcheck.runner.simulate.simulate_pair", simulate_pair)
     with pytest.raises(KeyboardInterrupt):
         lrcheck.trace_schedule(samples=5000)
     candidate, own = seen["pair"].candidate, library_defaults(trace_schedule)

@@ -87,7 +87,7 @@ def test_ref_bs_mismatch_shows_the_candidate_s_own_breakdown():
 
 
 def test_a_training_set_smaller_than_one_effective_batch_shows_the_breakdown():
-    from lrcheck.runner.steps import plan_steps
+    from lrcheck.plan.steps import plan_steps
 
     with pytest.raises(SpecError) as info:
         plan_steps(100, 16, 2, 4, 1, "drop")

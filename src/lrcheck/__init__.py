@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
+from lrcheck.plan.steps import ScheduleContext
 from lrcheck.recorder import Recorder
-from lrcheck.runner.steps import ScheduleContext
 from lrcheck.spec import PairSpec, RunSpec, Tolerances
-
-__version__ = "0.1.0"
+from lrcheck.version import __version__
 
 if TYPE_CHECKING:
     from lrcheck.result import Report

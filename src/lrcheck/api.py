@@ -76,7 +76,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
     accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
     ``Interrupted`` carrying what was simulated."""
-    from lrcheck.runner.schedule import simulate_pair
+    from lrcheck.runner.simulate import simulate_pair
 
     if pair is None and "samples" not in candidate:
         raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
@@ -94,8 +94,8 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``). Trains
     nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
     the line). Default tolerances are float32's (a file does not say its dtype)."""
-    from lrcheck import __version__
     from lrcheck.recorder import read_records
+    from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))

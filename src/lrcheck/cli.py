@@ -24,8 +24,8 @@ from rich.table import Table
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.torchrun import candidate_world, check_ref_world, torchrun_env
+from lrcheck.plan.policies import POLICIES
+from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import (
     AMPS,
     DEFAULT_TIMEOUT_S,
@@ -484,7 +484,7 @@ def diff_command(
 @app.command("suite")
 def suite_command(
     file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],
-    out: Annotated[Path | None, typer.Option(help="Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
+    out: Annotated[Path | None, _out_option("Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
     baseline: Annotated[Path | None, typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
     save_baseline: Annotated[Path | None, typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
@@ -645,12 +645,12 @@ def _stop_on_signals() -> list[int]:
 
 def main() -> None:
     """The console script (and ``python -m lrcheck``): run the command, then leave without
-    finalising the interpreter (``runner.procs.exit_now``): under torchrun that is what keeps a
+    finalising the interpreter (``runner.dist.procs.exit_now``): under torchrun that is what keeps a
     rank from aborting in teardown, and everywhere it saves Python's one-second teardown of
     torch. Every report file is written, closed and renamed by then and the plot helper has
     stopped. A command stopped by SIGTERM or SIGHUP exits 128 + its number instead of Ctrl-C's
     130. (Tests call ``app`` through typer's CliRunner, which this does not touch.)"""
-    from lrcheck.runner.procs import exit_now
+    from lrcheck.runner.dist.procs import exit_now
 
     arrived = _stop_on_signals()
     try:

@@ -14,8 +14,8 @@ from typing import Any
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
 from lrcheck.experiments.tasks import TASKS
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import batch_breakdown
+from lrcheck.plan.policies import POLICIES
+from lrcheck.plan.steps import batch_breakdown
 
 TAILS = ("drop", "flush", "carry")
 LOSS_NORMS = ("global", "mean")

@@ -8,7 +8,7 @@ import torch
 
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, load_factory, make_scheduler
-from lrcheck.runner.steps import ScheduleContext
+from lrcheck.plan.steps import ScheduleContext
 
 LR, T, W = 0.1, 40, 8
 D = T - W

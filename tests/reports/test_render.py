@@ -5,7 +5,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -13,6 +12,8 @@ import pytest
 from lrcheck.errors import SpecError
 from lrcheck.reports.plots import Plot, draw_loss
 from lrcheck.reports.render import Renderer
+from lrcheck.runner.dist.procs import alive
+from tests.helpers import HANG_S, wait_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -80,8 +81,9 @@ def test_a_plot_that_fails_raises_at_finish_after_the_others_are_drawn(tmp_path)
 @pytest.mark.slow
 def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
     with Renderer(background=True) as renderer:
-        os.kill(renderer.helper(), signal.SIGKILL)
-        time.sleep(0.5)
+        helper = renderer.helper()
+        os.kill(helper, signal.SIGKILL)
+        wait_for(lambda: not alive(helper), HANG_S, "the helper to die")
         renderer.draw([loss_plot(tmp_path / "a.png"), loss_plot(tmp_path / "b.png")])
         renderer.finish()
         assert not renderer.in_background

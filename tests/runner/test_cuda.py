@@ -21,7 +21,7 @@ def _synchronisations(bs: int, accum: int) -> tuple[int, int]:
     """Host-device synchronisations while training, as counted by torch's sync debug mode, and
     the number of updates."""
     from lrcheck.experiments.tasks import TASKS
-    from lrcheck.runner.loop import train
+    from lrcheck.runner.plain import train
     from lrcheck.spec import RunSpec
 
     spec = RunSpec(task="wine", bs=bs, accum=accum, epochs=2, device="cuda")

@@ -49,7 +49,8 @@ def test_check_fits_names_both_amounts_and_the_fix(monkeypatch):
 
 def test_the_recording_estimate_is_the_snapshots_a_run_keeps():
     from lrcheck.experiments.tasks import load_data
-    from lrcheck.runner.loop import recording_bytes, train
+    from lrcheck.runner.plain import train
+    from lrcheck.runner.recording import recording_bytes
     from lrcheck.spec import RunSpec
 
     for dtype in ("float32", "float64"):

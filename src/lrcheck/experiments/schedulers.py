@@ -27,7 +27,7 @@ from lrcheck.errors import SpecError
 if TYPE_CHECKING:
     import torch
 
-    from lrcheck.runner.steps import ScheduleContext
+    from lrcheck.plan.steps import ScheduleContext
 
 Factory = Callable[["torch.optim.Optimizer", "ScheduleContext"], Any]
 

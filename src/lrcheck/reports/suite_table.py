@@ -19,6 +19,7 @@ from lrcheck.suite.outcome import (
     SuiteResult,
 )
 from lrcheck.suite.spec import Suite
+from lrcheck.words import plural
 
 OUTCOME_STYLE = {OK: "bold green", UNEXPECTED: "bold red", REGRESSION: "bold red",
                  ERROR: "bold red", INCOMPLETE: "bold yellow", NOT_RUN: "dim"}
@@ -93,7 +94,7 @@ def verdict_lines(result: SuiteResult) -> list[Text]:
     head = Text("suite: ")
     head.append(result.verdict.upper(), style=STATUS_STYLE[result.verdict])
     head.append(f" — {result.interrupted}:" if result.interrupted else " —")
-    head.append(f" {counts[OK]} of {counts['pairs']} pairs as expected"
+    head.append(f" {counts[OK]} of {plural(counts['pairs'], 'pair')} as expected"
                 + (f", {counts[NOT_RUN]} not run," if result.interrupted else "")
                 + f" in {result.seconds:.1f} s")
     lines = [head]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from lrcheck.checks import CHECK_NAMES
 from lrcheck.reports.kinds import KINDS
 from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
+from lrcheck.words import plural
 
 STATUS_MARK = {"pass": "✅ pass", "fail": "❌ fail", "warn": "⚠️ warn", "skip": "➖ skip",
                "incomplete": "⏹️ incomplete", NOT_RUN: "➖ not run"}
@@ -44,9 +45,9 @@ def suite_markdown(result: SuiteResult) -> str:
         "",
         *([f"**{_cell(result.interrupted)}**; {counts[NOT_RUN]} not run.", ""]
           if result.interrupted else []),
-        f"{counts[OK]} of {counts['pairs']} pairs as expected "
-        f"({counts['unexpected']} unexpected, {counts['regression']} regressions, "
-        f"{counts['error']} errors) in {result.seconds:.1f} s"
+        f"{counts[OK]} of {plural(counts['pairs'], 'pair')} as expected "
+        f"({counts['unexpected']} unexpected, {plural(counts['regression'], 'regression')}, "
+        f"{plural(counts['error'], 'error')}) in {result.seconds:.1f} s"
         + (f"; baseline `{result.baseline_path}`" if result.baseline_path else "") + ".",
         "",
         "| pair | expect | verdict | outcome | " + " | ".join(CHECK_NAMES)

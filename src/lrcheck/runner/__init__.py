@@ -1,1 +1,1 @@
-"""How a run is trained: data order, step arithmetic, policies, the loop."""
+"""How a run is trained: the loop, the recording, the frameworks, the processes."""

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
-from lrcheck.runner.fault import fault_hook
+from lrcheck.runner import plain
+from lrcheck.runner.dist.fault import fault_hook
+from lrcheck.runner.frameworks import accelerate
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
+from lrcheck.version import __version__
 
 
 def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: Any = None,
               on_update: OnUpdate | None = None,
               on_start: Callable[[], None] | None = None) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
-    set up when ``world > 1``); ``on_start``: see ``loop.train``. A crash inside training is a
-    ``RunError`` naming the role. The test-only fault switch (``runner.fault``) is armed here
+    set up when ``world > 1``); ``on_start``: see ``plain.train``. A crash inside training is a
+    ``RunError`` naming the role. The test-only fault switch (``runner.dist.fault``) is armed here
     for the ranks of a multi-process candidate."""
     trip = fault_hook(role, rank, os.environ) if spec.world > 1 else None
     if trip is not None:
@@ -66,16 +70,23 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
     data = load_data(spec.task, spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
     if spec.policy == "accelerate":
-        from lrcheck.runner import accelerated
-
         # Accelerate sets up (or finds) the process group itself.
-        return guarded(f"the {role} run{where}", lambda: accelerated.train(
+        return guarded(f"the {role} run{where}", lambda: accelerate.train(
             spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
-    from lrcheck.runner.loop import train
-
-    return guarded(f"the {role} run{where}", lambda: train(
+    return guarded(f"the {role} run{where}", lambda: plain.train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,
         on_start=on_start))
+
+
+def environment(device: str, world: int) -> dict[str, Any]:
+    """What the report states about where it ran."""
+    import torch
+
+    # The threads training uses: cpu_threads sets them on the CPU for each run.
+    threads = CPU_THREADS if device == "cpu" else torch.get_num_threads()
+    return {"lrcheck": __version__, "torch": torch.__version__, "device": device,
+            "world_size": world, "python": platform.python_version(),
+            "platform": platform.platform(), "threads": threads}
 
 
 def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:

@@ -2,7 +2,7 @@
 fit is bad input, refused before anything trains, rather than a crash seconds (or hours) in.
 
 Pure standard library: the estimates themselves live beside what they estimate
-(``loop.recording_bytes``, ``schedule.TRACE_BYTES_PER_UPDATE``).
+(``recording.recording_bytes``, ``simulate.TRACE_BYTES_PER_UPDATE``).
 """
 
 from __future__ import annotations

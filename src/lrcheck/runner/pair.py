@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import Interrupted, SpecError, stop_words
-from lrcheck.runner.policies import require_extra
-from lrcheck.runner.torchrun import torchrun_env
+from lrcheck.plan.policies import require_extra
+from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 if TYPE_CHECKING:
-    from lrcheck.runner.group import Member
+    from lrcheck.runner.dist.group import Member
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
@@ -88,7 +88,7 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     env = torchrun_env(os.environ)
     if env is None or env.world == 1:
         return None
-    from lrcheck.runner.group import join
+    from lrcheck.runner.dist.group import join
 
     return join(env, spec.device, timeout)
 
@@ -99,7 +99,7 @@ def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]
     rank and leave the group. torchrun stops every rank as soon as one exits non-zero: the
     others wait for rank 0 in that last barrier (stopped by torchrun, rank 0 would leave its plot
     helper to init)."""
-    from lrcheck.runner.group import finish
+    from lrcheck.runner.dist.group import finish
 
     code = member.share(code)
     try:
@@ -154,7 +154,8 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
     needs. Returns the device and the environment a report states."""
     from lrcheck.experiments.tasks import load_data
     from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.loop import check_memory, check_plan, environment
+    from lrcheck.runner.local import environment
+    from lrcheck.runner.preflight import check_memory, check_plan
 
     for run in (*others, spec):
         check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
@@ -190,7 +191,7 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
     ranks check the plan and train the candidate, then rank 0 trains the reference, as a bare
     torchrun script would. This process imports neither torch nor the data, so its own work
     does not compete with the ranks for the machine's cores."""
-    from lrcheck.runner.launch import start
+    from lrcheck.runner.dist.launch import start
 
     job = start(pair.candidate, "candidate",
                 reference=pair.reference if train_reference else None,
@@ -212,7 +213,7 @@ def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
         from lrcheck.runner.local import run_local
 
         return run_local(spec, role, device=device, on_update=tracker.hook(role))
-    from lrcheck.runner.launch import check_gpus, launch
+    from lrcheck.runner.dist.launch import check_gpus, launch
 
     check_gpus(spec, device)
     return launch(spec, role, timeout=timeout, on_update=tracker.hook(role))

@@ -58,7 +58,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
     (what it recorded is saved in its folder, as ``lrcheck compare`` does), the pairs after it
     are ``not_run`` (``on_done`` is called for them too), and the result, whose ``interrupted``
     says where it stopped, is returned for the suite's report to be written."""
-    from lrcheck.runner.loop import environment
+    from lrcheck.runner.local import environment
 
     started = time.perf_counter()
     references: dict[RunSpec, RunTrace] = {}

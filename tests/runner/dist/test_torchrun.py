@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.order import micro_batches, rank_share
-from lrcheck.runner.steps import plan_steps
-from lrcheck.runner.torchrun import (
+from lrcheck.plan.order import micro_batches, rank_share
+from lrcheck.plan.steps import plan_steps
+from lrcheck.runner.dist.torchrun import (
     WORKER_MODULE,
     TorchrunEnv,
     candidate_world,

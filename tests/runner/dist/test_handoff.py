@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from lrcheck.runner import handoff
+from lrcheck.runner.dist import handoff
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, Resumed, RunTrace, SkippedStep, UpdateRecord
 

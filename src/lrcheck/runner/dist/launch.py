@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
-from lrcheck.runner import handoff, procs
-from lrcheck.runner.torchrun import torchrun_argv
+from lrcheck.runner.dist import handoff, procs
+from lrcheck.runner.dist.torchrun import torchrun_argv
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lrcheck.runner.order import global_batches, micro_batches
-from lrcheck.runner.steps import plan_steps, update_counters, update_runs
+from lrcheck.plan.order import global_batches, micro_batches
+from lrcheck.plan.steps import plan_steps, update_counters, update_runs
 
 
 def trained_layout(n, bs, accum, world, epochs, tail):
-    """(epoch, samples, micro-batches) of every update, as loop.train iterates them."""
+    """(epoch, samples, micro-batches) of every update, as plain.train iterates them."""
     plan = plan_steps(n, bs, accum, world, epochs, tail)
     return [(b.epoch, len(b.indices), len(micro_batches(b.indices, bs, world)))
             for b in global_batches(n, plan.effective_batch, epochs, 0, tail)]

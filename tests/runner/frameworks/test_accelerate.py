@@ -9,7 +9,7 @@ accelerate = pytest.importorskip(
 pytestmark = pytest.mark.slow  # every test trains runs through Accelerate
 
 import lrcheck  # noqa: E402
-from lrcheck.runner.steps import plan_steps, schedule_context  # noqa: E402
+from lrcheck.plan.steps import plan_steps, schedule_context  # noqa: E402
 
 EPOCHS = 2
 UPDATES = 1437 // 32 * EPOCHS  # digits: 1437 training samples, 44 full updates of 32 an epoch

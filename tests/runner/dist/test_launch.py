@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
 import pytest
 
 from lrcheck.errors import RunError, SpecError
-from lrcheck.runner import handoff, procs
-from lrcheck.runner.launch import Exited, Launched, TorchrunLog
+from lrcheck.runner.dist import handoff, procs
+from lrcheck.runner.dist.launch import Exited, Launched, TorchrunLog
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
@@ -85,11 +84,9 @@ def test_bad_input_from_the_ranks_is_a_spec_error(tmp_path):
 def test_a_job_that_ends_without_the_reference_s_trace_names_the_reference(tmp_path):
     handoff.write_trace(tmp_path, _trace(CANDIDATE, 2), "candidate")
     job = _job(tmp_path, script="import sys; sys.exit(1)")
-    deadline = time.monotonic() + 10
     with pytest.raises(RunError, match=r"the reference run \(rank 0 alone\) ended with torchrun "
                                        r"exit code 1"):
         job.wait(timeout=30)
-    assert time.monotonic() < deadline
 
 
 # What torchrun 2.x logs when a worker dies (trimmed from a real log).

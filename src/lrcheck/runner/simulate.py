@@ -2,7 +2,7 @@
 
 The simulation uses the pieces the training loop uses — ``plan_steps``, ``schedule_context``,
 the policy, ``make_scheduler`` and the loop's own optimizer — and calls ``scheduler.step()``
-exactly where ``loop.train`` calls it, so the LR it records for update k is the one a real run
+exactly where ``plain.train`` calls it, so the LR it records for update k is the one a real run
 records. What it leaves out is all that cannot move the LR:
 
 - no data, no model, no forward or backward: the optimizer holds one weight and one bias in the
@@ -31,18 +31,14 @@ import torch
 
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
-from lrcheck.runner.local import guarded
-from lrcheck.runner.loop import make_optimizer
+from lrcheck.plan.policies import POLICIES
+from lrcheck.plan.steps import plan_steps, schedule_context, update_counters, update_runs
+from lrcheck.runner.build import make_optimizer
+from lrcheck.runner.local import environment, guarded
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.pair import ROLES, PairTraces, Progress
-from lrcheck.runner.policies import POLICIES
-from lrcheck.runner.steps import (
-    plan_steps,
-    schedule_context,
-    step_failure,
-    update_counters,
-    update_runs,
-)
+from lrcheck.runner.preflight import check_plan
+from lrcheck.runner.recording import step_failure
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
@@ -59,7 +55,7 @@ WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simula
 def simulate(spec: RunSpec, num_samples: int | None = None,
              on_update: OnUpdate | None = None) -> RunTrace:
     """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
-    ``spec.samples``) as ``loop.train`` would, recording the LR of every update."""
+    ``spec.samples``) as ``plain.train`` would, recording the LR of every update."""
     _load_optimizer_code()
     started = time.perf_counter()
     plan = plan_steps(spec.samples if num_samples is None else num_samples, spec.bs, spec.accum,
@@ -146,9 +142,7 @@ def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> 
 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
     """Both schedules of ``pair``, over ``samples`` training samples per epoch each, after the
-    checks a training run makes before it starts (``loop.check_plan``)."""
-    from lrcheck.runner.loop import check_plan, environment
-
+    checks a training run makes before it starts (``preflight.check_plan``)."""
     for spec in (pair.reference, pair.candidate):
         check_plan(spec, spec.samples)
     planned = {role: plan_steps(spec.samples, spec.bs, spec.accum, spec.world, spec.epochs,

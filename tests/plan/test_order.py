@@ -1,14 +1,14 @@
 import numpy as np
 import pytest
 
-from lrcheck.runner.order import (
+from lrcheck.plan.order import (
     dealt_order,
     epoch_permutation,
     global_batches,
     micro_batches,
     rank_share,
 )
-from lrcheck.runner.steps import plan_steps
+from lrcheck.plan.steps import plan_steps
 
 CONFIGS = [(32, 1, 1), (16, 2, 1), (8, 4, 1), (8, 2, 2), (4, 4, 2), (2, 4, 4), (5, 3, 3), (1, 1, 7)]
 

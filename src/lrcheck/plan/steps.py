@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.policies import POLICIES
+from lrcheck.plan.policies import POLICIES
 
 if TYPE_CHECKING:  # numpy stays off the import path of `lrcheck --help`
     import numpy as np
@@ -159,7 +159,7 @@ def update_runs(plan: StepPlan) -> list[UpdateRun]:
 
 @dataclass(frozen=True)
 class UpdateCounters:
-    """Per update, as ``loop.train`` counts them: samples seen after it, ``scheduler.step()``
+    """Per update, as ``plain.train`` counts them: samples seen after it, ``scheduler.step()``
     calls made when its LR is read, and its epoch; and the calls made by the end of the last."""
 
     samples_seen: np.ndarray

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from lrcheck.errors import SpecError
 from lrcheck.runner.device import resolve_device
-from lrcheck.runner.torchrun import TorchrunEnv
+from lrcheck.runner.dist.torchrun import TorchrunEnv
 
 
 @dataclass(frozen=True)

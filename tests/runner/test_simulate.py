@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import lrcheck
-from lrcheck.runner.schedule import simulate, simulate_one
+from lrcheck.runner.simulate import simulate, simulate_one
 from lrcheck.spec import RunSpec
 from lrcheck.trace import MAX_STORED_UPDATES
 

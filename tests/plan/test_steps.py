@@ -1,7 +1,7 @@
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.steps import ScheduleContext, plan_steps, schedule_context
+from lrcheck.plan.steps import ScheduleContext, plan_steps, schedule_context
 
 DESIGN_FIELDS = ["micro_batches_per_epoch", "epochs", "accum_steps", "world_size",
                  "micro_batch_size", "num_samples", "updates_per_epoch", "total_updates",

@@ -1,5 +1,5 @@
-"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.worker FOLDER``, started by
-torchrun with the argv of ``torchrun.torchrun_argv``.
+"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.dist.worker FOLDER``,
+started by torchrun with the argv of ``torchrun.torchrun_argv``.
 
 Every rank checks the plan (bad input is told before anything trains) and trains; rank 0
 records (``handoff``: a line per update as it goes, the whole trace at the end). When the job
@@ -18,11 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
-from lrcheck.runner import group, handoff
+from lrcheck.runner.dist import group, handoff
+from lrcheck.runner.dist.procs import exit_now
+from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.runner.local import run_local
 from lrcheck.runner.pair import preflight
-from lrcheck.runner.procs import exit_now
-from lrcheck.runner.torchrun import torchrun_env
 from lrcheck.trace import OnUpdate, UpdateRecord
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     env = torchrun_env(os.environ)
     if env is None:
-        print("lrcheck.runner.worker runs under torchrun only", file=sys.stderr)
+        print("lrcheck.runner.dist.worker runs under torchrun only", file=sys.stderr)
         return 2
     _send_output_to(handoff.log_path(folder, env.rank))
     handoff.write_pid(folder, env.rank)

@@ -1,0 +1,63 @@
+"""What a run trains with, built the same way by every loop: the data as tensors, and the model,
+optimizer and scheduler of a ``RunSpec`` — from the seed, so that every build (a resume's too)
+starts from the same weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.experiments.tasks import TASKS, Dataset
+from lrcheck.plan.steps import ScheduleContext
+from lrcheck.spec import RunSpec
+
+MOMENTUM = 0.9
+WEIGHT_DECAY = {"sgd": 0.0, "adamw": 0.01}
+
+
+def make_optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """Two param groups, as real recipes have: weights (with weight decay) and the rest."""
+    decay = [p for p in model.parameters() if p.ndim > 1]
+    rest = [p for p in model.parameters() if p.ndim <= 1]
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY[spec.optimizer]},
+              {"params": rest, "weight_decay": 0.0}]
+    if spec.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=spec.lr)
+    return torch.optim.SGD(groups, lr=spec.lr, momentum=MOMENTUM)
+
+
+def as_input(array: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Features in the run's dtype; integer token ids stay integers."""
+    if np.issubdtype(array.dtype, np.integer):
+        return torch.as_tensor(array, device=device)
+    return torch.as_tensor(array, dtype=dtype, device=device)
+
+
+@dataclass
+class Parts:
+    """What a run trains with; a resume saves their state and builds them again from scratch.
+    ``model`` is what the loop feeds (``net`` itself, or ``net`` wrapped by DDP); ``scaler`` the
+    GradScaler of ``--amp fp16``."""
+
+    net: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler | None = None
+    model: torch.nn.Module = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.model = self.net
+
+
+def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext, device: str | None) -> Parts:
+    """The task's model seeded by ``spec.seed`` in ``spec.dtype`` (on ``device``; None leaves it
+    where it was made, for a framework that places it itself), its optimizer, and the schedule
+    ``spec.scheduler`` made with ``ctx``."""
+    torch.manual_seed(spec.seed)
+    net = TASKS[spec.task].build_model(data).to(device, getattr(torch, spec.dtype))
+    optimizer = make_optimizer(spec, net)
+    return Parts(net, optimizer, make_scheduler(spec.scheduler, optimizer, ctx))

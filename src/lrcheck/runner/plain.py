@@ -1,0 +1,193 @@
+"""lrcheck's own training loop (``--policy`` applies here): one run of a ``RunSpec``, recorded
+update by update.
+
+It reads like the textbook loop it checks: for every update, forward and backward over its
+micro-batches (DDP syncing gradients on the last one only), ``optimizer.step()``,
+``scheduler.step()`` where the policy says. The only additions are the recording
+(``recording.Recording``: the LR read just before ``optimizer.step()``, losses kept on the
+device until the update ends) and the loss normalisation that makes the gradient the mean over
+the whole effective batch (``loss.micro_batch_loss``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from lrcheck.experiments.tasks import Dataset
+from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
+from lrcheck.plan.policies import POLICIES
+from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.runner import resume
+from lrcheck.runner.amp import amp_autocast, make_scaler, optimizer_step
+from lrcheck.runner.build import Parts, as_input, build
+from lrcheck.runner.loss import item_losses, micro_batch_loss
+from lrcheck.runner.recording import Recording
+from lrcheck.runner.resume import Pause, Progress, Window, resume_point
+from lrcheck.spec import RunSpec
+from lrcheck.trace import OnUpdate, Resumed, RunTrace
+
+
+def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
+          group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
+          on_start: Callable[[], None] | None = None) -> RunTrace:
+    """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` and return what every
+    update used. When ``world > 1`` the caller has set up the process group; ``group`` (default:
+    the default group) is the one DDP and the loss all-reduce use. ``on_start`` is called once
+    everything is built (DDP's constructor waits for every rank), just before the first
+    micro-batch.
+
+    With ``--resume-at``/``--resume-at-micro`` the run stops there, saves everything a real
+    checkpoint holds, builds model, optimizer, scheduler and scaler again from scratch with the
+    same factories, loads the checkpoint and goes on (``runner.resume``)."""
+    loop = _Loop(spec, data, device, rank, group, on_update)
+    pause = resume_point(spec, loop.plan)
+    parts = loop.build()
+    if on_start is not None:
+        on_start()
+    progress = Progress()
+    if loop.run(parts, progress, pause):
+        with tempfile.TemporaryDirectory(prefix="lrcheck-resume-") as folder:
+            path = resume.save(Path(folder), parts, progress, rank)
+            del parts
+            parts = loop.build()
+            progress = resume.load(path, parts, device)
+            # The window in progress at the pause: update N with ``micro_batches_done`` of its
+            # micro-batches trained (0: the pause came right after update N - 1).
+            loop.recording.resumed = Resumed(progress.update, progress.micro_done,
+                                             path.stat().st_size)
+        loop.run(parts, progress, None)
+    return loop.recording.finish()
+
+
+class _Loop:
+    """One run's data on the device, its plan and its recording; ``run`` is the loop."""
+
+    def __init__(self, spec: RunSpec, data: Dataset, device: str, rank: int,
+                 group: dist.ProcessGroup | None, on_update: OnUpdate | None) -> None:
+        self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
+        self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
+                               spec.tail)
+        self.ctx = schedule_context(self.plan, spec.policy, spec.warmup)
+        self.recording = Recording(spec, self.plan, self.ctx, data, device=device,
+                                   on_update=on_update)
+        self.every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
+        self.dtype = getattr(torch, spec.dtype)
+        self.x_train = as_input(data.x_train, self.dtype, device)
+        self.y_train = torch.as_tensor(data.y_train, device=device)
+        self.items = data.items_per_sample()
+        self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
+        self.autocast = amp_autocast(spec, device)
+
+    def build(self) -> Parts:
+        """Model, optimizer, scheduler and scaler, from scratch (the same weights every time:
+        the generator is seeded first)."""
+        parts = build(self.spec, self.data, self.ctx, self.device)
+        if self.spec.world > 1:
+            parts.model = torch.nn.parallel.DistributedDataParallel(parts.net,
+                                                                    process_group=self.group)
+        parts.scaler = make_scaler(self.spec, self.device)
+        self.recording.attach(parts.net)
+        return parts
+
+    def run(self, parts: Parts, progress: Progress, pause: Pause | None) -> bool:
+        """Train from ``progress`` to the end, or until ``pause``: True when it paused there
+        (``progress`` then says where)."""
+        parts.model.train()
+        for batch in global_batches(self.plan.num_samples, self.plan.effective_batch,
+                                    self.spec.epochs, self.spec.seed, self.spec.tail):
+            if batch.update < progress.update:
+                continue  # before the checkpoint: already trained
+            if self._update(parts, batch, progress, pause):
+                return True
+            if batch.ends_epoch or self.recording.stopped:
+                self.recording.end_epoch(parts.net, batch.epoch, progress.update - 1)
+            if self.recording.stopped:
+                return False
+            if pause == Pause(batch.update):
+                return True
+        return False
+
+    def _update(self, parts: Parts, batch: GlobalBatch, progress: Progress,
+                pause: Pause | None) -> bool:
+        """One optimizer update: forward and backward over its micro-batches, then the step, the
+        schedule and the record. True when ``pause`` came inside it; it stops early, unrecorded,
+        when the schedule refused to step inside it."""
+        # One host-to-device copy per update; micro-batches and rank shares are views of it, so
+        # a micro-batch never waits for the host.
+        indices = torch.from_numpy(batch.indices).to(self.device)
+        micro = micro_batches(indices, self.spec.bs, self.spec.world)
+        # Loss items behind the whole update, over all ranks. Every rank holds the data set and
+        # the global batch, so this equals the all-reduce of the ranks' counts.
+        n_global = int(self.items[batch.indices].sum())
+        window = progress.window = progress.window or Window(
+            0, torch.zeros((), dtype=self.dtype, device=self.device), progress.scheduler_steps)
+        for m in range(window.micro, len(micro) - 1):
+            self._forward_backward(parts, micro[m], n_global, window, last=False)
+            # The micro-batch policies step the schedule on every micro-batch.
+            if self.every_micro_batch and not self._step_scheduler(parts, batch.update, progress):
+                return False
+            window.micro = m + 1
+            if pause == Pause(batch.update, m):
+                return True
+        self._forward_backward(parts, micro[-1], n_global, window, last=True)
+        skipped = self._optimizer_step(parts, batch.update, progress)
+        # per-update: after each optimizer step that was not skipped; the micro-batch policies
+        # step on every micro-batch, skipped or not.
+        if not skipped or self.every_micro_batch:
+            self._step_scheduler(parts, batch.update, progress)
+        self._record(batch, window, skipped, progress)
+        return False
+
+    def _forward_backward(self, parts: Parts, shared: torch.Tensor, n_global: int,
+                          window: Window, last: bool) -> None:
+        """This rank's share of one micro-batch, forward and backward; its loss joins the
+        window's."""
+        idx = rank_share(shared, self.rank, self.spec.world)
+        # DDP all-reduces gradients only on the last micro-batch of an update.
+        sync = (contextlib.nullcontext() if last or self.spec.world == 1
+                else cast(DistributedDataParallel, parts.model).no_sync())
+        with sync:
+            with self.autocast:
+                per_item = item_losses(parts.model, self.x_train[idx], self.y_train[idx])
+            loss, share = micro_batch_loss(per_item.to(self.dtype),
+                                           self.items_on_device[idx].sum(), self.spec, n_global)
+            window.loss_sum += share
+            (loss if parts.scaler is None else parts.scaler.scale(loss)).backward()
+
+    def _optimizer_step(self, parts: Parts, update: int, progress: Progress) -> bool:
+        """``optimizer.step()``, the LR recorded just before it; True when the GradScaler
+        skipped it."""
+        self.recording.before_step(parts.optimizer, progress.scheduler_steps)
+        grad = next(parts.net.parameters()).grad
+        if update in self.spec.inject_overflow and grad is not None:
+            grad.fill_(float("inf"))  # what an fp16 overflow leaves
+        skipped = optimizer_step(parts.optimizer, parts.scaler)
+        parts.optimizer.zero_grad(set_to_none=True)
+        return skipped
+
+    def _step_scheduler(self, parts: Parts, update: int, progress: Progress) -> bool:
+        """``scheduler.step()``, counted; False when it raised (the recording says why)."""
+        if not self.recording.step_scheduler(parts.scheduler, update):
+            return False
+        progress.scheduler_steps += 1
+        return True
+
+    def _record(self, batch: GlobalBatch, window: Window, skipped: bool,
+                progress: Progress) -> None:
+        """The update is done: its loss over all ranks, recorded; the next one comes."""
+        if self.spec.world > 1:
+            dist.all_reduce(window.loss_sum, group=self.group)
+        progress.samples_seen += len(batch.indices)
+        if skipped:
+            self.recording.skipped_step(batch.update,
+                                        progress.scheduler_steps - window.steps_before)
+        self.recording.update(batch.update, window.loss_sum, progress.samples_seen, batch.epoch)
+        progress.update, progress.window = batch.update + 1, None

@@ -1,0 +1,163 @@
+"""The one recording every loop uses — lrcheck's own (``plain``) and each framework's adapter
+(``frameworks/``) — so that what a run is checked on is read the same way whoever trains it.
+
+A loop calls, for each optimizer update:
+
+- ``before_step(optimizer, scheduler_steps)`` just before ``optimizer.step()``: the LR every
+  param group uses (DESIGN.md, "the contract"), and how many times ``scheduler.step()`` had run;
+- ``step_scheduler(scheduler, update)`` in place of ``scheduler.step()``: a schedule that raises
+  ends the run there with the reason in ``stopped`` — a finding, not a crash;
+- ``update(step, loss, samples_seen, epoch)`` once the update's loss is known (summed over the
+  ranks): the ``UpdateRecord``, the parameters after the update and the progress hook;
+
+and ``end_epoch(net, epoch, after_update)`` after each epoch (accuracy and macro-F1 on the test
+split). ``finish()`` returns the ``RunTrace``.
+
+Recording stays cheap (BENCHMARKS.md, "recording"): the snapshot of the parameters is one
+``torch.cat`` of flat views made once per model into a row of a tensor allocated once per run,
+and nothing here waits for the device more than once per update.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
+from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
+from lrcheck.runner.build import as_input
+from lrcheck.spec import RunSpec
+from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
+
+# Layers whose output for a sample depends on the other samples in its forward, or on an RNG.
+BATCH_DEPENDENT = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd)
+
+
+def batch_dependent_layers(net: torch.nn.Module) -> tuple[str, ...]:
+    """The names of ``net``'s layer types that make it not comparable across batch splits."""
+    return tuple(sorted({type(m).__name__ for m in net.modules()
+                         if isinstance(m, BATCH_DEPENDENT)}))
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
+    """Accuracy and macro-F1 on the test split, over samples or over (non-padding) tokens."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    model.eval()
+    with torch.no_grad():
+        pred = model(x).argmax(dim=-1).cpu().numpy()
+    model.train()
+    keep = y != IGNORE_INDEX
+    y, pred = y[keep], pred[keep]
+    return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
+
+
+def step_failure(exc: BaseException, update: int) -> str:
+    """Why a run stopped when ``scheduler.step()`` raised during update ``update``."""
+    return f"scheduler.step() raised {type(exc).__name__} at update {update}: {exc}"
+
+
+class Recording:
+    """What one run of ``spec`` (planned as ``plan``, its schedule told ``ctx``) used at every
+    update, on ``device``; ``on_update`` is called with each record and the planned number of
+    updates. ``resumed``: where a loop that checkpointed and resumed the run did so."""
+
+    def __init__(self, spec: RunSpec, plan: StepPlan, ctx: ScheduleContext, data: Dataset, *,
+                 device: Any, on_update: OnUpdate | None = None) -> None:
+        self.started = time.perf_counter()
+        self.spec, self.plan, self.ctx, self.on_update = spec, plan, ctx, on_update
+        self.device, self.dtype = device, getattr(torch, spec.dtype)
+        self.x_test, self.y_test = as_input(data.x_test, self.dtype, device), data.y_test
+        self.updates: list[UpdateRecord] = []
+        self.epochs: list[EpochMetrics] = []
+        self.skipped: list[SkippedStep] = []
+        self.stopped: str | None = None
+        self.not_comparable: tuple[str, ...] = ()
+        self.resumed: Resumed | None = None
+        self._lr: tuple[float, ...] = ()
+        self._steps_at_read = 0
+        self._snapshots: torch.Tensor | None = None
+        self._beyond: list[torch.Tensor] = []  # snapshots of updates past the plan
+
+    def attach(self, net: torch.nn.Module) -> None:
+        """Record ``net``'s parameters from now on (again after a resume builds a new model)."""
+        self.not_comparable = batch_dependent_layers(net)
+        # Flat views of the parameters' storage, which the optimizer updates in place: a
+        # snapshot is then one torch.cat into its row (view() refuses a non-contiguous one).
+        self._flat = [p.detach().view(-1) for p in net.parameters()]
+        if self._snapshots is None:
+            size = sum(p.numel() for p in self._flat)
+            self._snapshots = torch.empty(self.plan.total_updates, size, dtype=self.dtype,
+                                          device=self.device)
+            # Its rows as views, made once: indexing the tensor at every update costs ~10 µs.
+            self._rows = self._snapshots.unbind(0)
+
+    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int) -> None:
+        """Just before ``optimizer.step()``: the LR it will use, and ``scheduler.step()`` calls
+        made so far."""
+        self._lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
+        self._steps_at_read = scheduler_steps
+
+    def step_scheduler(self, scheduler: Any, update: int) -> bool:
+        """``scheduler.step()`` during update ``update``; False when it raised, and the run is
+        to stop: ``stopped`` says why."""
+        try:
+            scheduler.step()
+        except Exception as exc:  # a schedule that refuses to step is a finding
+            self.stopped = step_failure(exc, update)
+            return False
+        return True
+
+    def skipped_step(self, update: int, scheduler_steps: int) -> None:
+        """The GradScaler skipped update ``update``'s optimizer step; the schedule moved
+        ``scheduler_steps`` steps during it."""
+        self.skipped.append(SkippedStep(update, scheduler_steps))
+
+    def update(self, step: int, loss: torch.Tensor | float, samples_seen: int,
+               epoch: int) -> None:
+        """Update ``step`` is done: its record (with what ``before_step`` read), the parameters
+        after it, and the progress hook. ``loss``: the update's loss over all ranks; a tensor is
+        read here, the one wait for the device in an update."""
+        record = UpdateRecord(step, self._lr, float(loss), samples_seen, self._steps_at_read,
+                              epoch)
+        row = len(self.updates)
+        self.updates.append(record)
+        if row < len(self._rows):
+            # Straight into the preallocated row: one copy of the parameters, no temporary.
+            torch.cat(self._flat, out=self._rows[row])
+        else:  # a framework that ran past lrcheck's plan: its updates are kept all the same
+            self._beyond.append(torch.cat(self._flat))
+        if self.on_update is not None:
+            self.on_update(record, self.plan.total_updates)
+
+    def end_epoch(self, net: torch.nn.Module, epoch: int, after_update: int) -> None:
+        """Accuracy and macro-F1 of ``net`` on the test split after update ``after_update``."""
+        acc, f1 = evaluate(net, self.x_test, self.y_test)
+        self.epochs.append(EpochMetrics(epoch, after_update, acc, f1))
+
+    def finish(self) -> RunTrace:
+        """The trace of the run, once it has ended (or stopped)."""
+        assert self._snapshots is not None, "attach() a model before the run"
+        params = self._snapshots[:len(self.updates) - len(self._beyond)]
+        if self._beyond:
+            params = torch.cat([params, torch.stack(self._beyond)])
+        return RunTrace(
+            spec=self.spec, updates=self.updates, epochs=self.epochs,
+            params=params.cpu().numpy(), planned_updates=self.plan.total_updates,
+            context=self.ctx.to_dict(), not_comparable=self.not_comparable,
+            stopped=self.stopped, seconds=time.perf_counter() - self.started,
+            resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None)
+
+
+def recording_bytes(spec: RunSpec, data: Dataset) -> int:
+    """What a run of ``spec`` on ``data`` keeps in memory for the ``params`` check: a snapshot of
+    every parameter after every update (in ``spec.dtype``). The model is built on the meta
+    device, which allocates nothing."""
+    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    with torch.device("meta"):
+        net = TASKS[spec.task].build_model(data)
+    size = sum(p.numel() for p in net.parameters())
+    return plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)

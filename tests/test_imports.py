@@ -1,0 +1,129 @@
+"""No lrcheck module imports one that imports it back (DESIGN.md, "Module map").
+
+The graph is read from the source, not from ``sys.modules``: every ``import`` and
+``from ... import`` of every file under ``src/lrcheck``, at module level and inside functions
+alike. An import inside a function keeps a heavy dependency (torch) off the path of
+``lrcheck --help``; it must not hide a cycle between lrcheck's own modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = "lrcheck"
+# Edges that close the cycles between ``result`` and ``reports/`` (``Report.save`` writes through
+# ``reports.files``, which reads ``Report``; ``reports.plots`` saves through ``reports.files``,
+# which draws through ``reports.plots``). They belong to the typed-results half of the runner
+# redesign (issue 11), which reworks ``Report`` and ``reports/``; remove each one here as it goes.
+TOLERATED = {
+    ("lrcheck.result", "lrcheck.reports.files"),
+    ("lrcheck.result", "lrcheck.reports.render"),
+    ("lrcheck.reports.plots", "lrcheck.reports.files"),
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def _base(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` names, with a relative one resolved against ``name``."""
+    if node.level == 0:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    parts = package.split(".")
+    anchor = ".".join(parts[:len(parts) - (node.level - 1)])
+    return f"{anchor}.{node.module}" if node.module else anchor
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The lrcheck modules ``name`` imports anywhere in its file. ``from pkg import x`` names
+    ``pkg.x`` when that is a module, else ``pkg`` itself."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _base(name, path, node)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+    return {target for target in found if target in modules and target != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as ``[a, b, ..., a]``, or None when it has none."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for target in sorted(graph[node]):
+            if target in on_path:
+                return path[path.index(target):] + [target]
+            if target not in done:
+                cycle = visit(target)
+                if cycle is not None:
+                    return cycle
+        on_path.discard(path.pop())
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done:
+            cycle = visit(start)
+            if cycle is not None:
+                return cycle
+    return None
+
+
+def test_no_lrcheck_module_imports_one_that_imports_it_back():
+    graph = import_graph()
+    for name, target in TOLERATED:
+        graph[name].discard(target)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_every_tolerated_edge_still_exists():
+    graph = import_graph()
+    gone = sorted(edge for edge in TOLERATED if edge[1] not in graph[edge[0]])
+    assert not gone, f"no longer imported, remove from TOLERATED: {gone}"
+
+
+def test_the_graph_sees_function_level_relative_and_submodule_imports():
+    graph = import_graph()
+    assert "lrcheck.api" in graph["lrcheck"]  # inside a function
+    assert "lrcheck.runner.plain" in graph["lrcheck.runner.local"]  # a submodule, by name
+    assert "lrcheck.errors" in graph["lrcheck.spec"]
+    relative = ast.parse("from ..plan import steps").body[0]
+    assert isinstance(relative, ast.ImportFrom)
+    package = SRC / "lrcheck" / "runner" / "local.py"
+    assert _base("lrcheck.runner.local", package, relative) == "lrcheck.plan"
+    assert _base("lrcheck.runner", package.with_name("__init__.py"),
+                 ast.parse("from . import plain").body[0]) == "lrcheck.runner"
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_plan_imports_neither_spec_nor_runner():
+    graph = import_graph()
+    for name, targets in graph.items():
+        if name.startswith("lrcheck.plan"):
+            bad = {t for t in targets if t == "lrcheck.spec" or t.startswith("lrcheck.runner")}
+            assert not bad, f"{name} imports {sorted(bad)}"
