@@ -1,5 +1,6 @@
 """The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
-``lrcheck.diff``. Importing this module does not import torch; training does."""
+``lrcheck.diff``, and ``lrcheck.save_report``. Importing this module does not import torch;
+training does."""
 
 from __future__ import annotations
 
@@ -104,6 +105,14 @@ def diff(reference: str | Path, candidate: str | Path, *,
     checks = recorded_checks(ref, cand, pair.tolerances)
     return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
                   kind="diff")
+
+
+def save_report(report: Report, out: str | Path) -> Path:
+    """Write ``report``'s result.json, report.md and plots into the folder ``out`` (made when
+    missing); returns the folder. A folder that cannot be written is a ``SpecError``."""
+    from lrcheck.reports.files import write_report
+
+    return write_report(report, Path(out))
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,

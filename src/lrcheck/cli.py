@@ -231,7 +231,7 @@ class _Output:
 
             console.print(verdict_text(report))
         else:
-            from lrcheck.reports.table import render
+            from lrcheck.reports.kinds import render
 
             console.print(render(report))
         Console(stderr=True, highlight=False).print(escape(f"report: {folder}"), soft_wrap=True)
@@ -289,7 +289,9 @@ def _plots(active: bool) -> Renderer:
 def _save_and_show(report: Report, folder: Path, renderer: Renderer, output: _Output) -> None:
     """Save ``report`` in ``folder`` (its plots drawn by ``renderer``, which is stopped then),
     and show it."""
-    saved = report.save(folder, renderer)
+    from lrcheck.reports.files import write_report
+
+    saved = write_report(report, folder, renderer)
     renderer.finish()
     renderer.close()
     output.show(report, saved)
@@ -476,7 +478,8 @@ def diff_command(
 
     tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
     report = lrcheck.diff(reference, candidate, tolerances=tolerances)
-    saved = report.save(out if out is not None else DEFAULT_REPORTS / f"diff-{report.pair.name}")
+    saved = lrcheck.save_report(report, out if out is not None
+                                else DEFAULT_REPORTS / f"diff-{report.pair.name}")
     _Output(json=json_out, quiet=quiet).show(report, saved)
     raise typer.Exit(report.exit_code)
 

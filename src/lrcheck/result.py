@@ -7,15 +7,11 @@ add beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from lrcheck.checks import PASS, CheckResult, verdict
 from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
-
-if TYPE_CHECKING:
-    from lrcheck.reports.render import Renderer
 
 SCHEMA_VERSION = 1
 INCOMPLETE = "incomplete"
@@ -59,13 +55,6 @@ class Report:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
                 "mode": self.kind}
-
-    def save(self, out: str | Path, renderer: Renderer | None = None) -> Path:
-        """Write result.json, report.md and the plots into ``out``; returns the folder. With a
-        ``reports.render.Renderer``, the plots are drawn by it (done at its ``finish()``)."""
-        from lrcheck.reports.files import write_report
-
-        return write_report(self, Path(out), renderer)
 
 
 @dataclass

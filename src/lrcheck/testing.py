@@ -14,7 +14,7 @@ def render_text(report: Report, width: int = 120) -> str:
 
     from rich.console import Console
 
-    from lrcheck.reports.table import render
+    from lrcheck.reports.kinds import render
 
     text = io.StringIO()
     Console(file=text, width=width, color_system=None, highlight=False).print(render(report))

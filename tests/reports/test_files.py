@@ -4,7 +4,8 @@ import os
 import pytest
 
 import lrcheck
-from lrcheck.reports.files import atomic_path, result_json, write_report
+from lrcheck.reports.atomic import atomic_path
+from lrcheck.reports.files import result_json, write_report
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,12 @@ def test_write_report_writes_every_file_and_leaves_no_temporaries(report, tmp_pa
     names = sorted(os.listdir(tmp_path))
     assert names == ["loss.png", "lr.png", "metrics.png", "report.md", "result.json"]
     assert "| lr | pass |" in (tmp_path / "report.md").read_text()
+
+
+def test_save_report_writes_them_where_the_library_user_says(report, tmp_path):
+    saved = lrcheck.save_report(report, str(tmp_path / "out"))
+    assert saved == tmp_path / "out"
+    assert json.loads((saved / "result.json").read_text()) == json.loads(result_json(report))
 
 
 def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):

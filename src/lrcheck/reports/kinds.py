@@ -13,12 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 
-from lrcheck.reports.files import file_settings, metrics_markdown, run_settings
 from lrcheck.reports.plots import Plot, aligned_lr_plot, loss_plot, lr_plot, metrics_plot
-from lrcheck.reports.table import files_table, files_title, metrics_table, pair_title, trace_table
+from lrcheck.reports.table import (
+    checks_table,
+    files_table,
+    files_title,
+    metrics_table,
+    pair_title,
+    trace_table,
+    verdict_text,
+)
 from lrcheck.result import Kind, Report
+from lrcheck.words import plural
 
 MakePlot = Callable[[Report, Path], Plot]
 
@@ -56,6 +65,45 @@ def _files(report: Report) -> str:
     return f"Recorder files {report.pair.candidate} vs {report.pair.reference}"
 
 
+def metrics_markdown(report: Report) -> list[str]:
+    """report.md's table of the final evaluation."""
+    lines = ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
+    for key in ("accuracy", "f1_macro"):
+        r = (report.reference.metrics or {}).get(key)
+        c = (report.candidate.metrics or {}).get(key)
+        lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
+                     f"{'—' if c is None else f'{c:.4f}'} |")
+    return lines
+
+
+def file_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two Recorder files."""
+    pair = report.pair
+    return [f"- candidate: `{pair.candidate}`, "
+            f"{plural(len(report.candidate.updates), 'update')}",
+            f"- reference: `{pair.reference}`, "
+            f"{plural(len(report.reference.updates), 'update')}",
+            "- Recorder files, updates aligned by samples_seen; "
+            f"lrcheck {report.environment.get('lrcheck')}"]
+
+
+def run_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two runs of a ``PairSpec``."""
+    ref, cand = report.specs()
+    return [
+        f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
+        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
+        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
+        f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
+        f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
+        f"- environment: torch {report.environment.get('torch')}"
+        + (f", accelerate {report.environment['accelerate']}"
+           if "accelerate" in report.environment else "")
+        + f" on {report.environment.get('device')}",
+    ]
+
+
 KINDS: dict[str, ReportKind] = {kind.name: kind for kind in (
     ReportKind("compare", _task, pair_title, run_settings, metrics_table,
                {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot},
@@ -71,6 +119,14 @@ KINDS: dict[str, ReportKind] = {kind.name: kind for kind in (
 
 def kind_of(report: Report) -> ReportKind:
     return KINDS[report.kind]
+
+
+def render(report: Report) -> Group:
+    """The checks, the table of the report's kind under them, and the verdict: what the CLI
+    prints."""
+    kind = kind_of(report)
+    return Group(checks_table(report, kind.title(report, kind.subject(report))),
+                 kind.table(report), verdict_text(report))
 
 
 def report_plots(report: Report, out: Path) -> list[Plot]:

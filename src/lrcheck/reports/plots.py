@@ -152,7 +152,7 @@ def draw_metrics(path: Path, *, ref: dict[str, list[float]], cand: dict[str, lis
 
 def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -> None:
     """Write ``fig`` as a png (atomically); laid out with ``margins``, or by tight_layout."""
-    from lrcheck.reports.files import atomic_path
+    from lrcheck.reports.atomic import atomic_path
 
     if margins is None:
         fig.tight_layout()

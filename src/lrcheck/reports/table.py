@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -126,11 +125,3 @@ def files_table(report: Report) -> Table:
         table.add_row(label, ref, cand)
     return table
 
-
-def render(report: Report) -> Group:
-    """The checks, the table of the report's kind under them, and the verdict."""
-    from lrcheck.reports.kinds import kind_of
-
-    kind = kind_of(report)
-    return Group(checks_table(report, kind.title(report, kind.subject(report))),
-                 kind.table(report), verdict_text(report))
