@@ -1,5 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
-# environment first when it is missing.
+# environment first when it is missing. `make test` runs the linters first (`make lint`: ruff and
+# mypy), then every test; `make test-fast` leaves out the tests marked slow (training beyond a few
+# updates, starting processes) and the linters: under a minute.
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU build of torch for this machine (its pip finds it on local disk); elsewhere pass e.g.
@@ -9,7 +11,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test test-fast lint bench venv clean
 
 venv: $(STAMP)
 
@@ -23,8 +25,15 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/lrcheck compare --accum 2 --bs 16 --ref-bs 32
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/python -m ruff check src tests
+	$(BIN)/python -m mypy src/lrcheck
+
+test: lint
 	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # lrcheck against bare-PyTorch baselines of the same work (benchmarks/bench.py; BENCHMARKS.md).
 # BENCH_ARGS, e.g. "--runs 3 --scale" or "--only help,compare".

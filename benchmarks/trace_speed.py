@@ -56,7 +56,7 @@ def main() -> None:
             spec = RunSpec(task="synthetic", bs=4, accum=8, world=64, epochs=1, scheduler=name,
                            policy=policy, samples=args.samples, device="cpu")
             sims = [simulate(spec) for _ in range(args.repeat)]
-            steps = sims[0].extra["scheduler_steps"]
+            steps = sims[0].schedule.scheduler_steps
             sim = min(s.seconds for s in sims) / steps
             bare = min(bare_seconds(spec, steps) for _ in range(args.repeat)) / steps
             ratios.append(sim / bare)

@@ -52,5 +52,5 @@ def _output(proc: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         return f"; its pipes were still open {OUTPUT_S:g} s after it exited"
     texts = [t.decode(errors="replace") if isinstance(t, bytes) else t for t in (out, err)]
-    return "".join(f"\n{name}:\n{text}" for name, text in zip(("stdout", "stderr"), texts)
-                   if text)
+    named = zip(("stdout", "stderr"), texts, strict=True)
+    return "".join(f"\n{name}:\n{text}" for name, text in named if text)

@@ -4,6 +4,7 @@ stated and expected vs got printed on failure."""
 import pytest
 
 import lrcheck
+from lrcheck.trace import SkippedStep
 
 EPOCHS = 3
 
@@ -17,6 +18,7 @@ def accum2():
     return lrcheck.compare(accum=2, bs=16, ref_bs=32, epochs=EPOCHS)
 
 
+@pytest.mark.slow
 def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
     assert accum2.ok, summary(accum2)
     params = accum2.check("params")
@@ -27,6 +29,7 @@ def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
     assert first.samples_seen == 32 and first.scheduler_steps == 0 and len(first.lr) == 2
 
 
+@pytest.mark.slow
 def test_per_micro_batch_fails_lr_at_an_early_update():
     report = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
     lr = report.check("lr")
@@ -34,9 +37,10 @@ def test_per_micro_batch_fails_lr_at_an_early_update():
     assert f"update {lr.first_divergence}" in lr.detail
     assert report.candidate.updates[1].scheduler_steps == 3  # stepped on every micro-batch
     assert report.exit_code == 1
-    assert any("before `optimizer.step()`" in w for w in report.candidate.extra["warnings"])
+    assert any("before `optimizer.step()`" in w for w in report.candidate.warnings or ())
 
 
+@pytest.mark.slow
 def test_per_micro_batch_scaled_is_close_but_not_equal():
     """Ludwig's fix: the LR moves within each window; lrcheck measures how much."""
     scaled = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch-scaled")
@@ -45,6 +49,7 @@ def test_per_micro_batch_scaled_is_close_but_not_equal():
     assert scaled.check("lr").max_abs_diff < buggy.check("lr").max_abs_diff / 5
 
 
+@pytest.mark.slow
 def test_digits_bn_warns_on_params_with_the_batchnorm_reason():
     report = lrcheck.compare(task="digits-bn", accum=2, bs=16, epochs=EPOCHS)
     params = report.check("params")
@@ -53,13 +58,16 @@ def test_digits_bn_warns_on_params_with_the_batchnorm_reason():
     assert report.ok
 
 
+@pytest.mark.slow
 def test_a_factory_that_forgets_accum_fails(schedules_file):
-    bad = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:forgets_accum")
+    bad = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS,
+                          scheduler=f"{schedules_file}:forgets_accum")
     good = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, scheduler=f"{schedules_file}:correct")
     assert bad.check("lr").status == "fail" and bad.check("lr").first_divergence == 1
     assert good.ok, summary(good)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tail", ["flush", "carry"])
 def test_tails_stay_exact_with_global_loss_normalisation(tail):
     report = lrcheck.compare(accum=2, bs=16, epochs=2, tail=tail)
@@ -67,6 +75,7 @@ def test_tails_stay_exact_with_global_loss_normalisation(tail):
     assert report.check("params").max_rel_diff <= 1e-9
 
 
+@pytest.mark.slow
 def test_mean_loss_normalisation_differs_on_the_ragged_flush_tail():
     # 1437 = 44*32 + 29: the short update's micro-batches hold 16 and 13 samples.
     report = lrcheck.compare(accum=2, bs=16, epochs=2, tail="flush", loss_norm="mean")
@@ -75,6 +84,7 @@ def test_mean_loss_normalisation_differs_on_the_ragged_flush_tail():
     assert report.check("params").status == "fail"
 
 
+@pytest.mark.slow
 def test_onecycle_stepped_per_micro_batch_stops_with_the_schedulers_error():
     report = lrcheck.compare(accum=2, bs=16, epochs=1, scheduler="onecycle",
                              policy="per-micro-batch")
@@ -82,6 +92,7 @@ def test_onecycle_stepped_per_micro_batch_stops_with_the_schedulers_error():
     assert updates.status == "fail" and "Tried to step" in updates.detail, summary(report)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["breast-cancer", "wine", "synthetic"])
 def test_other_tasks_pass_with_adamw(task):
     report = lrcheck.compare(task=task, accum=2, bs=8, epochs=2, optimizer="adamw", lr=0.003,
@@ -89,12 +100,14 @@ def test_other_tasks_pass_with_adamw(task):
     assert report.ok, summary(report)
 
 
+@pytest.mark.slow
 def test_float32_passes_within_the_calibrated_tolerance():
     report = lrcheck.compare(accum=4, bs=8, epochs=2, dtype="float32")
     assert report.ok, summary(report)
     assert report.check("params").max_rel_diff > 0  # float32 really is not bit-exact here
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accum,bs", [(2, 16), (4, 8)])
 def test_tokens_global_normalisation_is_exact_and_mean_is_not(accum, bs):
     """Variable-length sequences: the 2024 token-normalisation bug, measured."""
@@ -109,14 +122,15 @@ def test_tokens_global_normalisation_is_exact_and_mean_is_not(accum, bs):
     assert bad.check("lr").status == "pass"
 
 
+@pytest.mark.slow
 def test_a_skipped_fp16_step_holds_the_schedule_for_per_update_only():
     common = dict(accum=2, bs=16, epochs=1, dtype="float32", amp="fp16", inject_overflow=(3, 20))
     good = lrcheck.compare(**common)
     assert good.ok, summary(good)
     skipped = good.check("skipped-steps")
     assert skipped.status == "pass" and "3, 20" in skipped.detail
-    assert good.candidate.extra["skipped"] == [{"update": 3, "scheduler_steps": 0},
-                                               {"update": 20, "scheduler_steps": 0}]
+    assert good.candidate.skipped == [SkippedStep(update=3, scheduler_steps=0),
+                                      SkippedStep(update=20, scheduler_steps=0)]
     # the skipped update used the same LR as the one after it: the schedule held still
     lrs = [u.lr[0] for u in good.candidate.updates]
     assert lrs[3] == lrs[4] and lrs[2] != lrs[3]
@@ -130,16 +144,19 @@ RESUME_SCHEDULERS = ["constant", "linear", "cosine", "cosine-restarts", "polynom
                      "inverse-sqrt", "wsd", "step", "exponential", "onecycle"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", RESUME_SCHEDULERS)
 def test_resume_in_the_middle_of_a_window_trains_on_exactly(scheduler):
     # accum 4: micro-batch 41 is the second of update 10's four
     report = lrcheck.compare(accum=4, bs=8, epochs=1, scheduler=scheduler, resume_at_micro=41)
     assert report.ok, summary(report)
-    assert report.candidate.extra["resumed"]["update"] == 10
-    assert report.candidate.extra["resumed"]["micro_batches_done"] == 2
+    assert report.candidate.resumed is not None
+    assert report.candidate.resumed.update == 10
+    assert report.candidate.resumed.micro_batches_done == 2
     assert report.check("params").max_rel_diff <= 1e-9
 
 
+@pytest.mark.slow
 def test_resume_after_an_update_and_a_schedule_in_a_closure(schedules_file):
     assert lrcheck.compare(accum=2, bs=16, epochs=1, resume_at=20).ok
     scheduler = f"{schedules_file}:closure_counter"
@@ -162,6 +179,16 @@ def test_a_resume_point_or_overflow_past_the_end_is_bad_input_before_training(mo
     with pytest.raises(SpecError, match="--inject-overflow 99: the run has 44 updates"):
         lrcheck.compare(accum=2, bs=16, epochs=1, dtype="float32", amp="fp16",
                         inject_overflow=(3, 99))
+
+
+def test_accumulation_trains_exactly_like_the_big_batch_over_a_few_updates():
+    # The fast tier's parity check: wine's training split, bs 8 x accum 2 against bs 16.
+    report = lrcheck.compare(task="wine", accum=2, bs=8, epochs=1)
+    assert report is not None and report.ok, summary(report)
+    assert 0 < len(report.candidate.updates) == report.candidate.planned_updates <= 10
+    assert report.check("lr").max_abs_diff == 0.0
+    params = report.check("params")
+    assert params.max_rel_diff is not None and params.max_rel_diff <= 1e-9, summary(report)
 
 
 def test_samples_seen_counts_samples_for_token_tasks_too():

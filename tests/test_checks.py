@@ -3,10 +3,17 @@
 import numpy as np
 import pytest
 
-from lrcheck.checks import (check_lr, check_metrics, check_params, check_updates,
-                            not_comparable_reason, run_checks, verdict)
+from lrcheck.checks import (
+    check_lr,
+    check_metrics,
+    check_params,
+    check_updates,
+    not_comparable_reason,
+    run_checks,
+    verdict,
+)
 from lrcheck.spec import RunSpec, Tolerances
-from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, RunTrace, SkippedStep, UpdateRecord
 
 
 def trace(lrs, *, params=None, losses=None, spec=None, acc=0.9, f1=0.9, layers=(), stopped=None):
@@ -104,11 +111,11 @@ def test_skipped_steps_and_lr_aligned_by_applied_updates():
 
     ref = trace([0.3, 0.2, 0.1])
     cand = trace([0.3, 0.3, 0.2, 0.1])  # update 1 was skipped and the schedule held still
-    cand.extra["skipped"] = [{"update": 1, "scheduler_steps": 0}]
+    cand.skipped = [SkippedStep(update=1, scheduler_steps=0)]
     assert check_lr(ref, cand, 1e-12).status == "pass"
     assert check_skipped_steps(ref, cand).status == "pass"
     moved = trace([0.3, 0.3, 0.1, 0.05])
-    moved.extra["skipped"] = [{"update": 1, "scheduler_steps": 1}]
+    moved.skipped = [SkippedStep(update=1, scheduler_steps=1)]
     lr = check_lr(ref, moved, 1e-12)
     assert lr.status == "fail" and lr.first_divergence == 2  # the candidate's own numbering
     skipped = check_skipped_steps(ref, moved)

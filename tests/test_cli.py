@@ -32,19 +32,21 @@ def test_help_lists_commands_and_flags():
         assert flag in flags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"], ["--version"]])
 def test_help_and_list_do_not_import_torch(argv):
-    code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
+    code = (f"import sys; sys.argv = ['lrcheck', *{argv!r}]\n"
             "from lrcheck.cli import app\n"
             "try:\n    app()\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
             "         if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)" % (argv,))
+            "print('HEAVY', heavy, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=HANG_S)
     assert "HEAVY []" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, code, stream, text", [
     (["list"], 0, "stdout", "per-micro-batch-scaled"),  # the last rows, flushed into a pipe
     (["compare", "--bs", "0"], 2, "stderr", "lrcheck: error:"),
@@ -106,6 +108,7 @@ def test_list_shows_every_registry_entry():
         assert name in out
 
 
+@pytest.mark.slow
 def test_happy_path_prints_the_tables_and_writes_the_report(tmp_path):
     result = invoke("compare", "--accum", "2", "--bs", "16", "--ref-bs", "32", *FAST,
                     "--out", str(tmp_path / "r"))
@@ -118,6 +121,7 @@ def test_happy_path_prints_the_tables_and_writes_the_report(tmp_path):
         assert (tmp_path / "r" / name).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_json_prints_result_json_only(tmp_path):
     result = invoke("compare", "--json", *FAST, "--out", str(tmp_path))
     data = json.loads(result.stdout)
@@ -125,12 +129,14 @@ def test_json_prints_result_json_only(tmp_path):
     assert result.exit_code == 0
 
 
+@pytest.mark.slow
 def test_failing_check_exits_1_and_names_the_first_divergence(tmp_path):
     result = invoke("compare", "--policy", "per-micro-batch", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 1
     assert "verdict: FAIL" in result.stdout and "first differs at update 0" in result.stdout
 
 
+@pytest.mark.slow
 def test_quiet_prints_only_the_verdict(tmp_path):
     result = invoke("compare", "--quiet", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 0 and result.stdout.strip() == "verdict: PASS"
@@ -158,6 +164,7 @@ def _bad_inputs(tmp_path, schedules_file):
     return cases
 
 
+@pytest.mark.slow
 def test_every_bad_input_exits_2_with_one_line(tmp_path, schedules_file):
     for argv, needle in _bad_inputs(tmp_path, schedules_file):
         result = invoke("compare", *argv, *FAST, "--out", str(tmp_path / "out"))
@@ -169,6 +176,7 @@ def test_every_bad_input_exits_2_with_one_line(tmp_path, schedules_file):
         assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
     import lrcheck.runner.recording as recording
 
@@ -182,6 +190,7 @@ def test_a_crash_inside_training_exits_3_with_the_error(monkeypatch, tmp_path):
         "lrcheck: error: the reference run crashed: RuntimeError: the GPU caught fire"]
 
 
+@pytest.mark.slow
 def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch, tmp_path):
     import lrcheck.runner.plain as plain
 
@@ -232,6 +241,7 @@ def test_messages_name_the_flags_the_user_typed(argv, needle, tmp_path):
     assert "world" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, largest", [
     (["compare", "--scheduler", "onecycle", "--warmup", "0.99", *FAST], "0.988"),  # 44 updates
     (["trace", "--samples", "100", "--scheduler", "onecycle", "--warmup", "0.99"], "0.958"),  # 12
@@ -253,6 +263,7 @@ def test_a_warmup_that_leaves_onecycle_no_room_is_bad_input_before_training(
     assert f"the largest --warmup that works here is {largest}" in lines[0]
 
 
+@pytest.mark.slow
 def test_a_comparison_whose_recording_cannot_fit_in_memory_is_refused_before_training(
         monkeypatch, tmp_path):
     import lrcheck.runner.plain as plain
@@ -269,6 +280,7 @@ def test_a_comparison_whose_recording_cannot_fit_in_memory_is_refused_before_tra
     assert "--epochs" in lines[0]
 
 
+@pytest.mark.slow
 def test_the_memory_check_uses_what_is_available(monkeypatch, tmp_path):
     from lrcheck.runner import memory
 
@@ -282,6 +294,7 @@ def test_the_memory_check_uses_what_is_available(monkeypatch, tmp_path):
         in result.stderr and "--samples" in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedules_file):
     result = invoke("trace", "--samples", "1000", "--scheduler",
                     f"{schedules_file}:interrupted_at_step_50", "--out", str(tmp_path))
@@ -293,9 +306,24 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
     reference, candidate = data["runs"]["reference"], data["runs"]["candidate"]
     assert [u["step"] for u in reference["updates"]] == list(range(50))
     assert reference["stopped"] == "interrupted after 50 of 125 updates"
-    assert candidate["updates"] == [] and candidate["stopped"] == "interrupted before its first update"
+    assert candidate["updates"] == []
+    assert candidate["stopped"] == "interrupted before its first update"
 
 
+def test_ctrl_c_in_any_command_is_told_in_one_line_and_exits_130(monkeypatch, tmp_path):
+    # typer alone would exit 130 without a word.
+    import lrcheck
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lrcheck, "diff", stopped)
+    result = invoke("diff", "ref.jsonl", "cand.jsonl", "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "lrcheck: interrupted (Ctrl-C)" and result.stdout == ""
+
+
+@pytest.mark.slow
 def test_a_schedule_that_raises_in_both_runs_says_both_stopped_with_the_code_help_promises(
         tmp_path, schedules_file):
     help_text = " ".join(invoke("compare", "--help").stdout.split())
@@ -329,6 +357,7 @@ def test_list_has_no_empty_column():
         assert "┃  ┃" not in line and "│  │" not in line
 
 
+@pytest.mark.slow
 def test_a_line_comes_before_the_first_progress_bar(monkeypatch, tmp_path):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # stderr counts as a terminal: progress is shown
     result = invoke("compare", "--task", "wine", *FAST, "--out", str(tmp_path))

@@ -137,6 +137,7 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_trains(tmp_path, monke
     assert says in result.stderr and result.stdout == ""
 
 
+@pytest.mark.slow
 def test_an_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path, monkeypatch,
                                                                         make_report):
     monkeypatch.setattr(lrcheck, "compare", lambda pair, **kwargs: make_report())
@@ -325,6 +326,7 @@ def test_trace_passes_fails_and_writes_the_schedule_report(tmp_path):
     assert wrong.exit_code == 2 and "set --ref-bs 2048" in wrong.output
 
 
+@pytest.mark.slow
 def test_help_does_not_import_torch_sklearn_or_matplotlib():
     code = ("import sys; from typer.testing import CliRunner; from lrcheck.cli import app; "
             "r = CliRunner().invoke(app, ['suite', '--help']); assert r.exit_code == 0; "

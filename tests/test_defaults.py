@@ -40,7 +40,8 @@ def test_compare_defaults_are_the_command_line_s():
         if name == "nproc":  # None on the command line: 1, or torchrun's world inside torchrun
             default = 1
         library = own[key] if key in own else getattr(spec, key)
-        assert library == default, f"--{name.replace('_', '-')}: CLI {default!r}, library {library!r}"
+        flag = f"--{name.replace('_', '-')}"
+        assert library == default, f"{flag}: CLI {default!r}, library {library!r}"
 
 
 def test_trace_schedule_defaults_are_the_command_line_s(monkeypatch):
@@ -57,7 +58,8 @@ def test_trace_schedule_defaults_are_the_command_line_s(monkeypatch):
     for name, default in cli_defaults("trace").items():
         key = LIBRARY_NAME.get(name, name)
         library = own[key] if key in own else getattr(candidate, key)
-        assert library == default, f"--{name.replace('_', '-')}: CLI {default!r}, library {library!r}"
+        flag = f"--{name.replace('_', '-')}"
+        assert library == default, f"{flag}: CLI {default!r}, library {library!r}"
     assert seen["pair"].reference.bs == candidate.effective_batch
 
 

@@ -78,7 +78,7 @@ def test_plain_loop_with_accumulation_passes(loop_files):
     report = lrcheck.diff(loop_files["ref"], loop_files["accum"])
     statuses = {c.name: c.status for c in report.checks}
     print(statuses, [c.detail for c in report.checks])
-    assert report.ok and report.mode == "diff"
+    assert report.ok and report.kind == "diff"
     assert statuses == {"updates": "pass", "lr": "pass", "params": "skip", "loss": "pass",
                         "metrics": "skip"}
     assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS
@@ -185,6 +185,7 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert isinstance(first["loss"], float)
 
 
+@pytest.mark.slow
 def test_diff_imports_no_torch(loop_files, tmp_path):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"
             "from lrcheck.cli import app\n"

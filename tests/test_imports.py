@@ -13,15 +13,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "lrcheck"
-# Edges that close the cycles between ``result`` and ``reports/`` (``Report.save`` writes through
-# ``reports.files``, which reads ``Report``; ``reports.plots`` saves through ``reports.files``,
-# which draws through ``reports.plots``). They belong to the typed-results half of the runner
-# redesign (issue 11), which reworks ``Report`` and ``reports/``; remove each one here as it goes.
-TOLERATED = {
-    ("lrcheck.result", "lrcheck.reports.files"),
-    ("lrcheck.result", "lrcheck.reports.render"),
-    ("lrcheck.reports.plots", "lrcheck.reports.files"),
-}
 
 
 def _module_name(path: Path) -> str:
@@ -93,17 +84,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_no_lrcheck_module_imports_one_that_imports_it_back():
-    graph = import_graph()
-    for name, target in TOLERATED:
-        graph[name].discard(target)
-    cycle = find_cycle(graph)
+    cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
-
-
-def test_every_tolerated_edge_still_exists():
-    graph = import_graph()
-    gone = sorted(edge for edge in TOLERATED if edge[1] not in graph[edge[0]])
-    assert not gone, f"no longer imported, remove from TOLERATED: {gone}"
 
 
 def test_the_graph_sees_function_level_relative_and_submodule_imports():

@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import HANG_S
+
+pytestmark = pytest.mark.slow  # each test starts the console script
 
 
 def test_console_script_compare_exits_0_and_writes_result_json(tmp_path):

@@ -15,11 +15,13 @@ from lrcheck.spec import PairSpec, RunSpec, Tolerances
 from lrcheck.version import __version__
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lrcheck.result import Report
 
-__all__ = ["compare", "trace_schedule", "diff", "Recorder", "PairSpec", "RunSpec", "Tolerances", "Report",
-           "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
-           "__version__"]
+__all__ = ["compare", "trace_schedule", "diff", "save_report", "Recorder", "PairSpec", "RunSpec",
+           "Tolerances", "Report", "ScheduleContext", "LrcheckError", "SpecError", "RunError",
+           "Interrupted", "__version__"]
 
 
 def compare(*args: Any, **kwargs: Any) -> Report | None:
@@ -41,6 +43,13 @@ def diff(*args: Any, **kwargs: Any) -> Report:
     from lrcheck.api import diff as _diff
 
     return _diff(*args, **kwargs)
+
+
+def save_report(*args: Any, **kwargs: Any) -> Path:
+    """See ``lrcheck.api.save_report``."""
+    from lrcheck.api import save_report as _save_report
+
+    return _save_report(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

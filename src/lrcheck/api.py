@@ -1,14 +1,16 @@
 """The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
-``lrcheck.diff``. Importing this module does not import torch; training does."""
+``lrcheck.diff``, and ``lrcheck.save_report``. Importing this module does not import torch;
+training does."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lrcheck.checks import recorded_checks, run_checks, schedule_checks
-from lrcheck.result import Report
 from lrcheck.errors import SpecError
+from lrcheck.result import Report
 from lrcheck.spec import DEFAULT_TIMEOUT_S, TRACE_DEFAULTS, FilePair, PairSpec, RunSpec, Tolerances
 from lrcheck.trace import RunTrace
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
             tolerances: Tolerances | None = None, progress: Progress | None = None,
-            timeout: float | None = DEFAULT_TIMEOUT_S, member: Any = None,
+            timeout: float | None = DEFAULT_TIMEOUT_S,
             cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
 
@@ -29,18 +31,42 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
     (300 s, None for no limit) is how long such a run may go without finishing an update.
 
-    Inside torchrun, pass ``member`` (``lrcheck.runner.dist.group.join``): every rank trains the
-    candidate, and ranks other than 0 get None instead of a report. ``cache`` (reference
-    ``RunSpec`` → trace) lets several pairs share one trained reference.
+    Inside torchrun with several processes (a script or ``lrcheck compare`` that torchrun
+    started), every rank trains the candidate, rank 0 the reference, and ranks other than 0 get
+    None instead of a report. ``cache`` (reference ``RunSpec`` → trace) lets several pairs share
+    one trained reference. Ctrl-C raises ``Interrupted`` carrying what was recorded.
     """
-    from lrcheck.runner.pair import run_pair
+    reports: list[Report] = []
+    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate), reports.append,
+                   progress=progress, timeout=timeout, cache=cache)
+    return reports[0] if reports else None
 
-    pair = _pair(pair, ref_bs, ref_world, tolerances, candidate)
+
+def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
+                   progress: Progress | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
+                   cache: dict[RunSpec, RunTrace] | None = None) -> int:
+    """``compare`` for a command: ``on_report`` gets the report where there is one, and the exit
+    code every process leaves with is returned. Inside torchrun that is rank 0's on every rank,
+    and ``on_report`` runs on rank 0 before the processes part: torchrun stops every rank as soon
+    as one exits non-zero, so rank 0 saves and shows the report there while the others wait."""
+    from lrcheck.runner.pair import join_torchrun, leave_torchrun, run_pair
+
+    member = join_torchrun(pair.candidate, timeout)
     traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache)
-    if traces is None:
-        return None
-    checks = run_checks(traces.reference, traces.candidate, pair.tolerances)
-    return Report(pair, traces.reference, traces.candidate, checks, traces.environment)
+    report = None
+    if traces is not None:
+        checks = run_checks(traces.reference, traces.candidate, pair.tolerances)
+        report = Report(pair, traces.reference, traces.candidate, checks, traces.environment)
+
+    def hand_over() -> None:
+        if report is not None:
+            on_report(report)
+
+    code = 0 if report is None else report.exit_code
+    if member is None:
+        hand_over()
+        return code
+    return leave_torchrun(member, code, hand_over)
 
 
 def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
@@ -59,12 +85,8 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     pair = _pair(pair, ref_bs, ref_world, tolerances, {**TRACE_DEFAULTS, **candidate})
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
-    # Keep the updates around where the traces part in the thinned result.json.
-    pinned = tuple(c.first_divergence for c in checks if c.first_divergence is not None)
-    for trace in (traces.reference, traces.candidate):
-        trace.pinned = pinned  # type: ignore[attr-defined]
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
-                  mode="trace")
+                  kind="trace")
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
@@ -82,7 +104,15 @@ def diff(reference: str | Path, candidate: str | Path, *,
                  for path in (reference, candidate))
     checks = recorded_checks(ref, cand, pair.tolerances)
     return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
-                  mode="diff")
+                  kind="diff")
+
+
+def save_report(report: Report, out: str | Path) -> Path:
+    """Write ``report``'s result.json, report.md and plots into the folder ``out`` (made when
+    missing); returns the folder. A folder that cannot be written is a ``SpecError``."""
+    from lrcheck.reports.files import write_report
+
+    return write_report(report, Path(out))
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,

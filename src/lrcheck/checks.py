@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.spec import Tolerances
-from lrcheck.trace import RunTrace
+from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
@@ -35,11 +35,14 @@ class CheckResult:
 def not_comparable_reason(ref: RunTrace, cand: RunTrace) -> str | None:
     """Why the two runs cannot train alike even with a correct schedule, or None."""
     r, c = ref.spec, cand.spec
+    if r is None or c is None:  # runs read from files: nothing known about their layers
+        return None
     layers = set(ref.not_comparable) | set(cand.not_comparable)
     if any("BatchNorm" in name for name in layers) and (r.bs, r.world) != (c.bs, c.world):
         return (f"BatchNorm normalises over each forward's samples: {c.bs} per forward in the "
                 f"candidate, {r.bs} in the reference")
-    if any("Dropout" in name for name in layers) and (r.bs, r.accum, r.world) != (c.bs, c.accum, c.world):
+    if (any("Dropout" in name for name in layers)
+            and (r.bs, r.accum, r.world) != (c.bs, c.accum, c.world)):
         return "dropout masks are drawn per forward and differ between the runs"
     return None
 
@@ -70,15 +73,15 @@ def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
                        f"reference made {plural(n_ref, 'optimizer update')}, candidate {n_cand}")
 
 
-def skipped_updates(trace: RunTrace) -> list[dict[str, int]]:
+def skipped_updates(trace: RunTrace) -> list[SkippedStep]:
     """The updates whose optimizer step the GradScaler skipped, with the scheduler steps made
     during each (``--amp fp16``); empty otherwise."""
-    return list(trace.extra.get("skipped", []))
+    return list(trace.skipped or [])
 
 
 def _applied(trace: RunTrace) -> np.ndarray:
     """Indices of the updates whose optimizer step was applied."""
-    skipped = {s["update"] for s in skipped_updates(trace)}
+    skipped = {s.update for s in skipped_updates(trace)}
     return np.array([k for k in range(len(trace.updates)) if k not in skipped], dtype=np.int64)
 
 
@@ -207,14 +210,13 @@ def check_skipped_steps(ref: RunTrace, cand: RunTrace) -> CheckResult:
     skipped = skipped_updates(cand)
     if not skipped:
         return CheckResult("skipped-steps", SKIP, None, None, "no optimizer step was skipped")
-    listed = ", ".join(str(s["update"]) for s in skipped)
-    moved = [s for s in skipped if s["scheduler_steps"] > 0]
+    listed = ", ".join(str(s.update) for s in skipped)
+    moved = [s for s in skipped if s.scheduler_steps > 0]
     if moved:
         first = moved[0]
-        return CheckResult("skipped-steps", FAIL, float(first["scheduler_steps"]),
-                           first["update"],
-                           f"the scheduler advanced {first['scheduler_steps']} step(s) on skipped "
-                           f"update {first['update']}; skipped updates: {listed}")
+        return CheckResult("skipped-steps", FAIL, float(first.scheduler_steps), first.update,
+                           f"the scheduler advanced {first.scheduler_steps} step(s) on skipped "
+                           f"update {first.update}; skipped updates: {listed}")
     return CheckResult("skipped-steps", PASS, 0.0, None,
                        f"the scheduler held still on every skipped update: {listed}")
 
@@ -230,7 +232,7 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResu
         check_loss(ref, cand, tol.loss, reason),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
-    if "skipped" in cand.extra or "skipped" in ref.extra:
+    if cand.skipped is not None or ref.skipped is not None:
         checks.append(check_skipped_steps(ref, cand))
     return checks
 
@@ -335,7 +337,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
     recorded = np.array([ref.updates[int(i)].loss is not None
                          and cand.updates[int(j)].loss is not None
-                         for i, j in zip(ref_at, cand_at)], dtype=bool)
+                         for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
     if recorded.any():
         loss = _relative("loss", np.abs(b[recorded] - a[recorded]), np.abs(a[recorded]),
                          tol.loss, None, ref_at[recorded])

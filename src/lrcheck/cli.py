@@ -1,17 +1,20 @@
-"""The command line: flags → specs → library call → render.
+"""The command line: flags → specs → one library call → render.
 
 Torch, scikit-learn and matplotlib are imported only once a command runs, so ``--help`` is fast.
-Library errors become one line on stderr and the exit code of DESIGN.md; a traceback reaching a
-user is a bug.
+Whatever ends a command — bad input, a crash, Ctrl-C, a signal — becomes one line on stderr and
+the exit code of DESIGN.md in one place, ``_exit_code``; a traceback reaching a user is a bug.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -23,8 +26,26 @@ from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.plan.policies import POLICIES
 from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
-from lrcheck.spec import (AMPS, DEFAULT_TIMEOUT_S, DEVICES, DTYPES, LOSS_NORMS, OPTIMIZERS, TAILS,
-                          TRACE_DEFAULTS, PairSpec, RunSpec, Tolerances)
+from lrcheck.spec import (
+    AMPS,
+    DEFAULT_TIMEOUT_S,
+    DEVICES,
+    DTYPES,
+    LOSS_NORMS,
+    OPTIMIZERS,
+    TAILS,
+    TRACE_DEFAULTS,
+    PairSpec,
+    RunSpec,
+    Tolerances,
+)
+
+if TYPE_CHECKING:
+    from lrcheck.reports.render import Renderer
+    from lrcheck.result import Report
+    from lrcheck.runner.pair import Progress
+    from lrcheck.suite.outcome import PairOutcome, SuiteResult
+    from lrcheck.suite.spec import Suite
 
 DEFAULT_REPORTS = Path("lrcheck-reports")
 # The flags' defaults are the library's (RunSpec's, TRACE_DEFAULTS), so that lrcheck.compare()
@@ -53,7 +74,7 @@ LrOpt = Annotated[float, typer.Option(help="Base (peak) learning rate.")]
 PolicyOpt = Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")]
 TailOpt = Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
-TolLrOpt = Annotated[Optional[float], typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
+TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 
 
 def _out_folder(text: str) -> Path:
@@ -79,35 +100,68 @@ def _error_line(text: str) -> None:
 _click = importlib.import_module(typer.BadParameter.__module__)
 
 
-class _Commands(typer.core.TyperGroup):
-    """lrcheck's commands, whose usage errors (a value that does not parse, an unknown flag, a
-    missing or extra argument) are told as every other bad input is: one line on stderr and
-    exit 2, instead of click's usage block. Help, with or without arguments, is unchanged."""
+def _speaks() -> bool:
+    """Whether this process tells what happened: under torchrun every rank runs the command, and
+    rank 0 alone speaks for them (a crash excepted: the rank it happened on tells it)."""
+    return os.environ.get("RANK", "0") == "0"
 
-    def main(self, args: Any = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True,
-             **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except getattr(_click, "NoArgsIsHelpError", ()) as exc:  # click >= 8.2
-            exc.show()
-            sys.exit(exc.exit_code)
-        except _click.ClickException as exc:
-            where = exc.ctx.command_path if isinstance(exc, _click.UsageError) and exc.ctx else None
-            text = exc.format_message().rstrip(".")
-            _error_line(text + (f"; see '{where} --help'" if where else ""))
-            sys.exit(2)
-        except LrcheckError as exc:  # raised while the flags are read (``_out_option``)
+
+def _exit_code(exc: BaseException) -> int:
+    """The one place where what ended a command becomes its line on stderr and its exit code
+    (DESIGN.md): a usage error or bad input 2, a crash 3, Ctrl-C or a signal 130 (``main`` makes
+    a signal's 128 + its number). Anything else is a bug, raised as it is."""
+    errors = Console(stderr=True, highlight=False, soft_wrap=True)
+    if isinstance(exc, _click.ClickException):
+        usage: Any = exc  # the click typer runs on (``_click``), which mypy does not see
+        if type(usage).__name__ == "NoArgsIsHelpError":  # click >= 8.2: help, not an error
+            usage.show()
+            return int(usage.exit_code)
+        where = usage.ctx.command_path if isinstance(usage, _click.UsageError) and usage.ctx \
+            else None
+        text = usage.format_message().rstrip(".")
+        _error_line(text + (f"; see '{where} --help'" if where else ""))
+        return 2
+    if isinstance(exc, Interrupted):
+        if _speaks():
+            saved = "" if exc.saved is None else f"; what was recorded: {exc.saved}"
+            errors.print(escape(f"lrcheck: {exc}{saved}"))
+        return exc.exit_code
+    if isinstance(exc, (KeyboardInterrupt, typer.Abort)):  # Abort: click's word for Ctrl-C
+        if _speaks():
+            stop = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
+            errors.print(f"lrcheck: {stop_words(stop or KeyboardInterrupt())}")
+        return 130
+    if isinstance(exc, LrcheckError):
+        if _speaks() or isinstance(exc, RunError):
             _error_line(str(exc))
-            sys.exit(exc.exit_code)
-        except _click.Abort as exc:  # click's word for a KeyboardInterrupt (or errors.Stopped)
-            print(f"lrcheck: {stop_words(exc.__cause__ or KeyboardInterrupt())}",
-                  file=sys.stderr)
-            sys.exit(130)
-        sys.exit(code if isinstance(code, int) else 0)
+        return exc.exit_code
+    raise exc
 
+
+class _Commands(typer.core.TyperGroup):
+    """lrcheck's commands. Whatever ends one goes through ``_exit_code``: its usage errors (a
+    value that does not parse, an unknown flag, a missing or extra argument) are told as every
+    other bad input is, in one line and exit 2, instead of click's usage block; Ctrl-C is told,
+    not typer's silent 130. Help, with or without arguments, is unchanged."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (LrcheckError, Interrupted, KeyboardInterrupt) as exc:
+            raise typer.Exit(_exit_code(exc)) from None
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
+        except (_click.ClickException, typer.Abort) as exc:  # while the flags are read
+            code = _exit_code(exc)
+        sys.exit(code if isinstance(code, int) else 0)
 
 app = typer.Typer(cls=_Commands, no_args_is_help=True, add_completion=False,
                   rich_markup_mode=None,
@@ -146,157 +200,115 @@ def parse_updates(flag: str, text: str) -> tuple[int, ...]:
                         f"got {text!r}") from None
 
 
-def fail(exc: LrcheckError, speak: bool = True) -> typer.Exit:
-    """Print ``exc`` as one line on stderr (unless ``speak`` is False); the ``typer.Exit`` to
-    raise."""
-    if speak:
-        _error_line(str(exc))
-    return typer.Exit(exc.exit_code)
+@dataclass(frozen=True)
+class _Output:
+    """How a command shows what it did: the tables on stdout (``json``: result.json instead;
+    ``quiet``: the verdict line only), a progress bar on stderr when that is a terminal, the
+    report's folder on stderr. Under torchrun rank 0 alone shows anything (``speaks``)."""
+
+    json: bool = False
+    quiet: bool = False
+    speaks: bool = True
+
+    @property
+    def progress(self) -> bool:
+        return self.speaks and not (self.quiet or self.json)
+
+    def starting(self, what: str) -> None:
+        """A line where a progress bar will be shown: the first bar takes seconds to come
+        (torch, the data, the runs are being set up), and a blank terminal looks hung."""
+        errors = Console(stderr=True, highlight=False)
+        if self.progress and errors.is_terminal:
+            errors.print(f"lrcheck: {what}…", markup=False)
+
+    def show(self, report: Report, folder: Path) -> None:
+        """``report``, saved in ``folder``, on stdout; the folder on stderr."""
+        console = _stdout_console()
+        if self.json:  # the file just written, not a second serialisation of a long trace
+            sys.stdout.write((folder / "result.json").read_text(encoding="utf-8"))
+        elif self.quiet:
+            from lrcheck.reports.table import verdict_text
+
+            console.print(verdict_text(report))
+        else:
+            from lrcheck.reports.kinds import render
+
+            console.print(render(report))
+        Console(stderr=True, highlight=False).print(escape(f"report: {folder}"), soft_wrap=True)
+        sys.stdout.flush()
 
 
-@app.command("compare")
-def compare_command(
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
-    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = DEFAULT.bs,
-    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
-    nproc: Annotated[Optional[int], typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
-    ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
-    timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
-    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
-    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = DEFAULT.task,
-    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = DEFAULT.samples,
-    scheduler: SchedulerOpt = DEFAULT.scheduler,
-    warmup: WarmupOpt = DEFAULT.warmup,
-    lr: LrOpt = DEFAULT.lr,
-    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
-    policy: PolicyOpt = DEFAULT.policy,
-    tail: TailOpt = DEFAULT.tail,
-    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
-    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
-    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = DEFAULT.dtype,
-    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = DEFAULT.device,
-    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
-    resume_at: Annotated[Optional[int], typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
-    resume_at_micro: Annotated[Optional[int], typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
-    inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
-    tol_lr: TolLrOpt = None,
-    tol_params: Annotated[Optional[float], typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
-    tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
-    tol_metrics: Annotated[Optional[float], typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
-    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
-    json_out: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
-) -> None:
-    """Train the candidate and the reference on the same data and check that they train alike.
+class _ProgressBar:
+    """Each run's updates as a bar on stderr while the runs train, when ``active`` and stderr is
+    a terminal; ``update`` is the ``progress`` callback of the library calls (None when there
+    is no bar)."""
 
-    Under torchrun (torchrun --nproc-per-node 2 -m lrcheck compare ...) the candidate runs on
-    every rank and rank 0 alone trains the reference and reports; every rank exits with the
-    verdict's code.
+    def __init__(self, active: bool) -> None:
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+        console = Console(stderr=True, highlight=False)
+        if active and console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that raises stops its
-    run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
-    (what was recorded is saved with verdict "incomplete").
-    """
-    console = _stdout_console()
-    errors = Console(stderr=True, highlight=False)
-    speak, member, renderer = os.environ.get("RANK", "0") == "0", None, None
-    try:
-        env = torchrun_env(os.environ)
-        speak = env is None or env.rank == 0
-        if not timeout > 0:
-            raise SpecError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
-        check_ref_world(ref_nproc, env)
-        tolerances = Tolerances.for_dtype(dtype, amp, lr=tol_lr, params=tol_params,
-                                          loss=tol_loss, metrics=tol_metrics)
-        candidate = RunSpec(task=task, bs=bs, accum=accum, world=candidate_world(nproc, env),
-                            epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
-                            optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
-                            seed=seed, dtype=dtype, device=device, samples=samples, amp=amp,
-                            inject_overflow=parse_updates("--inject-overflow", inject_overflow),
-                            resume_at=resume_at, resume_at_micro=resume_at_micro)
-        pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
-        show_progress = speak and not (quiet or json_out)
-        _starting(errors, show_progress, f"loading {task} and building the runs")
-        folder = _prepare(pair, out, create=speak)
-        renderer = _renderer(speak)
-        if env is not None and env.world > 1:
-            from lrcheck.runner.dist.group import join
+            self._bar = Progress("[progress.description]{task.description}", BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                                 transient=True)
+            self._bar.start()
 
-            member = join(env, device, timeout)
-        report = _run(pair, folder, show_progress=show_progress, console=errors,
-                      timeout=timeout, member=member)
-        code = report.exit_code if report is not None else 0
-        if member is not None:
-            code = member.share(code)
-        try:
-            if report is not None:
-                report.out = report.save(folder, renderer)
-                renderer.finish()
-                _show(report, console, errors, json_out=json_out, quiet=quiet)
-        finally:
-            if member is not None:
-                from lrcheck.runner.dist.group import finish
+    @property
+    def update(self) -> Progress | None:
+        return None if self._bar is None else self._update
 
-                # torchrun stops every rank as soon as one exits non-zero: the others wait
-                # here until rank 0 has written and printed the report and stopped its plot
-                # helper (stopped by torchrun, rank 0 would leave the helper to init).
-                _close(renderer)
-                finish(member)
-    except Interrupted as exc:
-        raise _interrupted(exc, errors, speak) from None
-    except LrcheckError as exc:
-        # Under torchrun a crash is told by the rank it happened on; bad input once, by rank 0.
-        raise fail(exc, speak=speak or isinstance(exc, RunError)) from None
-    except KeyboardInterrupt as stop:
-        if speak:
-            errors.print(f"lrcheck: {stop_words(stop)}")
-        raise typer.Exit(130) from None
-    finally:
-        _close(renderer)
-    raise typer.Exit(code)
+    def _update(self, role: str, done: int, total: int) -> None:
+        if role not in self._tasks:
+            self._tasks[role] = self._bar.add_task(f"{role} updates", total=total)
+        self._bar.update(self._tasks[role], completed=done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _interrupted(exc: Interrupted, errors: Console, speak: bool = True) -> typer.Exit:
-    """Say what Ctrl-C stopped and where what was recorded is; the ``typer.Exit`` (130)."""
-    if speak:
-        errors.print(escape(f"lrcheck: {exc}; what was recorded: {exc.out}"), soft_wrap=True)
-    return typer.Exit(exc.exit_code)
-
-
-def _show(report: Any, console: Console, errors: Console, *, json_out: bool, quiet: bool) -> None:
-    if json_out:  # the file just written, not a second serialisation of a long trace
-        sys.stdout.write((report.out / "result.json").read_text(encoding="utf-8"))
-    elif quiet:
-        from lrcheck.reports.table import verdict_text
-
-        console.print(verdict_text(report))
-    else:
-        from lrcheck.reports.table import render
-
-        console.print(render(report))
-    errors.print(escape(f"report: {report.out}"), soft_wrap=True)
-    sys.stdout.flush()
-
-
-def _starting(console: Console, show_progress: bool, what: str) -> None:
-    """A line on ``console`` where a progress bar will be shown: the first bar takes seconds to
-    come (torch, the data, the runs are being set up), and a blank terminal looks hung."""
-    if show_progress and console.is_terminal:
-        console.print(f"lrcheck: {what}…", markup=False)
-
-
-def _renderer(active: bool) -> Any:
+def _plots(active: bool) -> Renderer:
     """Where the command's plots are drawn: in a helper process started now, whose matplotlib
     import and drawing overlap the training (``reports.render``), when this process writes the
-    report and the machine has a second CPU; else in this process."""
+    report and the machine has a second CPU; else in this process. Used as a context manager:
+    the helper is stopped at the end."""
     from lrcheck.reports.render import Renderer, second_cpu
 
     return Renderer(background=active and second_cpu())
 
 
-def _close(renderer: Any) -> None:
-    if renderer is not None:
-        renderer.close()
+def _save_and_show(report: Report, folder: Path, renderer: Renderer, output: _Output) -> None:
+    """Save ``report`` in ``folder`` (its plots drawn by ``renderer``, which is stopped then),
+    and show it."""
+    from lrcheck.reports.files import write_report
+
+    saved = write_report(report, folder, renderer)
+    renderer.finish()
+    renderer.close()
+    output.show(report, saved)
+
+
+@contextlib.contextmanager
+def _saving_incomplete(folder: Path, output: _Output) -> Iterator[None]:
+    """What an interrupted run had recorded, saved in ``folder`` (by rank 0 alone under
+    torchrun): ``Interrupted`` is raised again, saying where."""
+    try:
+        yield
+    except Interrupted as exc:
+        if not output.speaks:
+            raise
+        from lrcheck.reports.files import write_incomplete
+
+        raise exc.saved_in(write_incomplete(exc.result, folder)) from None
 
 
 def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
@@ -315,39 +327,81 @@ def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
     return prepare_out(folder) if create else folder
 
 
-def _run(pair: PairSpec, folder: Path, *, show_progress: bool, console: Console,
-         timeout: float | None = None, member: Any = None, trace: bool = False) -> Any:
-    """Train (or, with ``trace``, step the schedules without a model) with a progress bar; an
-    interrupted comparison saves what it recorded."""
-    import lrcheck
+@app.command("compare")
+def compare_command(
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
+    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = DEFAULT.bs,
+    ref_bs: Annotated[int | None, typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
+    nproc: Annotated[int | None, typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
+    ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
+    timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
+    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
+    task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = DEFAULT.task,
+    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = DEFAULT.samples,
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    tail: TailOpt = DEFAULT.tail,
+    loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
+    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
+    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = DEFAULT.dtype,
+    device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = DEFAULT.device,
+    amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
+    resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
+    resume_at_micro: Annotated[int | None, typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
+    inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
+    tol_lr: TolLrOpt = None,
+    tol_params: Annotated[float | None, typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
+    tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
+    tol_metrics: Annotated[float | None, typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
+    out: Annotated[Path | None, _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
+) -> None:
+    """Train the candidate and the reference on the same data and check that they train alike.
 
-    def run(**progress: Any) -> Any:
-        if trace:
-            return lrcheck.trace_schedule(pair, **progress)
-        return lrcheck.compare(pair, timeout=timeout, member=member, **progress)
+    Under torchrun (torchrun --nproc-per-node 2 -m lrcheck compare ...) the candidate runs on
+    every rank and rank 0 alone trains the reference and reports; every rank exits with the
+    verdict's code.
 
-    try:
-        if show_progress and console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that raises stops its
+    run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
+    (what was recorded is saved with verdict "incomplete").
+    """
+    env = torchrun_env(os.environ)
+    if not timeout > 0:
+        raise SpecError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
+    check_ref_world(ref_nproc, env)
+    tolerances = Tolerances.for_dtype(dtype, amp, lr=tol_lr, params=tol_params, loss=tol_loss,
+                                      metrics=tol_metrics)
+    candidate = RunSpec(task=task, bs=bs, accum=accum, world=candidate_world(nproc, env),
+                        epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
+                        optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
+                        seed=seed, dtype=dtype, device=device, samples=samples, amp=amp,
+                        inject_overflow=parse_updates("--inject-overflow", inject_overflow),
+                        resume_at=resume_at, resume_at_micro=resume_at_micro)
+    pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
+    output = _Output(json=json_out, quiet=quiet, speaks=_speaks())
+    raise typer.Exit(_compare(pair, out, timeout, output))
 
-            with Progress("[progress.description]{task.description}", BarColumn(),
-                          MofNCompleteColumn(), TimeElapsedColumn(), console=console,
-                          transient=True) as bar:
-                tasks: dict[str, Any] = {}
 
-                def progress(role: str, done: int, total: int) -> None:
-                    if role not in tasks:
-                        tasks[role] = bar.add_task(f"{role} updates", total=total)
-                    bar.update(tasks[role], completed=done)
+def _compare(pair: PairSpec, out: Path | None, timeout: float, output: _Output) -> int:
+    """Train and check ``pair`` with a progress bar, save the report and show it; the exit
+    code (under torchrun, every rank's: rank 0's verdict)."""
+    from lrcheck.api import run_comparison
 
-                return run(progress=progress)
-        return run()
-    except Interrupted as exc:
-        if member is None or member.rank == 0:
-            from lrcheck.reports.files import write_incomplete
+    output.starting(f"loading {pair.candidate.task} and building the runs")
+    folder = _prepare(pair, out, create=output.speaks)
+    with (_plots(output.speaks) as renderer, _saving_incomplete(folder, output),
+          _ProgressBar(output.progress) as bar):
 
-            exc.out = write_incomplete(exc.result, folder)
-        raise
+        def on_report(report: Report) -> None:
+            bar.close()
+            _save_and_show(report, folder, renderer, output)
+
+        return run_comparison(pair, on_report, progress=bar.update, timeout=timeout)
 
 
 def _schedule_name(pair: PairSpec) -> str:
@@ -361,7 +415,7 @@ def trace_command(
     accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = TRACE_DEFAULTS["accum"],
     bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = TRACE_DEFAULTS["bs"],
     nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = DEFAULT.world,
-    ref_bs: Annotated[Optional[int], typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
+    ref_bs: Annotated[int | None, typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
     epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = TRACE_DEFAULTS["epochs"],
     scheduler: SchedulerOpt = DEFAULT.scheduler,
@@ -371,7 +425,7 @@ def trace_command(
     policy: PolicyOpt = DEFAULT.policy,
     tail: TailOpt = DEFAULT.tail,
     tol_lr: TolLrOpt = None,
-    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
+    out: Annotated[Path | None, _out_option("Report folder. [default: ./lrcheck-reports/trace-<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
 ) -> None:
@@ -382,34 +436,26 @@ def trace_command(
     Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed,
     130 interrupted (what was simulated is saved with verdict "incomplete").
     """
-    console = _stdout_console()
-    errors = Console(stderr=True, highlight=False)
-    renderer = None
-    try:
-        candidate = RunSpec(**{**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs},
-                            world=nproc, scheduler=scheduler, warmup=warmup, lr=lr,
-                            optimizer=optimizer, policy=policy, tail=tail, samples=samples)
-        pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
-                              tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
-        _starting(errors, not (quiet or json_out), "building the schedules")
-        folder = _prepare(pair, out, create=True,
-                          default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
-        renderer = _renderer(True)
-        report = _run(pair, folder, show_progress=not (quiet or json_out), console=errors,
-                      trace=True)
-        report.out = report.save(folder, renderer)
-        renderer.finish()
-    except Interrupted as exc:
-        raise _interrupted(exc, errors) from None
-    except LrcheckError as exc:
-        raise fail(exc) from None
-    except KeyboardInterrupt as stop:
-        errors.print(f"lrcheck: {stop_words(stop)}")
-        raise typer.Exit(130) from None
-    finally:
-        _close(renderer)
-    _show(report, console, errors, json_out=json_out, quiet=quiet)
-    raise typer.Exit(report.exit_code)
+    candidate = RunSpec(**{**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs},
+                        world=nproc, scheduler=scheduler, warmup=warmup, lr=lr,
+                        optimizer=optimizer, policy=policy, tail=tail, samples=samples)
+    pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
+                          tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
+    raise typer.Exit(_trace(pair, out, _Output(json=json_out, quiet=quiet)))
+
+
+def _trace(pair: PairSpec, out: Path | None, output: _Output) -> int:
+    """Step both schedules with a progress bar, save the report and show it; the exit code."""
+    import lrcheck
+
+    output.starting("building the schedules")
+    folder = _prepare(pair, out, create=True,
+                      default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
+    with _plots(True) as renderer:
+        with _saving_incomplete(folder, output), _ProgressBar(output.progress) as bar:
+            report = lrcheck.trace_schedule(pair, progress=bar.update)
+        _save_and_show(report, folder, renderer, output)
+    return report.exit_code
 
 
 @app.command("diff")
@@ -417,8 +463,8 @@ def diff_command(
     reference: Annotated[Path, typer.Argument(help="The reference run's file, written by lrcheck.Recorder.", show_default=False)],
     candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
     tol_lr: TolLrOpt = None,
-    tol_loss: Annotated[Optional[float], typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
-    out: Annotated[Optional[Path], _out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
+    tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
+    out: Annotated[Path | None, _out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
 ) -> None:
@@ -430,28 +476,20 @@ def diff_command(
     import lrcheck
     from lrcheck.spec import DIFF_DTYPE
 
-    console = _stdout_console()
-    errors = Console(stderr=True, highlight=False)
-    try:
-        tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
-        report = lrcheck.diff(reference, candidate, tolerances=tolerances)
-        report.out = report.save(out if out is not None
-                                 else DEFAULT_REPORTS / f"diff-{report.pair.name}")
-    except LrcheckError as exc:
-        raise fail(exc) from None
-    except KeyboardInterrupt as stop:
-        errors.print(f"lrcheck: {stop_words(stop)}")
-        raise typer.Exit(130) from None
-    _show(report, console, errors, json_out=json_out, quiet=quiet)
+    tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
+    report = lrcheck.diff(reference, candidate, tolerances=tolerances)
+    saved = lrcheck.save_report(report, out if out is not None
+                                else DEFAULT_REPORTS / f"diff-{report.pair.name}")
+    _Output(json=json_out, quiet=quiet).show(report, saved)
     raise typer.Exit(report.exit_code)
 
 
 @app.command("suite")
 def suite_command(
     file: Annotated[Path, typer.Argument(help="The suite: a TOML file with [defaults], [[pair]] and [[grid]] entries.", show_default=False)],
-    out: Annotated[Optional[Path], _out_option("Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
-    baseline: Annotated[Optional[Path], typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
-    save_baseline: Annotated[Optional[Path], typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
+    out: Annotated[Path | None, _out_option("Report folder: a folder per pair, suite.json, summary.md, junit.xml, matrix.png. [default: ./lrcheck-reports/suite-<file name>]")] = None,
+    baseline: Annotated[Path | None, typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
+    save_baseline: Annotated[Path | None, typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
 ) -> None:
     """Run every pair of a suite file in one process and write a CI report.
@@ -460,84 +498,108 @@ def suite_command(
     3 a run crashed, 130 interrupted (the pair that was running is saved as "incomplete", the
     pairs after it are "not run", and the suite's report is written).
     """
+    from lrcheck.suite.spec import load_suite
+
+    suite = load_suite(file)
+    raise typer.Exit(_suite(suite, out if out is not None
+                            else DEFAULT_REPORTS / f"suite-{file.stem}",
+                            baseline, save_baseline, quiet))
+
+
+def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
+           quiet: bool) -> int:
+    """Run ``suite`` into ``out`` as a live table (a terminal) or a line per pair, write its
+    report (and ``save_baseline``), and tell how it went; the exit code."""
+    from lrcheck.reports.files import prepare_file, prepare_out
+    from lrcheck.suite.baseline import load_baseline
+    from lrcheck.suite.run import prepare
+
+    records = load_baseline(baseline) if baseline is not None else None
+    folder = prepare_out(out)
+    if save_baseline is not None:
+        prepare_file(save_baseline, "--save-baseline")
+    prepare(suite, folder)
+    console = _stdout_console(SUITE_LOG_WIDTH)
+    live = console.is_terminal and not quiet
+    with _plots(True) as renderer:
+        result = _run_suite(suite, folder, records, None if baseline is None else str(baseline),
+                            renderer, console, live=live, quiet=quiet)
+        _write_suite(result, folder, renderer, save_baseline)
+    _suite_closing(result, folder, save_baseline, console, table=not (live or quiet))
+    return result.exit_code
+
+
+def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | None,
+               baseline_path: str | None, renderer: Renderer, console: Console, *, live: bool,
+               quiet: bool) -> SuiteResult:
+    """Every pair of ``suite``, shown as a live table, or (not ``quiet``) a line per pair."""
     import time
 
-    console = _stdout_console(SUITE_LOG_WIDTH)
-    errors = Console(stderr=True, highlight=False, soft_wrap=True)
-    renderer = None
-    try:
-        from lrcheck.reports.files import (append_text, prepare_file, prepare_out, write_json,
-                                           write_suite)
-        from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
-        from lrcheck.suite.baseline import baseline_document, load_baseline
-        from lrcheck.suite.outcome import NOT_RUN
-        from lrcheck.suite.run import prepare, run_suite
-        from lrcheck.suite.spec import load_suite
+    from lrcheck.reports.suite_table import SuiteBoard
+    from lrcheck.suite.outcome import NOT_RUN
+    from lrcheck.suite.run import run_suite
 
-        suite = load_suite(file)
-        records = load_baseline(baseline) if baseline is not None else None
-        folder = prepare_out(out if out is not None else DEFAULT_REPORTS / f"suite-{file.stem}")
-        if save_baseline is not None:
-            prepare_file(save_baseline, "--save-baseline")
-        prepare(suite, folder)
-        renderer = _renderer(True)
-        board = SuiteBoard(suite)
-        live = console.is_terminal and not quiet
-        started = time.perf_counter()
+    board = SuiteBoard(suite)
+    started = time.perf_counter()
 
-        def done(index: int, outcome: Any) -> None:
-            board.done(index, outcome)
-            if live or quiet:
-                return
-            where = f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}:"
-            console.print(f"{where} not run (interrupted)" if outcome.status == NOT_RUN else
-                          f"{where} {outcome.verdict} (expect {outcome.entry.expect}) → "
-                          f"{outcome.status}, {time.perf_counter() - started:.1f} s",
-                          markup=False)
+    def done(index: int, outcome: PairOutcome) -> None:
+        board.done(index, outcome)
+        if live or quiet:
+            return
+        where = f"[{index + 1}/{len(suite.entries)}] {outcome.entry.name}:"
+        console.print(f"{where} not run (interrupted)" if outcome.status == NOT_RUN else
+                      f"{where} {outcome.verdict} (expect {outcome.entry.expect}) → "
+                      f"{outcome.status}, {time.perf_counter() - started:.1f} s", markup=False)
 
-        def run() -> Any:
-            return run_suite(suite, folder, baseline=records,
-                             baseline_path=None if baseline is None else str(baseline),
-                             on_progress=board.progress if live else None, on_done=done,
-                             renderer=renderer)
+    def run() -> SuiteResult:
+        return run_suite(suite, folder, baseline=records, baseline_path=baseline_path,
+                         on_progress=board.progress if live else None, on_done=done,
+                         renderer=renderer)
 
-        if live:
-            from rich.live import Live
+    if not live:
+        return run()
+    from rich.live import Live
 
-            with Live(board, console=console, refresh_per_second=4):
-                result = run()
-        else:
-            result = run()
-        write_suite(result, folder, renderer)
-        renderer.finish()
-        # A baseline of a suite cut short would miss pairs: keep the one there is.
-        keep_baseline = save_baseline is not None and result.interrupted is None
-        if keep_baseline:
-            write_json(save_baseline, baseline_document(result.outcomes, suite.path))
-        summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary:
-            try:
-                append_text(Path(summary), (folder / "summary.md").read_text(encoding="utf-8"))
-            except SpecError as exc:  # the step summary is a courtesy: the verdict stands
-                errors.print(escape(f"lrcheck: warning: $GITHUB_STEP_SUMMARY: {exc}"))
-    except LrcheckError as exc:
-        raise fail(exc) from None
-    except KeyboardInterrupt as stop:
-        errors.print(f"lrcheck: {stop_words(stop)}")
-        raise typer.Exit(130) from None
-    finally:
-        _close(renderer)
+    with Live(board, console=console, refresh_per_second=4):
+        return run()
 
-    if not live and not quiet:
+
+def _write_suite(result: SuiteResult, folder: Path, renderer: Renderer,
+                 save_baseline: Path | None) -> None:
+    """The suite's report in ``folder``, its baseline in ``save_baseline`` (not of a suite cut
+    short, which would miss pairs: the one there is is kept), and its summary appended to
+    ``$GITHUB_STEP_SUMMARY`` when that is set."""
+    from lrcheck.reports.files import append_text, write_json, write_suite
+    from lrcheck.suite.baseline import baseline_document
+
+    write_suite(result, folder, renderer)
+    renderer.finish()
+    if save_baseline is not None and result.interrupted is None:
+        write_json(save_baseline, baseline_document(result.outcomes, result.suite.path))
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        try:
+            append_text(Path(summary), (folder / "summary.md").read_text(encoding="utf-8"))
+        except SpecError as exc:  # the step summary is a courtesy: the verdict stands
+            Console(stderr=True, highlight=False, soft_wrap=True).print(
+                escape(f"lrcheck: warning: $GITHUB_STEP_SUMMARY: {exc}"))
+
+
+def _suite_closing(result: SuiteResult, folder: Path, save_baseline: Path | None,
+                   console: Console, *, table: bool) -> None:
+    """The final table (unless it was shown live, or ``--quiet``), the verdict lines, and where
+    the report and the baseline are."""
+    from lrcheck.reports.suite_table import SuiteBoard, verdict_lines
+
+    if table:
         console.print(SuiteBoard.finished(result))
     for line in verdict_lines(result):
         console.print(line)
     notes = [f"report: {folder}"]
     if save_baseline is not None:
-        notes.append(f"baseline saved: {save_baseline}" if keep_baseline
+        notes.append(f"baseline saved: {save_baseline}" if result.interrupted is None
                      else "baseline not saved: the suite was interrupted")
-    errors.print(escape(" · ".join(notes)))
-    raise typer.Exit(result.exit_code)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(escape(" · ".join(notes)))
 
 
 @app.command("list")

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 class LrcheckError(Exception):
     """Base class. ``exit_code`` is what the command line exits with."""
@@ -21,15 +26,32 @@ class RunError(LrcheckError):
     exit_code = 3
 
 
-class Interrupted(LrcheckError):
-    """Ctrl-C stopped a comparison. ``result`` (a ``lrcheck.result.IncompleteResult``) holds what
-    the runs had recorded."""
+class Recorded(Protocol):
+    """What a command had recorded, as ``result.json`` holds it (``result.Report``, or the
+    ``result.IncompleteResult`` an ``Interrupted`` carries). Stated here, not imported, so that
+    this module imports none of lrcheck's."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Interrupted(Exception):
+    """Ctrl-C (or SIGTERM, SIGHUP: ``Stopped``) stopped a comparison or a trace. ``result`` holds
+    what the runs had recorded (a ``result.IncompleteResult``); ``saved``, where it was written
+    (None until it is: see ``saved_in``).
+
+    Not an ``LrcheckError``: being stopped is not the pair's failure, and code that handles
+    lrcheck's errors (a suite recording a pair that crashed, say) must let it through."""
 
     exit_code = 130
 
-    def __init__(self, message: str, result: object) -> None:
+    def __init__(self, message: str, result: Recorded, saved: Path | None = None) -> None:
         super().__init__(message)
         self.result = result
+        self.saved = saved
+
+    def saved_in(self, path: Path) -> Interrupted:
+        """The same stop, once what was recorded has been written to ``path``."""
+        return Interrupted(str(self), self.result, path)
 
 
 class Stopped(KeyboardInterrupt):

@@ -7,18 +7,15 @@ add beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from lrcheck.checks import PASS, CheckResult, verdict
-from lrcheck.spec import FilePair, PairSpec
+from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
-
-if TYPE_CHECKING:
-    from lrcheck.reports.render import Renderer
 
 SCHEMA_VERSION = 1
 INCOMPLETE = "incomplete"
+Kind = Literal["compare", "trace", "diff"]
 
 
 @dataclass
@@ -28,9 +25,9 @@ class Report:
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
-    # "compare": both runs trained; "trace": schedules stepped without a model (lrcheck trace);
-    # "diff": two Recorder files (lrcheck diff), whose ``pair`` is a ``FilePair``.
-    mode: str = "compare"
+    # How it is shown: ``reports.kinds.KINDS[kind]``; result.json's "mode". A "diff" report's
+    # ``pair`` is a ``FilePair``.
+    kind: Kind = "compare"
 
     @property
     def verdict(self) -> str:
@@ -44,29 +41,20 @@ class Report:
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
-    @property
-    def subject(self) -> str:
-        """What was run: the task, for a trace the schedule alone, for a diff the files."""
-        if isinstance(self.pair, FilePair):
-            return f"Recorder files {self.pair.candidate} vs {self.pair.reference}"
-        if self.mode == "trace":
-            return f"schedule only, {self.pair.candidate.samples:,} samples per epoch"
-        return f"task {self.pair.candidate.task}"
+    def specs(self) -> tuple[RunSpec, RunSpec]:
+        """The reference's and the candidate's ``RunSpec``: a report of two runs lrcheck ran
+        (not a diff's, whose runs are files)."""
+        if not isinstance(self.pair, PairSpec):
+            raise TypeError(f"a {self.kind} report has no RunSpecs: {self.pair!r}")
+        return self.pair.reference, self.pair.candidate
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**_result(self.verdict, self.pair, [c.to_dict() for c in self.checks],
+        return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
-                "mode": self.mode}
-
-    def save(self, out: str | Path, renderer: Renderer | None = None) -> Path:
-        """Write result.json, report.md and the plots into ``out``; returns the folder. With a
-        ``reports.render.Renderer``, the plots are drawn by it (done at its ``finish()``)."""
-        from lrcheck.reports.files import write_report
-
-        return write_report(self, Path(out), renderer)
+                "mode": self.kind}
 
 
 @dataclass
@@ -90,13 +78,16 @@ class IncompleteResult:
                 "incomplete": self.reason}
 
 
-def _result(verdict: str, pair: PairSpec | FilePair, checks: list[dict[str, Any]], reference: RunTrace,
-            candidate: RunTrace, environment: dict[str, Any]) -> dict[str, Any]:
+def _result(verdict: str, pair: PairSpec | FilePair, checks: list[CheckResult],
+            reference: RunTrace, candidate: RunTrace, environment: dict[str, Any]
+            ) -> dict[str, Any]:
+    # A long simulated schedule is thinned in JSON: it keeps the updates where the runs part.
+    pinned = [c.first_divergence for c in checks if c.first_divergence is not None]
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": verdict,
         "pair": {"name": pair.name, **pair.to_dict()},
-        "checks": checks,
-        "runs": {"reference": reference.to_dict(), "candidate": candidate.to_dict()},
+        "checks": [c.to_dict() for c in checks],
+        "runs": {"reference": reference.to_dict(pinned), "candidate": candidate.to_dict(pinned)},
         "environment": environment,
     }

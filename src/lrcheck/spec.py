@@ -90,7 +90,8 @@ class RunSpec:
                 f"{', '.join(SCHEDULERS)}, or give a factory as 'pkg.module:make' or 'file.py:make'"
             )
         if not (isinstance(self.warmup, (int, float)) and 0.0 <= self.warmup < 1.0):
-            raise SpecError(f"--warmup must be a fraction of the run in [0, 1), got {self.warmup!r}")
+            raise SpecError("--warmup must be a fraction of the run in [0, 1), "
+                            f"got {self.warmup!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise SpecError(f"--lr must be a positive number, got {self.lr!r}")
         _one_of("--optimizer", self.optimizer, OPTIMIZERS)
@@ -222,7 +223,8 @@ class PairSpec:
         _at_least("--ref-bs", ref_bs, 1)
         reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY,
                                       resume_at=None, resume_at_micro=None)
-        return cls(reference, candidate, tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
+        return cls(reference, candidate,
+                   tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
 
     @property
     def name(self) -> str:

@@ -14,20 +14,21 @@ def render_text(report: Report, width: int = 120) -> str:
 
     from rich.console import Console
 
-    from lrcheck.reports.table import render
+    from lrcheck.reports.kinds import render
 
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
-    console.print(render(report))
-    return console.file.getvalue()  # type: ignore[attr-defined]
+    text = io.StringIO()
+    Console(file=text, width=width, color_system=None, highlight=False).print(render(report))
+    return text.getvalue()
 
 
-def assert_equivalent(*args: Any, **kwargs: Any) -> Report:
+def assert_equivalent(*args: Any, **kwargs: Any) -> Report | None:
     """``lrcheck.compare(*args, **kwargs)``, raising ``AssertionError`` with the table when the
-    verdict is not pass; returns the report otherwise."""
+    verdict is not pass; returns the report otherwise (None on the ranks other than 0 of a
+    script torchrun started, which have no report)."""
     import lrcheck
 
     report = lrcheck.compare(*args, **kwargs)
-    if not report.ok:
+    if report is not None and not report.ok:
         raise AssertionError(f"{report.pair.name} does not train like its reference:\n"
                              f"{render_text(report)}")
     return report

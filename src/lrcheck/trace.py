@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, overload
 
 import numpy as np
@@ -61,11 +61,38 @@ class EpochMetrics:
     f1_macro: float
 
 
+@dataclass(frozen=True)
+class SkippedStep:
+    """An update whose optimizer step the GradScaler skipped (non-finite fp16 gradients), and
+    the ``scheduler.step()`` calls made during it (0 when the schedule held still)."""
+
+    update: int
+    scheduler_steps: int
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where a run was stopped, checkpointed, rebuilt from scratch and resumed: in the window of
+    ``update`` with ``micro_batches_done`` of its micro-batches trained (0: right after update
+    ``update - 1``), and the checkpoint's size."""
+
+    update: int
+    micro_batches_done: int | None
+    checkpoint_bytes: int
+
+
 @dataclass
 class RunTrace:
     """Everything one run recorded. ``stopped`` holds the reason when the run ended before its
     planned ``planned_updates`` (a scheduler that refused to step, say). A run lrcheck did not
-    train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from."""
+    train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from.
+
+    What only some runs have is None in the others, and then absent from ``to_dict``:
+    ``warnings`` (what torch warned while lrcheck ran it), ``resumed`` (``--resume-at``),
+    ``skipped`` (every run with a GradScaler: its skipped steps, maybe none), ``wall_seconds``
+    (a run launched through torchrun: its wall time, start-up included), ``launch`` (set where
+    how it ran is not what its spec says: the reference trained on rank 0 of the candidate's
+    job) and ``schedule`` (a schedule stepped without a model)."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -76,7 +103,12 @@ class RunTrace:
     not_comparable: tuple[str, ...] = ()
     stopped: str | None = None
     seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] | None = None
+    resumed: Resumed | None = None
+    skipped: list[SkippedStep] | None = None
+    wall_seconds: float | None = None
+    launch: str | None = None
+    schedule: ScheduleTrace | None = None
     source: str | None = None
 
     @property
@@ -97,9 +129,14 @@ class RunTrace:
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""
-        return np.array([u.lr for u in self.updates], dtype=np.float64).reshape(len(self.updates), -1)
+        if self.schedule is not None:
+            return self.schedule.columns.lr
+        lrs = np.array([u.lr for u in self.updates], dtype=np.float64)
+        return lrs.reshape(len(self.updates), -1)
 
     def losses(self) -> np.ndarray:
+        if self.schedule is not None:  # nothing was trained
+            return np.full(len(self.updates), np.nan)
         return np.array([u.loss for u in self.updates], dtype=np.float64)
 
     @classmethod
@@ -111,10 +148,9 @@ class RunTrace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: np.ndarray) -> RunTrace:
-        """The inverse of ``to_dict`` (which leaves the parameters out: they come as ``params``);
-        keys ``to_dict`` does not make itself return to ``extra``."""
-        own = {"spec", "updates", "metrics", "epochs", "planned_updates", "schedule_context",
-               "not_comparable", "stopped", "seconds"}
+        """The inverse of ``to_dict`` for a trained run (``runner.dist.handoff``), which leaves the
+        parameters out: they come as ``params``."""
+        resumed, skipped = data.get("resumed"), data.get("skipped")
         return cls(
             spec=RunSpec(**data["spec"]) if isinstance(data["spec"], dict) else None,
             updates=[UpdateRecord.from_dict(u) for u in data["updates"]],
@@ -125,19 +161,30 @@ class RunTrace:
             not_comparable=tuple(data["not_comparable"]),
             stopped=data["stopped"],
             seconds=float(data["seconds"]),
-            extra={k: v for k, v in data.items() if k not in own},
+            warnings=_maybe(tuple, data.get("warnings")),
+            resumed=None if resumed is None else Resumed(**resumed),
+            skipped=None if skipped is None else [SkippedStep(**s) for s in skipped],
+            wall_seconds=_maybe(float, data.get("wall_seconds")),
+            launch=data.get("launch"),
             source=None if isinstance(data["spec"], dict) else data["spec"],
         )
 
-    def updates_json(self) -> list[dict[str, Any]]:
-        """The ``updates`` of ``result.json``: every update."""
-        return [u.to_dict() for u in self.updates]
-
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, pinned: Iterable[int] = ()) -> dict[str, Any]:
+        """The run in ``result.json``. ``pinned``: updates a schedule's thinned ``updates``
+        keeps with their neighbours (where the checks found the runs part)."""
+        optional = {
+            "resumed": None if self.resumed is None else asdict(self.resumed),
+            "skipped": None if self.skipped is None else [asdict(s) for s in self.skipped],
+            "scheduler_steps": None if self.schedule is None else self.schedule.scheduler_steps,
+            "warnings": None if self.warnings is None else list(self.warnings),
+            "wall_seconds": self.wall_seconds,
+            "launch": self.launch,
+        }
         return {
             # A trace read from a file has the file's path where a RunSpec would be.
             "spec": self.spec.to_dict() if self.spec is not None else self.source,
-            "updates": self.updates_json(),
+            "updates": (self.schedule.updates_json(pinned) if self.schedule is not None
+                        else [u.to_dict() for u in self.updates]),
             "metrics": self.metrics,
             "epochs": [asdict(e) for e in self.epochs],
             "planned_updates": self.planned_updates,
@@ -145,8 +192,10 @@ class RunTrace:
             "not_comparable": list(self.not_comparable),
             "stopped": self.stopped,
             "seconds": round(self.seconds, 3),
-            **self.extra,
+            **{key: value for key, value in optional.items() if value is not None},
+            **(self.schedule.summary(pinned) if self.schedule is not None else {}),
         }
+
 
 DIGEST_BITS = 40
 
@@ -209,32 +258,41 @@ class UpdateColumns(Sequence[UpdateRecord]):
 MAX_STORED_UPDATES = 2000
 
 
-@dataclass
-class ScheduleTrace(RunTrace):
-    """A run's schedule stepped without a model (``lrcheck trace``): ``updates`` is an
-    ``UpdateColumns``. In JSON, ``updates`` holds every update when there are at most
-    ``MAX_STORED_UPDATES``, else an evenly spaced selection with the first and last updates and
-    those around ``pinned`` (the first divergence); ``updates_stored`` says which, and
+@dataclass(frozen=True)
+class ScheduleTrace:
+    """What a run whose schedule was stepped without a model (``lrcheck trace``) adds to its
+    ``RunTrace`` (as ``RunTrace.schedule``): its updates as ``columns`` (the same object as the
+    trace's ``updates``) and the ``scheduler.step()`` calls it made.
+
+    In JSON, ``updates`` holds every update when there are at most ``MAX_STORED_UPDATES``, else
+    an evenly spaced selection with the first and last updates and those around the ``pinned``
+    ones (where the checks found the runs part); ``updates_stored`` says which, and
     ``lr_digest`` covers the whole trace."""
 
-    pinned: tuple[int, ...] = ()
+    columns: UpdateColumns
+    scheduler_steps: int
 
-    def lrs(self) -> np.ndarray:
-        return self.updates.lr  # type: ignore[attr-defined]
+    def updates_json(self, pinned: Iterable[int] = ()) -> list[dict[str, Any]]:
+        keep = thin_indices(len(self.columns), MAX_STORED_UPDATES, pinned)
+        return [{**self.columns[int(k)].to_dict(), "loss": None} for k in keep]
 
-    def losses(self) -> np.ndarray:
-        return np.full(len(self.updates), np.nan)
-
-    def updates_json(self) -> list[dict[str, Any]]:
-        keep = thin_indices(len(self.updates), MAX_STORED_UPDATES, self.pinned)
-        return [{**self.updates[int(k)].to_dict(), "loss": None} for k in keep]
-
-    def to_dict(self) -> dict[str, Any]:
-        n = len(self.updates)
-        stored = len(thin_indices(n, MAX_STORED_UPDATES, self.pinned))
-        return {**super().to_dict(),
-                "updates_stored": {"total": n, "stored": stored,
+    def summary(self, pinned: Iterable[int] = ()) -> dict[str, Any]:
+        """``updates_stored`` and ``lr_digest``."""
+        n = len(self.columns)
+        stored = len(thin_indices(n, MAX_STORED_UPDATES, pinned))
+        return {"updates_stored": {"total": n, "stored": stored,
                                    "selection": "all" if stored == n else
                                    "evenly spaced, with the first, the last and 2 either side "
                                    "of the first divergence"},
-                "lr_digest": lr_digest(self.lrs())}
+                "lr_digest": lr_digest(self.columns.lr)}
+
+
+def simulated_trace(spec: RunSpec, columns: UpdateColumns, scheduler_steps: int, *,
+                    planned_updates: int, context: dict[str, int], stopped: str | None,
+                    seconds: float) -> RunTrace:
+    """The ``RunTrace`` of a schedule stepped without a model: ``columns`` as its updates, no
+    parameters, no evaluation."""
+    return RunTrace(spec=spec, updates=columns, epochs=[],
+                    params=np.empty((len(columns), 0)), planned_updates=planned_updates,
+                    context=context, stopped=stopped, seconds=seconds,
+                    schedule=ScheduleTrace(columns, scheduler_steps))

@@ -115,7 +115,8 @@ def onecycle_steps_through(total: int, warmup: int) -> bool:
 def test_onecycle_fits_says_exactly_when_onecycle_can_step_through_the_run(total):
     why_not = SCHEDULERS["onecycle"].why_not
     for warmup in range(total + 1):
-        assert (why_not(ctx(total, warmup)) is None) == onecycle_steps_through(total, warmup), warmup
+        steps_through = onecycle_steps_through(total, warmup)
+        assert (why_not(ctx(total, warmup)) is None) == steps_through, warmup
 
 
 def test_a_warmup_that_leaves_onecycle_no_room_names_the_largest_that_works():
@@ -127,7 +128,8 @@ def test_a_warmup_that_leaves_onecycle_no_room_names_the_largest_that_works():
     with pytest.raises(SpecError) as info:
         check_warmup("onecycle", 0.99, context)
     message = str(info.value)
-    assert message.startswith("--warmup 0.99 ") and "the largest --warmup that works here is 0.988" in message
+    assert message.startswith("--warmup 0.99 ")
+    assert "the largest --warmup that works here is 0.988" in message
     assert SCHEDULERS["onecycle"].why_not(context(0.988)) is None
     assert SCHEDULERS["onecycle"].why_not(context(0.989)) is not None
     check_warmup("onecycle", 0.5, context)  # room enough: no error

@@ -27,7 +27,8 @@ def test_synthetic_size_follows_samples():
 
 def test_only_digits_bn_has_batchnorm():
     with_bn = [name for name, t in TASKS.items()
-               if any(isinstance(m, torch.nn.BatchNorm1d) for m in t.build_model(t.load(0, 200)).modules())]
+               if any(isinstance(m, torch.nn.BatchNorm1d)
+                      for m in t.build_model(t.load(0, 200)).modules())]
     assert with_bn == ["digits-bn"]
 
 

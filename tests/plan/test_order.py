@@ -1,8 +1,13 @@
 import numpy as np
 import pytest
 
-from lrcheck.plan.order import (dealt_order, epoch_permutation, global_batches, micro_batches,
-                                rank_share)
+from lrcheck.plan.order import (
+    dealt_order,
+    epoch_permutation,
+    global_batches,
+    micro_batches,
+    rank_share,
+)
 from lrcheck.plan.steps import plan_steps
 
 CONFIGS = [(32, 1, 1), (16, 2, 1), (8, 4, 1), (8, 2, 2), (4, 4, 2), (2, 4, 4), (5, 3, 3), (1, 1, 7)]
@@ -39,7 +44,7 @@ def test_global_batches_are_the_same_for_every_split_of_the_effective_batch(tail
     for bs, accum, world in [(12, 2, 1), (6, 2, 2), (4, 3, 2)]:
         cand = [b.indices for b in global_batches(n, bs * accum * world, epochs, 5, tail)]
         assert len(cand) == len(ref)
-        assert all(np.array_equal(a, b) for a, b in zip(ref, cand))
+        assert all(np.array_equal(a, b) for a, b in zip(ref, cand, strict=True))
 
 
 def test_drop_uses_each_sample_at_most_once_per_epoch_and_flush_uses_all():
@@ -71,4 +76,5 @@ def test_dealt_order_hands_each_rank_its_share_when_batches_are_dealt_round_robi
         for r in range(world):
             mine = loader[r::world]
             want = [rank_share(m, r, world) for m in micro_batches(batch.indices, bs, world)]
-            assert len(mine) == accum and all(np.array_equal(a, b) for a, b in zip(mine, want))
+            assert len(mine) == accum
+            assert all(np.array_equal(a, b) for a, b in zip(mine, want, strict=True))

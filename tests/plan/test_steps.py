@@ -43,7 +43,8 @@ def test_world_divides_the_micro_batches_each_rank_iterates():
 
 
 def test_training_set_smaller_than_one_effective_batch_is_bad_input():
-    with pytest.raises(SpecError, match=r"142 samples, fewer than one effective batch \(bs 100 · accum 2 · nproc 1 = 200\)"):
+    with pytest.raises(SpecError, match=r"142 samples, fewer than one effective batch "
+                                        r"\(bs 100 · accum 2 · nproc 1 = 200\)"):
         plan_steps(142, 100, 2, 1, 1, "drop")
 
 

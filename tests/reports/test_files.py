@@ -4,7 +4,8 @@ import os
 import pytest
 
 import lrcheck
-from lrcheck.reports.files import atomic_path, result_json, write_report
+from lrcheck.reports.atomic import atomic_path
+from lrcheck.reports.files import result_json, write_report
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +41,18 @@ def test_write_report_writes_every_file_and_leaves_no_temporaries(report, tmp_pa
     assert "| lr | pass |" in (tmp_path / "report.md").read_text()
 
 
+def test_save_report_writes_them_where_the_library_user_says(report, tmp_path):
+    saved = lrcheck.save_report(report, str(tmp_path / "out"))
+    assert saved == tmp_path / "out"
+    assert json.loads((saved / "result.json").read_text()) == json.loads(result_json(report))
+
+
 def test_atomic_path_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "result.json"
     target.write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half")
-            raise RuntimeError("disk full")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["result.json"]
 
@@ -106,7 +112,7 @@ def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_r
                  "mine.png"):
         (tmp_path / name).write_text("from an earlier run, or the user's")
     trace = make_report()
-    trace.mode = "trace"  # draws lr.png only
+    trace.kind = "trace"  # draws lr.png only
     renderer = Recorded()
     write_report(trace, tmp_path, renderer)
     assert [p.path.name for p in renderer.plots] == ["lr.png"]

@@ -28,6 +28,7 @@ def assert_png(path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE
 
 
+@pytest.mark.slow
 def test_plots_are_drawn_in_a_helper_process(tmp_path):
     with Renderer(background=True) as renderer:
         helper = renderer.helper()
@@ -39,6 +40,7 @@ def test_plots_are_drawn_in_a_helper_process(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.png", "b.png"]  # no temporaries left
 
 
+@pytest.mark.slow
 def test_a_process_whose_plots_are_drawn_by_the_helper_never_imports_matplotlib(tmp_path):
     code = (
         "import sys, numpy as np\n"
@@ -65,6 +67,7 @@ def test_without_background_plots_are_drawn_here_at_once(tmp_path):
     renderer.close()
 
 
+@pytest.mark.slow
 def test_a_plot_that_fails_raises_at_finish_after_the_others_are_drawn(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
@@ -75,6 +78,7 @@ def test_a_plot_that_fails_raises_at_finish_after_the_others_are_drawn(tmp_path)
     assert_png(tmp_path / "good.png")
 
 
+@pytest.mark.slow
 def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
     with Renderer(background=True) as renderer:
         helper = renderer.helper()
@@ -87,6 +91,7 @@ def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
     assert_png(tmp_path / "b.png")
 
 
+@pytest.mark.slow
 def test_the_helper_ignores_ctrl_c_which_is_this_process_s_to_handle(tmp_path):
     with Renderer(background=True) as renderer:
         helper = renderer.helper()

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason="needs CUDA: this machine has no GPU (run scripts/gpu-check.sh on one)"),
+                       reason="needs CUDA: this machine has no GPU "
+                              "(run scripts/gpu-check.sh on one)"),
 ]
 
 

@@ -39,7 +39,7 @@ def test_simulated_trace_equals_the_trained_one(case):
         assert simulated.stopped == trained.stopped
         assert simulated.planned_updates == trained.planned_updates
         assert simulated.context == trained.context
-        assert simulated.extra["warnings"] == trained.extra["warnings"]
+        assert simulated.warnings == trained.warnings
     assert case["scheduler"] != "onecycle" or report.candidate.stopped
 
 
@@ -47,7 +47,7 @@ def test_a_long_trace_is_stored_thinned_with_a_digest_of_all_of_it():
     report = lrcheck.trace_schedule(task="synthetic", scheduler="linear", bs=4, accum=8,
                                     world=64, samples=20_000_000, epochs=1,
                                     policy="per-micro-batch")
-    assert report.mode == "trace" and report.verdict == "fail"
+    assert report.kind == "trace" and report.verdict == "fail"
     assert [c.status for c in report.checks] == ["pass", "fail", "skip", "skip", "skip"]
     assert "≈8× too fast" in report.check("lr").detail
     data = json.loads(json.dumps(report.to_dict()))
@@ -66,5 +66,6 @@ def test_world_size_is_arithmetic_and_each_rank_steps_its_own_micro_batches():
                    policy="per-micro-batch")
     trace = simulate(spec)
     assert len(trace.updates) == 10
-    assert trace.extra["scheduler_steps"] == 80  # accum per update on every rank, not accum·world
+    assert trace.schedule is not None
+    assert trace.schedule.scheduler_steps == 80  # accum per update on every rank, not accum·world
     assert trace.updates[3].samples_seen == 4 * 2048

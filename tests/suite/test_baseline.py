@@ -36,7 +36,7 @@ def test_a_changed_schedule_and_dropped_metrics_are_regressions(tmp_path, make_r
     assert [r.what for r in found] == ["lr", "accuracy"]
     assert "the candidate's LR trace changed" in found[0].detail
     assert "settings changed: scheduler 'cosine' → 'linear'" in found[0].detail
-    assert "accuracy dropped 0.9000 → 0.8500 (-0.0500, tolerance 0.01)" == found[1].detail
+    assert found[1].detail == "accuracy dropped 0.9000 → 0.8500 (-0.0500, tolerance 0.01)"
     f1 = regressions(make_report(f1=0.8), rec)
     assert [r.what for r in f1] == ["f1_macro"]
 
@@ -61,7 +61,8 @@ def test_record_holds_what_the_issue_asks(make_report):
     ('{"schema_version": 1, "pairs": {}}', "is not an lrcheck baseline"),
     ('{"kind": "lrcheck-baseline", "schema_version": 2, "pairs": {}}',
      "has schema version 2; this lrcheck reads version 1"),
-    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": []}', "\"pairs\" is not an object"),
+    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": []}',
+     "\"pairs\" is not an object"),
     ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x"}}}',
      "pair 'p' lacks reference_lr_digest, updates, metrics, pair"),
 ])

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lrcheck.errors import SpecError
 
@@ -47,7 +47,8 @@ class Scheduler:
 
     name: str
     description: str
-    main: Callable[[Any, int], Any]
+    # (optimizer, steps of the main schedule); with ``own_warmup``, (optimizer, ctx).
+    main: Callable[[Any, Any], Any]
     own_warmup: bool = False
     why_not: Callable[[ScheduleContext], str | None] | None = None
 
@@ -217,7 +218,7 @@ def load_factory(ref: str) -> Factory:
     factory = getattr(module, func, None)
     if not callable(factory):
         raise SpecError(f"--scheduler {ref!r}: {where!r} has no callable {func!r}")
-    return factory
+    return cast(Factory, factory)
 
 
 def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:

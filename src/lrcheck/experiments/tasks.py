@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,7 +37,8 @@ class Dataset:
 
     def items_per_sample(self) -> np.ndarray:
         """Loss items per training sample: 1, or its number of (non-padding) tokens."""
-        return (self.y_train != IGNORE_INDEX).reshape(len(self.y_train), -1).sum(axis=1)
+        counts = (self.y_train != IGNORE_INDEX).reshape(len(self.y_train), -1).sum(axis=1)
+        return cast("np.ndarray", counts)
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,8 @@ def _bundled(loader_name: str) -> Callable[[int, int], tuple[np.ndarray, np.ndar
     def load(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
         import sklearn.datasets
 
-        return getattr(sklearn.datasets, loader_name)(return_X_y=True)
+        data = getattr(sklearn.datasets, loader_name)(return_X_y=True)
+        return cast("tuple[np.ndarray, np.ndarray]", data)
 
     return load
 
@@ -102,8 +104,9 @@ def _bundled(loader_name: str) -> Callable[[int, int], tuple[np.ndarray, np.ndar
 def _synthetic(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import make_classification
 
-    return make_classification(n_samples=samples, n_features=20, n_informative=10,
+    data = make_classification(n_samples=samples, n_features=20, n_informative=10,
                                n_redundant=4, n_classes=4, random_state=seed)
+    return cast("tuple[np.ndarray, np.ndarray]", data)
 
 
 def _tokens(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,7 +139,8 @@ def _token_tagger(vocab: int, hidden: int, classes: int) -> torch.nn.Module:
         def forward(self, ids: torch.Tensor) -> torch.Tensor:
             here = self.embed(ids)
             before = torch.nn.functional.pad(here, (0, 0, 1, 0))[:, :-1]
-            return self.mlp(torch.cat([here, before], dim=-1))
+            logits: torch.Tensor = self.mlp(torch.cat([here, before], dim=-1))
+            return logits
 
     return TokenTagger()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, Union
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # A numpy array or a torch tensor of sample indices: the cuts below are plain slices, which the
 # loop takes on the device, without a copy from the host per micro-batch.
-Indices = TypeVar("Indices", bound=Union[np.ndarray, "torch.Tensor"])
+Indices = TypeVar("Indices", np.ndarray, "torch.Tensor")
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:

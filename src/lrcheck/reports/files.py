@@ -3,49 +3,19 @@ file)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.errors import SpecError
-from lrcheck.result import IncompleteResult, Report
-from lrcheck.words import plural
+from lrcheck.errors import Recorded, SpecError
+from lrcheck.reports.atomic import atomic_path, new_file_beside
+from lrcheck.result import Report
 
 if TYPE_CHECKING:
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.outcome import SuiteResult
-
-
-@contextlib.contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed onto it when the block succeeds. It is created
-    with the permissions of any new file (the umask's), not mkstemp's owner-only 0600: a report
-    is read by others (CI artifacts, a shared folder)."""
-    try:
-        tmp = _new_file_beside(path)
-    except OSError as exc:
-        raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise SpecError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _new_file_beside(path: Path) -> Path:
-    """A new, empty, hidden file in ``path``'s folder (made when missing)."""
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-    return tmp
 
 
 def prepare_file(path: Path, flag: str) -> Path:
@@ -59,7 +29,7 @@ def prepare_file(path: Path, flag: str) -> Path:
     if not above.is_dir():
         raise SpecError(f"{flag} {str(path)!r}: {str(above)!r} is a file, not a folder")
     try:
-        os.unlink(_new_file_beside(path))
+        os.unlink(new_file_beside(path))
     except OSError as exc:
         raise SpecError(f"{flag} {str(path)!r} cannot be written ({exc.strerror or exc}); "
                         "give another path") from None
@@ -86,7 +56,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def result_json(report: Report | IncompleteResult) -> str:
+def result_json(report: Recorded) -> str:
     return to_json(report.to_dict())
 
 
@@ -119,56 +89,28 @@ def markdown_cell(text: str) -> str:
 
 
 def report_markdown(report: Report) -> str:
-    from lrcheck.reports.plots import PLOTS_BY_MODE
+    from lrcheck.reports.kinds import kind_of
 
+    kind = kind_of(report)
     lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
-             *_settings(report), "",
+             *kind.settings(report, kind.subject(report)), "",
              "| check | status | max abs diff | first divergence | detail |",
              "| --- | --- | --- | --- | --- |"]
     for c in report.checks:
         diff = "—" if c.max_abs_diff is None else f"{c.max_abs_diff:.3g}"
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
-    if report.mode == "compare":
-        lines += ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-        for key in ("accuracy", "f1_macro"):
-            r = (report.reference.metrics or {}).get(key)
-            c = (report.candidate.metrics or {}).get(key)
-            lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
-                         f"{'—' if c is None else f'{c:.4f}'} |")
-    for name in PLOTS_BY_MODE[report.mode]:
+    lines += kind.markdown(report)
+    for name in kind.plots:
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
     return "\n".join(lines + [""])
-
-
-def _settings(report: Report) -> list[str]:
-    """The bullet list of what was compared."""
-    pair = report.pair
-    ref, cand = pair.reference, pair.candidate
-    if report.mode == "diff":
-        return [f"- candidate: `{cand}`, {plural(len(report.candidate.updates), 'update')}",
-                f"- reference: `{ref}`, {plural(len(report.reference.updates), 'update')}",
-                "- Recorder files, updates aligned by samples_seen; "
-                f"lrcheck {report.environment.get('lrcheck')}"]
-    return [
-        f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
-        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
-        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
-        f"- {report.subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
-        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
-        f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
-        f"- environment: torch {report.environment.get('torch')}"
-        + (f", accelerate {report.environment['accelerate']}"
-           if "accelerate" in report.environment else "")
-        + f" on {report.environment.get('device')}",
-    ]
 
 
 def write_report(report: Report, out: Path, renderer: Renderer | None = None) -> Path:
     """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
     only lr.png, a diff no metrics.png) in ``out``. With ``renderer``, the plots are sent to it
     (``renderer.finish()`` waits for them); without, drawn here."""
-    from lrcheck.reports.plots import report_plots
+    from lrcheck.reports.kinds import report_plots
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
@@ -180,7 +122,7 @@ def write_report(report: Report, out: Path, renderer: Renderer | None = None) ->
     return out
 
 
-def write_incomplete(result: IncompleteResult, out: Path) -> Path:
+def write_incomplete(result: Recorded, out: Path) -> Path:
     """result.json of an interrupted comparison (verdict ``incomplete``) in ``out``; no plots or
     report.md, which need both runs."""
     out = prepare_out(out)
@@ -191,12 +133,11 @@ def write_incomplete(result: IncompleteResult, out: Path) -> Path:
 
 def _remove_stale(out: Path, keep: set[str]) -> None:
     """Remove from ``out`` the report files lrcheck writes (result.json, report.md, every plot
-    of every mode) that this report will not write again: left from an earlier report there,
+    of every kind) that this report will not write again: left from an earlier report there,
     they would pass for this one's. Other files are left alone."""
-    from lrcheck.reports.plots import PLOTS_BY_MODE
+    from lrcheck.reports.kinds import plot_names
 
-    owned = {"result.json", "report.md", *(name for plots in PLOTS_BY_MODE.values()
-                                           for name in plots)}
+    owned = {"result.json", "report.md", *plot_names()}
     for name in sorted(owned - keep):
         try:
             (out / name).unlink(missing_ok=True)

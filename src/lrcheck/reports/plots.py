@@ -53,17 +53,24 @@ def _thin(values: np.ndarray, x: np.ndarray | None = None) -> Line:
 
 
 def lr_plot(report: Report, path: Path) -> Plot:
-    """lr.png: each run's LR (group 0) per update, and the candidate's minus the reference's,
-    with the first divergence marked."""
+    """lr.png: each run's LR (group 0) per update, and the candidate's minus the reference's
+    (update k against update k), with the first divergence marked."""
     ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
-    if report.mode == "diff":  # updates at the same samples_seen, at the reference's index
-        from lrcheck.checks import align
+    n = min(len(ref), len(cand))
+    return _lr_plot(report, path, ref, cand, _thin(cand[:n] - ref[:n]))
 
-        ref_at, cand_at = align(report.reference, report.candidate)
-        gap = _thin(cand[cand_at] - ref[ref_at], x=ref_at)
-    else:
-        n = min(len(ref), len(cand))
-        gap = _thin(cand[:n] - ref[:n])
+
+def aligned_lr_plot(report: Report, path: Path) -> Plot:
+    """``lr_plot`` of two Recorder files: the difference is taken between the updates at the
+    same samples_seen, at the reference's index."""
+    from lrcheck.checks import align
+
+    ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
+    ref_at, cand_at = align(report.reference, report.candidate)
+    return _lr_plot(report, path, ref, cand, _thin(cand[cand_at] - ref[ref_at], x=ref_at))
+
+
+def _lr_plot(report: Report, path: Path, ref: np.ndarray, cand: np.ndarray, gap: Line) -> Plot:
     return Plot(path, draw_lr, {
         "ref": _thin(ref), "cand": _thin(cand), "gap": gap,
         "divergence": report.check("lr").first_divergence,
@@ -145,7 +152,7 @@ def draw_metrics(path: Path, *, ref: dict[str, list[float]], cand: dict[str, lis
 
 def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -> None:
     """Write ``fig`` as a png (atomically); laid out with ``margins``, or by tight_layout."""
-    from lrcheck.reports.files import atomic_path
+    from lrcheck.reports.atomic import atomic_path
 
     if margins is None:
         fig.tight_layout()
@@ -154,13 +161,3 @@ def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=DPI, format="png")
 
-
-# A trace has no model: only its LR is drawn. A diff's files record no evaluation.
-PLOTS_BY_MODE = {"compare": {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot},
-                 "trace": {"lr.png": lr_plot},
-                 "diff": {"lr.png": lr_plot, "loss.png": loss_plot}}
-
-
-def report_plots(report: Report, out: Path) -> list[Plot]:
-    """The plots of ``report``'s mode, to be drawn into ``out``."""
-    return [make(report, out / name) for name, make in PLOTS_BY_MODE[report.mode].items()]

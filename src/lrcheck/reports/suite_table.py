@@ -3,13 +3,21 @@ the same table at the end. Rendering only: the CLI decides where it is printed."
 
 from __future__ import annotations
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
 from lrcheck.reports.table import STATUS_STYLE, status_text
 from lrcheck.result import INCOMPLETE
-from lrcheck.suite.outcome import (ERROR, NOT_RUN, OK, REGRESSION, UNEXPECTED, PairOutcome,
-                                   SuiteResult)
+from lrcheck.suite.outcome import (
+    ERROR,
+    NOT_RUN,
+    OK,
+    REGRESSION,
+    UNEXPECTED,
+    PairOutcome,
+    SuiteResult,
+)
 from lrcheck.suite.spec import Suite
 from lrcheck.words import plural
 
@@ -53,10 +61,11 @@ class SuiteBoard:
         table = Table(title=f"lrcheck suite: {self.suite.path} "
                             f"({len(self.outcomes)}/{len(self.suite.entries)} pairs done)",
                       title_justify="left")
-        for name, justify in (("#", "right"), ("pair", "left"), ("expect", "left"),
-                              ("verdict", "left"), ("outcome", "left"), ("max |ΔLR|", "right"),
-                              ("Δ acc", "right"), ("Δ F1", "right"), ("s", "right"),
-                              ("detail", "left")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("#", "right"), ("pair", "left"), ("expect", "left"), ("verdict", "left"),
+            ("outcome", "left"), ("max |ΔLR|", "right"), ("Δ acc", "right"), ("Δ F1", "right"),
+            ("s", "right"), ("detail", "left"))
+        for name, justify in columns:
             table.add_column(name, justify=justify, overflow="fold")
         for index, entry in enumerate(self.suite.entries):
             outcome = self.outcomes.get(index)

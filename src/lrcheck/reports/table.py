@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -20,19 +19,24 @@ def _number(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def _title(report: Report) -> str:
-    pair = report.pair
-    ref, cand = pair.reference, pair.candidate
-    if report.mode == "diff":
-        return f"lrcheck diff: candidate {cand} vs reference {ref} · aligned by samples_seen"
+def pair_title(report: Report, subject: str) -> str:
+    """The checks table's title for two runs of a ``PairSpec``."""
+    ref, cand = report.specs()
     via = report.environment.get("accelerate")
     return (f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
-            f"vs {ref.label} (world {ref.world}) · {report.subject} · {cand.scheduler}"
+            f"vs {ref.label} (world {ref.world}) · {subject} · {cand.scheduler}"
             + (f" · accelerate {via}" if via else ""))
 
 
-def checks_table(report: Report) -> Table:
-    table = Table(title=_title(report), title_justify="left")
+def files_title(report: Report, subject: str) -> str:
+    """The checks table's title for two Recorder files."""
+    pair = report.pair
+    return (f"lrcheck diff: candidate {pair.candidate} vs reference {pair.reference} · "
+            "aligned by samples_seen")
+
+
+def checks_table(report: Report, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
     table.add_column("check")
     table.add_column("status")
     table.add_column("max |Δ|", justify="right")
@@ -48,8 +52,8 @@ def checks_table(report: Report) -> Table:
 def metrics_table(report: Report) -> Table:
     table = Table(title="final evaluation (test split)", title_justify="left")
     table.add_column("")
-    table.add_column(f"reference {report.pair.reference.label}", justify="right")
-    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    for role, spec in zip(("reference", "candidate"), report.specs(), strict=True):
+        table.add_column(f"{role} {spec.label}", justify="right")
     table.add_column("Δ", justify="right")
     ref, cand = report.reference, report.candidate
     rows = [("optimizer updates", float(len(ref.updates)), float(len(cand.updates)), "{:.0f}"),
@@ -83,18 +87,18 @@ def trace_table(report: Report) -> Table:
     """What the two simulated schedules did, and what simulating them cost."""
     table = Table(title="simulated schedules (no model)", title_justify="left")
     table.add_column("")
-    table.add_column(f"reference {report.pair.reference.label}", justify="right")
-    table.add_column(f"candidate {report.pair.candidate.label}", justify="right")
+    for role, spec in zip(("reference", "candidate"), report.specs(), strict=True):
+        table.add_column(f"{role} {spec.label}", justify="right")
     runs = (report.reference, report.candidate)
     lrs = [trace.lrs()[:, 0] for trace in runs]
-    steps = [trace.extra.get("scheduler_steps", 0) for trace in runs]
+    steps = [0 if t.schedule is None else t.schedule.scheduler_steps for t in runs]
     rows = [
         ("optimizer updates", [f"{len(t.updates):,} of {t.planned_updates:,}" for t in runs]),
         ("scheduler.step() calls", [f"{n:,}" for n in steps]),
         ("peak LR (group 0)", [_number(float(v.max())) if len(v) else "—" for v in lrs]),
         ("final LR (group 0)", [_number(float(v[-1])) if len(v) else "—" for v in lrs]),
         ("simulated in", [f"{t.seconds:.2f} s ({1e6 * t.seconds / max(n, 1):.1f} µs per step)"
-                          for t, n in zip(runs, steps)]),
+                          for t, n in zip(runs, steps, strict=True)]),
     ]
     for label, (ref, cand) in rows:
         table.add_row(label, ref, cand)
@@ -121,10 +125,3 @@ def files_table(report: Report) -> Table:
         table.add_row(label, ref, cand)
     return table
 
-
-def render(report: Report) -> Group:
-    if report.mode == "diff":
-        return Group(checks_table(report), files_table(report), verdict_text(report))
-    if report.mode == "trace":
-        return Group(checks_table(report), trace_table(report), verdict_text(report))
-    return Group(checks_table(report), metrics_table(report), verdict_text(report))

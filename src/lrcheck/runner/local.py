@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from lrcheck.errors import LrcheckError, RunError
+from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.runner import plain
 from lrcheck.runner.dist.fault import fault_hook
@@ -96,11 +96,11 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             trace = run()
-    except LrcheckError:
+    except (LrcheckError, Interrupted):
         raise
     except Exception as exc:
         raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
     # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
     # about the run: keep them in the report instead of printing them.
-    trace.extra["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    trace.warnings = tuple(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
     return trace

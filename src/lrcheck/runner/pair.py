@@ -1,17 +1,23 @@
 """Runs both sides of a pair and returns their traces. Each side runs in this process (world 1)
 or is launched through torchrun (world > 1) — or, when lrcheck itself runs inside torchrun, on
-the ranks of the process group this process belongs to."""
+the ranks of the process group this process belongs to (``join_torchrun``). This module alone
+chooses among those paths."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import Interrupted, SpecError, stop_words
 from lrcheck.plan.policies import require_extra
+from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
+
+if TYPE_CHECKING:
+    from lrcheck.runner.dist.group import Member
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
@@ -74,6 +80,35 @@ class _Tracker:
         return Interrupted(reason, result)
 
 
+def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
+    """When lrcheck itself runs inside torchrun with several processes (``torchrun
+    --nproc-per-node N -m lrcheck compare``), join the process group of the candidate ``spec``
+    and return this process's ``group.Member`` for ``run_pair`` and ``leave_torchrun``; else
+    None (each side then trains here or is launched by ``run_pair``)."""
+    env = torchrun_env(os.environ)
+    if env is None or env.world == 1:
+        return None
+    from lrcheck.runner.dist.group import join
+
+    return join(env, spec.device, timeout)
+
+
+def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]) -> int:
+    """Rank 0's exit ``code`` on every rank; then ``before_leaving()`` (where rank 0 saves and
+    shows the report, and stops its plot helper), then, also when that raised, wait for every
+    rank and leave the group. torchrun stops every rank as soon as one exits non-zero: the
+    others wait for rank 0 in that last barrier (stopped by torchrun, rank 0 would leave its plot
+    helper to init)."""
+    from lrcheck.runner.dist.group import finish
+
+    code = member.share(code)
+    try:
+        before_leaving()
+    finally:
+        finish(member)
+    return code
+
+
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
              member: Any = None, cache: dict[RunSpec, RunTrace] | None = None
              ) -> PairTraces | None:
@@ -83,7 +118,7 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     ``RunSpec``) is taken from it and a new one is added.
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
-    included). ``member`` (a ``group.Member``): lrcheck runs inside torchrun; the candidate runs
+    included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs
     on every rank, the reference on rank 0 (or on every rank when it has the same world), and
     only rank 0 gets the traces — the others get None. Ctrl-C raises ``Interrupted`` carrying
     what was recorded.
@@ -102,8 +137,9 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
 def _how(trace: RunTrace, member: Any) -> str:
     """Where a run trained (a reference from the cache: where it trained the first time)."""
     spec = trace.spec
-    if "launch" in trace.extra:
-        return trace.extra["launch"]
+    assert spec is not None  # a run lrcheck trained
+    if trace.launch is not None:
+        return trace.launch
     if member is not None:
         return (f"inside torchrun, {spec.world} processes" if spec.world > 1
                 else "inside torchrun, rank 0 alone")
@@ -167,7 +203,7 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
         for role, trace in job.finished.items():
             tracker.done(role, trace)
     if train_reference:
-        job.finished["reference"].extra["launch"] = IN_JOB
+        job.finished["reference"].launch = IN_JOB
     return job.finished
 
 

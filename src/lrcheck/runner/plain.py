@@ -15,9 +15,11 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from lrcheck.experiments.tasks import Dataset
 from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
@@ -30,7 +32,7 @@ from lrcheck.runner.loss import item_losses, micro_batch_loss
 from lrcheck.runner.recording import Recording
 from lrcheck.runner.resume import Pause, Progress, Window, resume_point
 from lrcheck.spec import RunSpec
-from lrcheck.trace import OnUpdate, RunTrace
+from lrcheck.trace import OnUpdate, Resumed, RunTrace
 
 
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
@@ -59,9 +61,8 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             progress = resume.load(path, parts, device)
             # The window in progress at the pause: update N with ``micro_batches_done`` of its
             # micro-batches trained (0: the pause came right after update N - 1).
-            loop.recording.extra["resumed"] = {"update": progress.update,
-                                               "micro_batches_done": progress.micro_done,
-                                               "checkpoint_bytes": path.stat().st_size}
+            loop.recording.resumed = Resumed(progress.update, progress.micro_done,
+                                             path.stat().st_size)
         loop.run(parts, progress, None)
     return loop.recording.finish()
 
@@ -151,7 +152,8 @@ class _Loop:
         window's."""
         idx = rank_share(shared, self.rank, self.spec.world)
         # DDP all-reduces gradients only on the last micro-batch of an update.
-        sync = contextlib.nullcontext() if last or self.spec.world == 1 else parts.model.no_sync()
+        sync = (contextlib.nullcontext() if last or self.spec.world == 1
+                else cast(DistributedDataParallel, parts.model).no_sync())
         with sync:
             with self.autocast:
                 per_item = item_losses(parts.model, self.x_train[idx], self.y_train[idx])
@@ -164,8 +166,9 @@ class _Loop:
         """``optimizer.step()``, the LR recorded just before it; True when the GradScaler
         skipped it."""
         self.recording.before_step(parts.optimizer, progress.scheduler_steps)
-        if update in self.spec.inject_overflow:
-            next(parts.net.parameters()).grad.fill_(float("inf"))  # what an fp16 overflow leaves
+        grad = next(parts.net.parameters()).grad
+        if update in self.spec.inject_overflow and grad is not None:
+            grad.fill_(float("inf"))  # what an fp16 overflow leaves
         skipped = optimizer_step(parts.optimizer, parts.scaler)
         parts.optimizer.zero_grad(set_to_none=True)
         return skipped

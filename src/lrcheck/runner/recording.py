@@ -30,7 +30,7 @@ from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
 from lrcheck.runner.build import as_input
 from lrcheck.spec import RunSpec
-from lrcheck.trace import EpochMetrics, OnUpdate, RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
 
 # Layers whose output for a sample depends on the other samples in its forward, or on an RNG.
 BATCH_DEPENDENT = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.dropout._DropoutNd)
@@ -63,7 +63,7 @@ def step_failure(exc: BaseException, update: int) -> str:
 class Recording:
     """What one run of ``spec`` (planned as ``plan``, its schedule told ``ctx``) used at every
     update, on ``device``; ``on_update`` is called with each record and the planned number of
-    updates. ``extra`` holds what a loop adds to the trace beside the records."""
+    updates. ``resumed``: where a loop that checkpointed and resumed the run did so."""
 
     def __init__(self, spec: RunSpec, plan: StepPlan, ctx: ScheduleContext, data: Dataset, *,
                  device: Any, on_update: OnUpdate | None = None) -> None:
@@ -73,10 +73,10 @@ class Recording:
         self.x_test, self.y_test = as_input(data.x_test, self.dtype, device), data.y_test
         self.updates: list[UpdateRecord] = []
         self.epochs: list[EpochMetrics] = []
-        self.skipped: list[dict[str, int]] = []
+        self.skipped: list[SkippedStep] = []
         self.stopped: str | None = None
         self.not_comparable: tuple[str, ...] = ()
-        self.extra: dict[str, Any] = {}
+        self.resumed: Resumed | None = None
         self._lr: tuple[float, ...] = ()
         self._steps_at_read = 0
         self._snapshots: torch.Tensor | None = None
@@ -114,7 +114,7 @@ class Recording:
     def skipped_step(self, update: int, scheduler_steps: int) -> None:
         """The GradScaler skipped update ``update``'s optimizer step; the schedule moved
         ``scheduler_steps`` steps during it."""
-        self.skipped.append({"update": update, "scheduler_steps": scheduler_steps})
+        self.skipped.append(SkippedStep(update, scheduler_steps))
 
     def update(self, step: int, loss: torch.Tensor | float, samples_seen: int,
                epoch: int) -> None:
@@ -141,9 +141,6 @@ class Recording:
     def finish(self) -> RunTrace:
         """The trace of the run, once it has ended (or stopped)."""
         assert self._snapshots is not None, "attach() a model before the run"
-        extra = dict(self.extra)
-        if self.spec.amp == "fp16":
-            extra["skipped"] = self.skipped
         params = self._snapshots[:len(self.updates) - len(self._beyond)]
         if self._beyond:
             params = torch.cat([params, torch.stack(self._beyond)])
@@ -151,7 +148,8 @@ class Recording:
             spec=self.spec, updates=self.updates, epochs=self.epochs,
             params=params.cpu().numpy(), planned_updates=self.plan.total_updates,
             context=self.ctx.to_dict(), not_comparable=self.not_comparable,
-            stopped=self.stopped, seconds=time.perf_counter() - self.started, extra=extra)
+            stopped=self.stopped, seconds=time.perf_counter() - self.started,
+            resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None)
 
 
 def recording_bytes(spec: RunSpec, data: Dataset) -> int:
@@ -162,4 +160,4 @@ def recording_bytes(spec: RunSpec, data: Dataset) -> int:
     with torch.device("meta"):
         net = TASKS[spec.task].build_model(data)
     size = sum(p.numel() for p in net.parameters())
-    return plan.total_updates * size * getattr(torch, spec.dtype).itemsize
+    return plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)

@@ -126,7 +126,7 @@ def load(path: Path, parts: Parts, device: str) -> Progress:
     position, counters, saved = state["position"], state["counters"], state["window"]
     progress = Progress(position["update"], counters["samples_seen"], counters["scheduler_steps"])
     if saved is not None:
-        for param, grad in zip(parts.net.parameters(), saved["grads"]):
+        for param, grad in zip(parts.net.parameters(), saved["grads"], strict=True):
             param.grad = grad
         progress.window = Window(position["micro"], saved["loss_sum"], saved["steps_before"])
     return progress

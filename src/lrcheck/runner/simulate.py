@@ -40,7 +40,7 @@ from lrcheck.runner.pair import ROLES, PairTraces, Progress
 from lrcheck.runner.preflight import check_plan
 from lrcheck.runner.recording import step_failure
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.trace import RunTrace, ScheduleTrace, UpdateColumns
+from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
 
 OnUpdate = Callable[[int, int], None]
@@ -53,7 +53,7 @@ WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simula
 
 
 def simulate(spec: RunSpec, num_samples: int | None = None,
-             on_update: OnUpdate | None = None) -> ScheduleTrace:
+             on_update: OnUpdate | None = None) -> RunTrace:
     """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
     ``spec.samples``) as ``plain.train`` would, recording the LR of every update."""
     _load_optimizer_code()
@@ -81,7 +81,8 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
             for chunk in range(0, run.count, PROGRESS_EVERY):
                 for _ in range(min(PROGRESS_EVERY, run.count - chunk)):
                     phase = WINDOW
-                    for stepped_in_window in range(before_read):  # micro-batches before the last
+                    # the micro-batches before the last (the count is read if a step raises)
+                    for stepped_in_window in range(before_read):  # noqa: B007
                         step()
                     phase = READ
                     record(map(lr_of, groups))  # the LR this update uses
@@ -109,11 +110,9 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
 
     columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
                             counters.samples_seen, counters.steps_at_read, counters.epoch)
-    trace = ScheduleTrace(
-        spec=spec, updates=columns, epochs=[], params=np.empty((made, 0)),
-        planned_updates=plan.total_updates, context=ctx.to_dict(), stopped=stopped,
-        seconds=time.perf_counter() - started, extra={"scheduler_steps": steps},
-    )
+    trace = simulated_trace(spec, columns, steps, planned_updates=plan.total_updates,
+                            context=ctx.to_dict(), stopped=stopped,
+                            seconds=time.perf_counter() - started)
     if interrupted:
         trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"
         raise SimulationInterrupted(trace)
@@ -123,7 +122,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
 class SimulationInterrupted(KeyboardInterrupt):
     """Ctrl-C during ``simulate``; ``trace`` holds the updates simulated until then."""
 
-    def __init__(self, trace: ScheduleTrace) -> None:
+    def __init__(self, trace: RunTrace) -> None:
         super().__init__()
         self.trace = trace
 
@@ -135,12 +134,10 @@ def _load_optimizer_code() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).step()
 
 
-def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> ScheduleTrace:
+def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> RunTrace:
     """``simulate`` with torch's warnings kept in the trace, as ``local.run_local`` keeps them."""
     on_update = (lambda done, total: progress(role, done, total)) if progress else None
-    trace = guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
-    assert isinstance(trace, ScheduleTrace)
-    return trace
+    return guarded(f"simulating the {role} schedule", lambda: simulate(spec, on_update=on_update))
 
 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
@@ -166,7 +163,7 @@ def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTrace
     return PairTraces(done["reference"], done["candidate"], env)
 
 
-def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: ScheduleTrace | None,
+def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: RunTrace | None,
                  planned: dict[str, int], env: dict[str, Any]) -> Interrupted:
     """``Interrupted`` carrying what the simulation had recorded when Ctrl-C came: the runs
     finished, the one in progress (``partial``), and the one not begun."""

@@ -80,14 +80,14 @@ def regressions(report: Report, rec: dict[str, Any]) -> list[Regression]:
     changed = _changed_settings(rec["pair"], report.pair.to_dict())
     because = f"; settings changed: {changed}" if changed else ""
     cand = report.candidate
-    changed = [who for who, trace, key in (("candidate's", cand, "lr_digest"),
-                                           ("reference's", report.reference,
-                                            "reference_lr_digest"))
-               if lr_digest(trace.lrs()) != rec[key]]
-    if changed:
+    moved = [who for who, trace, key in (("candidate's", cand, "lr_digest"),
+                                         ("reference's", report.reference,
+                                          "reference_lr_digest"))
+             if lr_digest(trace.lrs()) != rec[key]]
+    if moved:
         final = cand.updates[-1].lr[0] if len(cand.updates) else None
         found.append(Regression(
-            "lr", f"the {' and the '.join(changed)} LR trace{'s' if len(changed) > 1 else ''} "
+            "lr", f"the {' and the '.join(moved)} LR trace{'s' if len(moved) > 1 else ''} "
                   f"changed (candidate: {rec['updates']} → {len(cand.updates)} updates, final LR "
                   f"{_g(rec.get('final_lr'))} → {_g(final)}){because}"))
     base, now = rec.get("metrics") or {}, cand.metrics or {}

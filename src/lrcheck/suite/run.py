@@ -101,14 +101,16 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     """One pair, compared and saved into ``out/<name>``. A pair that crashes, is bad input or
     whose report cannot be saved gets its error; one stopped by Ctrl-C is ``interrupted``."""
     import lrcheck
-    from lrcheck.reports.files import write_incomplete
+    from lrcheck.reports.files import write_incomplete, write_report
 
     began = time.perf_counter()
     outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
     try:
-        outcome.report = lrcheck.compare(entry.pair, progress=progress, cache=references)
+        outcome.report = report = lrcheck.compare(entry.pair, progress=progress,
+                                                  cache=references)
+        assert report is not None  # every comparison has one outside torchrun
         try:
-            outcome.report.save(out / entry.name, renderer)
+            write_report(report, out / entry.name, renderer)
         except LrcheckError as exc:
             outcome.report = None  # a report that is not there is not a pass
             raise SpecError(f"its report could not be saved: {exc}") from None

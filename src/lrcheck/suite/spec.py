@@ -118,7 +118,7 @@ def _expand(source: str, origin: str, defaults: dict[str, Any],
     axes = {k: v for k, v in grid.items() if _is_axis(k, v)}
     entries = []
     for combo in itertools.product(*axes.values()):
-        chosen = dict(zip(axes, combo))
+        chosen = dict(zip(axes, combo, strict=True))
         where = f"{origin} ({', '.join(f'{k}={v!r}' for k, v in chosen.items())})"
         entries.append(_entry(source, where, {**defaults, **grid, **chosen}, grid.get("name")))
     return entries
@@ -133,7 +133,8 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
         candidate = RunSpec(**run)
         pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
                               ref_world=values.get("ref_nproc", 1),
-                              tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp, **tol))
+                              tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp,
+                                                              **tol))
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
@@ -144,6 +145,7 @@ def _name(source: str, where: str, values: dict[str, Any], grid_name: str | None
           pair: PairSpec) -> str:
     """A grid's ``name`` is a template (``"sched-{scheduler}-a{accum}"``) or a prefix to the
     pair's own name; without one, the pair's own name."""
+    name: str
     if grid_name is None:
         name = values.get("name", pair.name)
     elif "{" in grid_name:
@@ -192,7 +194,7 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
         items = value if isinstance(value, list) else [value]
         if not all(isinstance(k, int) and not isinstance(k, bool) for k in items):
             raise bad(f"expected update numbers, such as [3, 7] or 3, got {value!r}")
-    elif isinstance(value, bool) or isinstance(value, (dict, list)):
+    elif isinstance(value, (bool, dict, list)):
         raise bad(f"expected a number or a string, got {value!r}")
     if key == "expect":
         if value not in EXPECTS:

@@ -8,7 +8,7 @@ import numpy as np
 
 from lrcheck.runner.dist import handoff
 from lrcheck.spec import RunSpec
-from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, Resumed, RunTrace, SkippedStep, UpdateRecord
 
 
 def _trace() -> RunTrace:
@@ -17,11 +17,14 @@ def _trace() -> RunTrace:
     trace = RunTrace(spec, updates, [EpochMetrics(0, 2, 0.75, 0.7)],
                      np.arange(12, dtype=np.float64).reshape(3, 4), 3,
                      {"total_updates": 3}, ("Dropout",), None, 1.25)
-    trace.extra["warnings"] = ["UserWarning: something"]
+    trace.warnings = ("UserWarning: something",)
+    trace.resumed = Resumed(update=1, micro_batches_done=2, checkpoint_bytes=1024)
+    trace.skipped = [SkippedStep(update=2, scheduler_steps=0)]
+    trace.wall_seconds = 3.5
     return trace
 
 
-def test_trace_survives_the_round_trip(tmp_path):
+def test_a_trace_and_its_typed_fields_survive_the_hand_off_files(tmp_path):
     trace = _trace()
     handoff.write_trace(tmp_path, trace, "candidate")
     assert handoff.read_trace(tmp_path, "reference") is None  # each run has its own files

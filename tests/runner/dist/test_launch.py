@@ -90,9 +90,12 @@ def test_a_job_that_ends_without_the_reference_s_trace_names_the_reference(tmp_p
 
 
 # What torchrun 2.x logs when a worker dies (trimmed from a real log).
-TORCHRUN_LOG = """\
-W1130 07:23:07.354000 3865 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process {other} closing signal SIGTERM
-E1130 07:23:07.419000 3865 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: {pid}) of binary: /usr/bin/python
+TORCHRUN_LOG = (
+    "W1130 07:23:07.354000 3865 torch/distributed/elastic/multiprocessing/api.py:1028] "
+    "Sending process {other} closing signal SIGTERM\n"
+    "E1130 07:23:07.419000 3865 torch/distributed/elastic/multiprocessing/api.py:1002] "
+    "failed (exitcode: -9) local_rank: 1 (pid: {pid}) of binary: /usr/bin/python\n"
+) + """\
 [1]:
   rank      : 0 (local_rank: 0)
   exitcode  : -15 (pid: {other})

@@ -6,6 +6,7 @@ import torch
 
 accelerate = pytest.importorskip(
     "accelerate", reason="the accelerate extra is not installed: pip install 'lrcheck[accelerate]'")
+pytestmark = pytest.mark.slow  # every test trains runs through Accelerate
 
 import lrcheck  # noqa: E402
 from lrcheck.plan.steps import plan_steps, schedule_context  # noqa: E402

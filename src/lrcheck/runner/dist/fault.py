@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from lrcheck.errors import SpecError
 
@@ -55,7 +55,8 @@ def fault_from_env(environ: Mapping[str, str]) -> Fault | None:
     return parse_fault(text) if text else None
 
 
-def fault_hook(role: str, rank: int, environ: Mapping[str, str]) -> Callable[[Any, int], None] | None:
+def fault_hook(role: str, rank: int,
+               environ: Mapping[str, str]) -> Callable[[Any, int], None] | None:
     """An ``on_update`` for rank ``rank`` that trips the switch, armed on the candidate only."""
     fault = fault_from_env(environ) if role == "candidate" else None
     if fault is None:

@@ -54,8 +54,8 @@ def join(env: TorchrunEnv, device: str, timeout: float | None = None) -> Member:
     if kind == "cuda":
         count = torch.cuda.device_count()
         if env.local_rank >= count:
-            raise SpecError(f"--device cuda with {env.local_world} processes per node needs one GPU "
-                            f"each, this node has {count}; lower --nproc (torchrun's "
+            raise SpecError(f"--device cuda with {env.local_world} processes per node needs one "
+                            f"GPU each, this node has {count}; lower --nproc (torchrun's "
                             "--nproc-per-node when torchrun starts lrcheck) or use --device cpu")
         torch.cuda.set_device(env.local_rank)
     backend = "nccl" if kind == "cuda" else "gloo"

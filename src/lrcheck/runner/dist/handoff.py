@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def log_path(folder: Path, rank: int) -> Path:
     return folder / f"rank{rank}.log"
 
 
-def _replace_into(path: Path, write) -> None:
+def _replace_into(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
     os.replace(tmp, path)
@@ -75,17 +76,17 @@ def read_spec(folder: Path) -> tuple[RunSpec, str, RunSpec | None]:
             None if reference is None else RunSpec(**reference))
 
 
-def append_line(folder: Path, entry: dict) -> None:
+def append_line(folder: Path, entry: dict[str, Any]) -> None:
     """One JSON line, written with a single ``write`` so that a reader sees all of it or none."""
     with open(folder / UPDATES, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
 
 
-def started_line(role: str) -> dict:
+def started_line(role: str) -> dict[str, Any]:
     return {"event": "started", "role": role}
 
 
-def update_line(record: UpdateRecord, total: int, role: str) -> dict:
+def update_line(record: UpdateRecord, total: int, role: str) -> dict[str, Any]:
     return {"event": "update", "role": role, "total": total, "update": record.to_dict()}
 
 
@@ -97,7 +98,7 @@ class LineReader:
     offset: int = 0
     pending: str = field(default="", repr=False)
 
-    def new(self) -> list[dict]:
+    def new(self) -> list[dict[str, Any]]:
         path = self.folder / UPDATES
         if not path.exists():
             return []

@@ -13,8 +13,8 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
@@ -74,7 +74,7 @@ class Launched:
     failure or Ctrl-C otherwise), and ``environment``, where they ran as rank 0 reported it."""
 
     def __init__(self, spec: RunSpec, roles: tuple[str, ...], folder: Path,
-                 proc: subprocess.Popen, token: str, on_update: dict[str, OnUpdate]) -> None:
+                 proc: subprocess.Popen[bytes], token: str, on_update: dict[str, OnUpdate]) -> None:
         self.spec, self.roles, self.folder, self.proc, self.token = (spec, roles, folder, proc,
                                                                      token)
         self.watch = _Watch(spec, roles[0], folder, on_update)
@@ -107,7 +107,7 @@ class Launched:
         first = self.finished[self.roles[0]]
         # Until the next run's first line, when there is one: its own wall time.
         ended = self.watch.left.get(self.roles[0], time.monotonic())
-        first.extra["wall_seconds"] = round(ended - self.began, 3)
+        first.wall_seconds = round(ended - self.began, 3)
         return dict(self.finished)
 
     def stop(self, keep_logs: bool = False) -> None:
@@ -161,7 +161,7 @@ class _Watch:
                     hook(record, line["total"])
         return bool(lines)
 
-    def wait(self, proc: subprocess.Popen, timeout: float | None) -> int:
+    def wait(self, proc: subprocess.Popen[bytes], timeout: float | None) -> int:
         """torchrun's exit code once every rank has finished; ``RunError`` (``SpecError`` for
         bad input) as soon as a rank reports an error or dies, or nothing arrives for
         ``timeout`` seconds."""
@@ -178,8 +178,8 @@ class _Watch:
                     raise failure
             if code is not None:
                 return code
-            allowed = timeout if self.started else max(timeout or 0.0, STARTUP_S)
-            if timeout is not None and time.monotonic() - last > allowed:
+            if timeout is not None and time.monotonic() - last > (
+                    timeout if self.started else max(timeout, STARTUP_S)):
                 raise RunError(self._hung(timeout))
             time.sleep(POLL_S)
 
@@ -197,7 +197,7 @@ class _Watch:
         return sorted(rank for rank, pid in gone.items()
                       if rank not in accounted and pid not in log.stopped)
 
-    def _failure(self, proc: subprocess.Popen, dead: list[int],
+    def _failure(self, proc: subprocess.Popen[bytes], dead: list[int],
                  errors: list[handoff.RankError]) -> LrcheckError | None:
         """The error that names the cause: bad input; else a rank that died (its peers' errors
         are only that they lost it); else the first rank that raised; else the rank torchrun's
@@ -205,10 +205,10 @@ class _Watch:
         if errors and errors[0].bad_input:
             return SpecError(errors[0].line)
         if errors and not dead:
-            first = errors[0]
-            return RunError(f"{self._rank(first.rank, first.role)} failed in the {first.role} "
-                            f"run: {first.line}; full log: "
-                            f"{handoff.log_path(self.folder, first.rank)}")
+            raised = errors[0]
+            return RunError(f"{self._rank(raised.rank, raised.role)} failed in the {raised.role} "
+                            f"run: {raised.line}; full log: "
+                            f"{handoff.log_path(self.folder, raised.rank)}")
         # torchrun notices a dead rank within MONITOR_INTERVAL_S, stops the others, logs the
         # exit status of each and exits: wait for that (bounded) so the message can say how.
         deadline = time.monotonic() + SETTLE_S

@@ -49,7 +49,7 @@ def marked(token: str) -> list[int]:
     return found
 
 
-def _signal(pids: list[int], proc: subprocess.Popen, sig: signal.Signals) -> None:
+def _signal(pids: list[int], proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
     if proc.poll() is None:  # once reaped, its group id could name someone else's group
         try:
             os.killpg(proc.pid, sig)
@@ -69,7 +69,7 @@ def _wait_gone(token: str, seconds: float) -> list[int]:
     return left
 
 
-def stop(proc: subprocess.Popen, token: str) -> None:
+def stop(proc: subprocess.Popen[bytes], token: str) -> None:
     """Stop torchrun (``proc``, leader of its own session) and every worker of its launch:
     SIGTERM, then SIGKILL for whatever is still running after ``TERM_GRACE_S``. Returns once
     none is left running and torchrun is reaped."""

@@ -1,0 +1,139 @@
+"""The kinds of report and how each is shown, in one registry that the table, the plots, report.md
+and the suite's pages all read: ``KINDS[report.kind]``.
+
+- ``compare``: both runs trained (``lrcheck compare``, ``lrcheck.compare``, a suite's pairs);
+- ``trace``: both schedules stepped without a model (``lrcheck trace``): no loss, no metrics;
+- ``diff``: two files written by ``lrcheck.Recorder`` (``lrcheck diff``), their updates aligned
+  by samples seen: no spec, no evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+
+from lrcheck.reports.plots import Plot, aligned_lr_plot, loss_plot, lr_plot, metrics_plot
+from lrcheck.reports.table import (
+    checks_table,
+    files_table,
+    files_title,
+    metrics_table,
+    pair_title,
+    trace_table,
+    verdict_text,
+)
+from lrcheck.result import Kind, Report
+from lrcheck.words import plural
+
+MakePlot = Callable[[Report, Path], Plot]
+
+
+def _no_lines(report: Report) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class ReportKind:
+    """How one kind of report is shown. ``subject`` is what was run, in words (in the title and
+    report.md); ``title`` and ``settings`` take the report and its subject and give the checks
+    table's title and report.md's list of what was compared; ``table`` is the table printed under
+    the checks, ``plots`` the PNGs by file name, and ``markdown`` report.md's lines after the
+    checks."""
+
+    name: Kind
+    subject: Callable[[Report], str]
+    title: Callable[[Report, str], str]
+    settings: Callable[[Report, str], list[str]]
+    table: Callable[[Report], Table]
+    plots: dict[str, MakePlot] = field(default_factory=dict)
+    markdown: Callable[[Report], list[str]] = _no_lines
+
+
+def _task(report: Report) -> str:
+    return f"task {report.specs()[1].task}"
+
+
+def _schedule_only(report: Report) -> str:
+    return f"schedule only, {report.specs()[1].samples:,} samples per epoch"
+
+
+def _files(report: Report) -> str:
+    return f"Recorder files {report.pair.candidate} vs {report.pair.reference}"
+
+
+def metrics_markdown(report: Report) -> list[str]:
+    """report.md's table of the final evaluation."""
+    lines = ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
+    for key in ("accuracy", "f1_macro"):
+        r = (report.reference.metrics or {}).get(key)
+        c = (report.candidate.metrics or {}).get(key)
+        lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
+                     f"{'—' if c is None else f'{c:.4f}'} |")
+    return lines
+
+
+def file_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two Recorder files."""
+    pair = report.pair
+    return [f"- candidate: `{pair.candidate}`, "
+            f"{plural(len(report.candidate.updates), 'update')}",
+            f"- reference: `{pair.reference}`, "
+            f"{plural(len(report.reference.updates), 'update')}",
+            "- Recorder files, updates aligned by samples_seen; "
+            f"lrcheck {report.environment.get('lrcheck')}"]
+
+
+def run_settings(report: Report, subject: str) -> list[str]:
+    """The bullet list of what was compared: two runs of a ``PairSpec``."""
+    ref, cand = report.specs()
+    return [
+        f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
+        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
+        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
+        f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
+        f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
+        f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
+        f"- environment: torch {report.environment.get('torch')}"
+        + (f", accelerate {report.environment['accelerate']}"
+           if "accelerate" in report.environment else "")
+        + f" on {report.environment.get('device')}",
+    ]
+
+
+KINDS: dict[str, ReportKind] = {kind.name: kind for kind in (
+    ReportKind("compare", _task, pair_title, run_settings, metrics_table,
+               {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot},
+               metrics_markdown),
+    # A schedule has no model: only its LR is drawn.
+    ReportKind("trace", _schedule_only, pair_title, run_settings, trace_table,
+               {"lr.png": lr_plot}),
+    # A Recorder file records no evaluation.
+    ReportKind("diff", _files, files_title, file_settings, files_table,
+               {"lr.png": aligned_lr_plot, "loss.png": loss_plot}),
+)}
+
+
+def kind_of(report: Report) -> ReportKind:
+    return KINDS[report.kind]
+
+
+def render(report: Report) -> Group:
+    """The checks, the table of the report's kind under them, and the verdict: what the CLI
+    prints."""
+    kind = kind_of(report)
+    return Group(checks_table(report, kind.title(report, kind.subject(report))),
+                 kind.table(report), verdict_text(report))
+
+
+def report_plots(report: Report, out: Path) -> list[Plot]:
+    """The plots of ``report``'s kind, to be drawn into ``out``."""
+    return [make(report, out / name) for name, make in kind_of(report).plots.items()]
+
+
+def plot_names() -> set[str]:
+    """Every PNG a report of any kind writes."""
+    return {name for kind in KINDS.values() for name in kind.plots}
