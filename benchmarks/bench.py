@@ -87,6 +87,17 @@ def wall_rss(w: float, r: float) -> str:
 
 # --- the targets -------------------------------------------------------------------------------
 
+# Every workflow against its bare baseline (issue 11): wall time and peak memory.
+WALL_TARGET, RSS_TARGET = 1.1, 1.2
+
+
+def add_workflow(table: Table, what: str, lr: tuple[float, float],
+                 bare: tuple[float, float]) -> None:
+    """Two rows: ``what``'s wall time and its peak RSS, each against the bare run's."""
+    table.add(f"{what} wall", wall_rss(*lr), wall_rss(*bare), lr[0] / bare[0], WALL_TARGET)
+    table.add(f"{what} peak RSS", f"{lr[1]:.0f} MiB", f"{bare[1]:.0f} MiB", lr[1] / bare[1],
+              RSS_TARGET)
+
 def bench_help(table: Table, runs: int) -> None:
     rows = [timed(LRCHECK + ["--help"]) for _ in range(runs)]
     bare = [timed([PY, "-c", "pass"]) for _ in range(runs)]
@@ -98,9 +109,7 @@ def bench_help(table: Table, runs: int) -> None:
 def bench_compare(table: Table, runs: int, out: Path) -> None:
     lr, bare = alternate(LRCHECK + ["compare", "--quiet", "--out", str(out / "compare")],
                          [PY, str(HERE / "baseline.py")], runs)
-    table.add("compare (default pair) wall", wall_rss(*lr), wall_rss(*bare), lr[0] / bare[0], 1.25)
-    table.add("compare (default pair) peak RSS", f"{lr[1]:.0f} MiB", f"{bare[1]:.0f} MiB",
-              lr[1] / bare[1], 1.2)
+    add_workflow(table, "compare (default pair)", lr, bare)
 
 
 def bench_record(table: Table, runs: int) -> None:
@@ -183,8 +192,7 @@ def bench_trace(table: Table, runs: int, out: Path, steps: int) -> None:
         LRCHECK + ["trace", "--samples", str(steps), "--bs", "1", "--quiet", "--out",
                    str(out / "trace")],
         [PY, str(Path(__file__)), "--bare-trace", str(steps)], runs)
-    table.add(f"trace, {steps:,} steps per run, wall", wall_rss(*lr), wall_rss(*bare),
-              lr[0] / bare[0], 1.5)
+    add_workflow(table, f"trace, {steps:,} steps per run,", lr, bare)
 
 
 def bare_trace(steps: int) -> None:
@@ -210,8 +218,7 @@ def bench_suite(table: Table, runs: int, out: Path) -> None:
     lr, bare = alternate(
         LRCHECK + ["suite", str(HERE / "suite-12.toml"), "--quiet", "--out", str(out / "suite")],
         [PY, str(HERE / "suite_baseline.py")], runs)
-    table.add("suite of 12 pairs (3 shared references) wall", wall_rss(*lr), wall_rss(*bare),
-              lr[0] / bare[0], 1.3)
+    add_workflow(table, "suite of 12 pairs (3 shared references)", lr, bare)
 
 
 def bench_ddp(table: Table, runs: int, out: Path) -> None:
@@ -220,8 +227,7 @@ def bench_ddp(table: Table, runs: int, out: Path) -> None:
                    str(out / "ddp")],
         [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(HERE / "ddp_baseline.py")], runs)
-    table.add("2-process pair (--nproc 2 --bs 8 --accum 2) wall", wall_rss(*lr), wall_rss(*bare),
-              lr[0] / bare[0], 1.2)
+    add_workflow(table, "2-process pair (--nproc 2 --bs 8 --accum 2)", lr, bare)
 
 
 # --- scale -------------------------------------------------------------------------------------
