@@ -78,7 +78,7 @@ class Table:
         head = ("figure", "lrcheck", "bare", "measured / target", "")
         widths = [max(len(r[i]) for r in [head, *self.rows]) for i in range(5)]
         for row in [head, tuple("-" * w for w in widths), *self.rows]:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 def wall_rss(w: float, r: float) -> str:
@@ -135,8 +135,8 @@ def record_child(runs: int) -> None:
     import torch
 
     import lrcheck.runner.plain as plain
-    from lrcheck.runner.recording import Recording
     from lrcheck.experiments.tasks import TASKS
+    from lrcheck.runner.recording import Recording
     from lrcheck.spec import RunSpec
 
     torch.set_num_threads(1)  # as lrcheck trains on the CPU (runner/local.py, CPU_THREADS)
@@ -272,8 +272,9 @@ def main() -> None:
         return bare_trace(args.bare_trace)
     import torch
 
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), "?")
+    with open("/proc/cpuinfo") as info:
+        cpu = next((line.split(":", 1)[1].strip() for line in info
+                    if line.startswith("model name")), "?")
     print(f"machine: {os.cpu_count()} CPUs ({cpu}), torch {torch.__version__}, "
           f"{torch.get_num_threads()} torch threads; {args.runs} runs each, medians")
     table = Table()

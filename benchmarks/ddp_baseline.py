@@ -1,8 +1,9 @@
 """Bare torchrun DDP baseline of ``lrcheck compare --nproc 2 --bs 8 --accum 2``: the same work
 without lrcheck. Both ranks train the candidate with DDP (gloo), then rank 0 trains the
 reference (bs 32, one process) alone, as lrcheck's torchrun job does. Micro-batch m of an update
-is ``global[m·bs·world:(m+1)·bs·world]``, rank r takes every world-th element from r, each micro-batch's loss is ``sum · world / n_global``, and
-gradients are all-reduced only on an update's last micro-batch (``no_sync`` before it).
+is ``global[m·bs·world:(m+1)·bs·world]``, rank r takes every world-th element from r, each
+micro-batch's loss is ``sum · world / n_global``, and gradients are all-reduced only on an
+update's last micro-batch (``no_sync`` before it).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         benchmarks/ddp_baseline.py [--epochs 5] [--bs 8] [--accum 2]

@@ -106,7 +106,7 @@ def main() -> int:
             args.keep.mkdir(parents=True, exist_ok=True)
             (args.keep / f"{n:04d}-{kind}.log").write_text(output)
         print(f"[{n}/{args.launches}] {kind}: {why or 'ok'} ({seconds:.1f} s)", flush=True)
-    print(f"\n| kind | launches | failures | mean s |\n| --- | ---: | ---: | ---: |")
+    print("\n| kind | launches | failures | mean s |\n| --- | ---: | ---: | ---: |")
     for kind, (runs, failures, seconds) in counts.items():
         print(f"| {kind} | {runs} | {failures} | {seconds / max(runs, 1):.1f} |")
     total = sum(c[1] for c in counts.values())
