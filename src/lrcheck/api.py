@@ -49,10 +49,15 @@ def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
     code every process leaves with is returned. Inside torchrun that is rank 0's on every rank,
     and ``on_report`` runs on rank 0 before the processes part: torchrun stops every rank as soon
     as one exits non-zero, so rank 0 saves and shows the report there while the others wait."""
-    from lrcheck.runner.pair import join_torchrun, leave_torchrun, run_pair
+    from lrcheck.runner.pair import join_torchrun, leave_torchrun, release_torchrun, run_pair
 
     member = join_torchrun(pair.candidate, timeout)
-    traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache)
+    try:
+        traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache)
+    except BaseException:
+        if member is not None:  # a later comparison in this process joins afresh
+            release_torchrun(member)
+        raise
     report = None
     if traces is not None:
         checks = run_checks(traces.reference, traces.candidate, pair.tolerances)

@@ -77,7 +77,7 @@ class _Tracker:
                   f"candidate {traces['candidate'].stopped or 'finished'}")
         result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
                                   self.environment, reason)
-        return Interrupted(reason, result)
+        return Interrupted(reason, result, how=stop_words(stop))
 
 
 def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
@@ -91,6 +91,13 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     from lrcheck.runner.dist.group import join
 
     return join(env, spec.device, timeout)
+
+
+def release_torchrun(member: Member) -> None:
+    """Leave the process group after a failure, without waiting for the other ranks."""
+    from lrcheck.runner.dist.group import release
+
+    release(member)
 
 
 def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]) -> int:

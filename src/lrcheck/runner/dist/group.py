@@ -23,6 +23,7 @@ class Member:
     env: TorchrunEnv
     device: str
     group: Any = None
+    owned: bool = True  # lrcheck initialised the default group (not the user's script)
 
     @property
     def rank(self) -> int:
@@ -47,9 +48,16 @@ class Member:
         return int(value.item())
 
 
+# The default group's collectives wait this long: the ranks wait on it while rank 0 alone trains
+# the reference and writes the report, which can take longer than torch's default (30 min for
+# gloo, 10 for nccl). A rank that dies still ends the wait: torchrun stops the others.
+DEFAULT_GROUP_TIMEOUT = timedelta(days=1)
+
+
 def join(env: TorchrunEnv, device: str, timeout: float | None = None) -> Member:
-    """Initialise the default process group from torchrun's environment (``env://``) and, when
-    ``timeout`` is given, a training group whose collectives wait at most that long."""
+    """Initialise the default process group from torchrun's environment (``env://``) — or use
+    the one a user's script initialised already — and, when ``timeout`` is given, a training
+    group whose collectives wait at most that long."""
     kind = resolve_device(device)
     if kind == "cuda":
         count = torch.cuda.device_count()
@@ -59,11 +67,14 @@ def join(env: TorchrunEnv, device: str, timeout: float | None = None) -> Member:
                             "--nproc-per-node when torchrun starts lrcheck) or use --device cpu")
         torch.cuda.set_device(env.local_rank)
     backend = "nccl" if kind == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=env.rank, world_size=env.world)
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world,
+                                timeout=DEFAULT_GROUP_TIMEOUT)
     group = None
     if timeout is not None:
         group = dist.new_group(backend=backend, timeout=timedelta(seconds=timeout))
-    return Member(env, env.device(kind), group)
+    return Member(env, env.device(kind), group, owned)
 
 
 def leave() -> None:
@@ -71,7 +82,13 @@ def leave() -> None:
         dist.destroy_process_group()
 
 
+def release(member: Member) -> None:
+    """Leave the default group if lrcheck initialised it (a user's own group stays theirs)."""
+    if member.owned:
+        leave()
+
+
 def finish(member: Member) -> None:
     """Wait for every rank, then leave the group: the last collective of a run."""
     member.barrier()
-    leave()
+    release(member)
