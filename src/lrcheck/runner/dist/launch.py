@@ -63,8 +63,12 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
     with open(folder / handoff.TORCHRUN_LOG, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    roles = (role,) if reference is None else (role, "reference")
-    return Launched(spec, roles, folder, proc, token, on_update or {})
+    try:
+        roles = (role,) if reference is None else (role, "reference")
+        return Launched(spec, roles, folder, proc, token, on_update or {})
+    except BaseException:  # Ctrl-C (or SIGTERM) before the caller holds the job: stop it here
+        procs.stop(proc, token)
+        raise
 
 
 class Launched:
@@ -116,8 +120,13 @@ class Launched:
         ``keep_logs``. Once the job has ended, nothing."""
         if self.ended:
             return
+        while True:  # bounded (procs.stop gives up within seconds): no process may outlive it
+            try:
+                procs.stop(self.proc, self.token)
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C while stopping: finish stopping
+                continue
         self.ended = True
-        procs.stop(self.proc, self.token)
         self.watch.pump()
         for role in self.roles:
             trace = handoff.read_trace(self.folder, role)
@@ -186,6 +195,8 @@ class _Watch:
     def _dead(self) -> list[int]:
         """Ranks whose process is gone although they neither finished nor reported an error,
         and torchrun did not stop them (it stops the others once one has failed)."""
+        if not procs.HAS_PROC:  # no /proc to see a process in: only torchrun's exit tells
+            return []
         pids = handoff.read_pids(self.folder)
         gone = {rank: pid for rank, pid in pids.items() if not procs.alive(pid)}
         if not gone:

@@ -21,6 +21,7 @@ MARKER_ENV = "LRCHECK_LAUNCH"
 TERM_GRACE_S = 2.0
 KILL_WAIT_S = 5.0
 _PROC = Path("/proc")
+HAS_PROC = _PROC.is_dir()  # Linux: processes can be looked up by pid
 
 
 def alive(pid: int) -> bool:
