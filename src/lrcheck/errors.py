@@ -44,14 +44,16 @@ class Interrupted(Exception):
 
     exit_code = 130
 
-    def __init__(self, message: str, result: Recorded, saved: Path | None = None) -> None:
+    def __init__(self, message: str, result: Recorded, saved: Path | None = None,
+                 how: str = "interrupted (Ctrl-C)") -> None:
         super().__init__(message)
         self.result = result
         self.saved = saved
+        self.how = how  # stop_words of what stopped it
 
     def saved_in(self, path: Path) -> Interrupted:
         """The same stop, once what was recorded has been written to ``path``."""
-        return Interrupted(str(self), self.result, path)
+        return Interrupted(str(self), self.result, path, self.how)
 
 
 class Stopped(KeyboardInterrupt):

@@ -4,10 +4,12 @@ and a pair whose report cannot be saved is an error, not a pass. Small real trai
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 
 import pytest
 
+from lrcheck.errors import Stopped
 from lrcheck.suite.run import run_suite
 from lrcheck.suite.spec import load_suite
 
@@ -88,3 +90,15 @@ def test_a_finished_pair_keeps_no_candidate_snapshots_so_memory_does_not_grow_pe
         # Empty, and not a view of the snapshots (a view would keep all of them in memory).
         assert params.size == 0 and params.base is None
     assert result.outcomes[0].report.reference.params.shape[0] > 0  # the shared one stays
+
+
+@pytest.mark.slow
+def test_a_suite_stopped_by_sigterm_says_terminated_not_ctrl_c(tmp_path, suite):
+    def progress(index, role, done, total):
+        if index == 1 and done == 2:  # what lrcheck's SIGTERM handler raises, during pair "b"
+            raise Stopped(signal.SIGTERM)
+
+    result = run_suite(suite, tmp_path / "R", on_progress=progress)
+    assert result.interrupted == "terminated (SIGTERM) during pair 2 of 3 ('b')"
+    assert result.outcomes[1].reason.startswith("terminated (SIGTERM) during the candidate run")
+    assert [o.status for o in result.outcomes] == ["ok", "incomplete", "not_run"]

@@ -46,6 +46,7 @@ class PairOutcome:
     error: str | None = None
     error_code: int = 0
     interrupted: str | None = None
+    stopped_by: str = "interrupted (Ctrl-C)"  # with interrupted: Ctrl-C, or SIGTERM/SIGHUP
     not_run: bool = False
     partial_saved: bool = False
     regressions: list[Regression] = field(default_factory=list)

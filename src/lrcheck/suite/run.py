@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrcheck.errors import Interrupted, LrcheckError, SpecError
+from lrcheck.errors import Interrupted, LrcheckError, SpecError, stop_words
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
@@ -72,13 +72,13 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
                         if on_progress else None)
             outcomes.append(_run_pair(entry, out, references, progress, renderer, baseline))
             if outcomes[-1].interrupted is not None:
-                stopped = _where(suite, index)
+                stopped = _where(suite, index, outcomes[-1].stopped_by)
             if on_done is not None:
                 on_done(index, outcomes[-1])
             if stopped is not None:
                 break
-    except KeyboardInterrupt:  # between two pairs, or while one was being shown
-        stopped = stopped or _where(suite, len(outcomes) - 1, after=True)
+    except KeyboardInterrupt as stop:  # between two pairs, or while one was being shown
+        stopped = stopped or _where(suite, len(outcomes) - 1, stop_words(stop), after=True)
     for index in range(len(outcomes), len(suite.entries)):
         outcomes.append(PairOutcome(suite.entries[index], not_run=True))
         if on_done is not None:
@@ -115,15 +115,16 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
             outcome.report = None  # a report that is not there is not a pass
             raise SpecError(f"its report could not be saved: {exc}") from None
     except Interrupted as exc:
-        outcome.interrupted = str(exc)
+        outcome.interrupted, outcome.stopped_by = str(exc), exc.how
         try:
             write_incomplete(exc.result, out / entry.name)
             outcome.partial_saved = True
         except LrcheckError as error:
             outcome.interrupted += f"; what it recorded could not be saved: {error}"
-    except KeyboardInterrupt:  # after both runs: while checking or saving
+    except KeyboardInterrupt as stop:  # after both runs: while checking or saving
         outcome.report = None
-        outcome.interrupted = "interrupted (Ctrl-C) after both runs, before its report was saved"
+        outcome.stopped_by = stop_words(stop)
+        outcome.interrupted = f"{outcome.stopped_by} after both runs, before its report was saved"
     except LrcheckError as exc:
         outcome.error, outcome.error_code = str(exc), exc.exit_code
     if outcome.report is not None:
@@ -140,9 +141,10 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     return outcome
 
 
-def _where(suite: Suite, index: int, *, after: bool = False) -> str:
-    """``interrupted (Ctrl-C) during pair 2 of 3 ('b')``, or ``after pair 2 …``."""
+def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:
+    """``interrupted (Ctrl-C) during pair 2 of 3 ('b')``, or ``after pair 2 …``; ``how``: the
+    stop's words (``errors.stop_words``)."""
     if index < 0:
-        return f"interrupted (Ctrl-C) before the first of {len(suite.entries)} pairs"
-    return (f"interrupted (Ctrl-C) {'after' if after else 'during'} pair {index + 1} of "
+        return f"{how} before the first of {len(suite.entries)} pairs"
+    return (f"{how} {'after' if after else 'during'} pair {index + 1} of "
             f"{len(suite.entries)} ({suite.entries[index].name!r})")
