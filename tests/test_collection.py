@@ -1,0 +1,25 @@
+"""Every test file is collected: pytest's default ``norecursedirs`` leaves out folders named
+``dist``, which silently skipped tests/runner/dist/ until pyproject.toml listed its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import HANG_S
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.mark.slow
+def test_every_test_file_under_tests_is_collected():
+    files = {str(path.relative_to(TESTS.parent)) for path in TESTS.rglob("test_*.py")}
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                             "-p", "no:cacheprovider"], cwd=TESTS.parent, capture_output=True,
+                            text=True, timeout=HANG_S).stdout
+    collected = {line.split("::")[0] for line in listed.splitlines() if "::" in line}
+    assert "tests/runner/dist/test_launch.py" in files
+    assert files - collected == set()
