@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+from lrcheck.runner.dist.procs import marked
+
 MARK = "LRCHECK_STRESS_MARK"
 COMPARE = [sys.executable, "-m", "lrcheck", "compare"]
 KINDS = {
@@ -38,20 +40,6 @@ KINDS = {
                   "2", "--ref-bs", "32"],
     "nproc3": [*COMPARE, "--nproc", "3", "--bs", "4", "--accum", "2", "--ref-bs", "24"],
 }
-
-
-def survivors(mark: str) -> list[int]:
-    """Live processes (zombies aside) whose environment carries ``mark``."""
-    needle = f"{MARK}={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if (entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0")
-                    and (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def launch(kind: str, epochs: int, timeout: float) -> tuple[str | None, str, float]:
@@ -68,7 +56,7 @@ def launch(kind: str, epochs: int, timeout: float) -> tuple[str | None, str, flo
         except subprocess.TimeoutExpired as exc:
             code, output = None, f"{exc.stdout or ''}{exc.stderr or ''}"
         seconds = time.monotonic() - began
-        left = survivors(mark)
+        left = marked(mark, MARK)
         for pid in left:
             try:
                 os.kill(pid, 9)

@@ -126,13 +126,13 @@ def _gone() -> int:
     return proc.pid
 
 
-def _alive_pid(tmp_path) -> subprocess.Popen:
+def _alive_pid() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 
 
 def test_a_rank_that_died_is_named_with_its_signal_and_its_last_log_line(tmp_path):
     # Rank 1 died without a word; rank 0, which lost it, reported the consequence.
-    peer = _alive_pid(tmp_path)
+    peer = _alive_pid()
     dead = _gone()
     try:
         (tmp_path / "rank0.pid").write_text(str(peer.pid))

@@ -33,12 +33,12 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def marked(token: str) -> list[int]:
-    """Live processes whose environment has ``LRCHECK_LAUNCH=token`` (none where there is no
-    /proc, or for processes of other users)."""
-    needle = f"{MARKER_ENV}={token}".encode()
+def marked(token: str, name: str = MARKER_ENV) -> list[int]:
+    """Live processes whose environment has ``name=token`` (by default a launch's
+    ``LRCHECK_LAUNCH``; none where there is no /proc, or for processes of other users)."""
+    needle = f"{name}={token}".encode()
     found = []
-    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+    for entry in _PROC.iterdir() if HAS_PROC else ():
         if not entry.name.isdigit():
             continue
         try:
