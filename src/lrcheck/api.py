@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 from lrcheck.checks import recorded_checks, run_checks, schedule_checks
 from lrcheck.errors import SpecError
 from lrcheck.result import Report
-from lrcheck.spec import DEFAULT_TIMEOUT_S, TRACE_DEFAULTS, FilePair, PairSpec, RunSpec, Tolerances
+from lrcheck.spec import (
+    DEFAULT_TIMEOUT_S,
+    TRACE_DEFAULTS,
+    FilePair,
+    PairSpec,
+    RunSpec,
+    Tolerances,
+    reference_framework,
+)
 from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
@@ -19,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
-            tolerances: Tolerances | None = None, progress: Progress | None = None,
+            tolerances: Tolerances | None = None, ref_framework: str | None = None,
+            progress: Progress | None = None,
             timeout: float | None = DEFAULT_TIMEOUT_S,
             cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
@@ -27,7 +36,8 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     Either pass a ``PairSpec``, or the candidate's ``RunSpec`` fields as keywords
     (``compare(accum=2, bs=16)``, ``compare(world=2, bs=8)``); the reference then has
     ``bs = ref_bs`` (default: the candidate's effective batch over ``ref_world``), accum 1 and
-    policy ``per-update``. Every default is ``lrcheck compare``'s (``RunSpec``'s fields; bs 16 ×
+    policy ``per-update``, trained through ``ref_framework`` (default: the candidate's
+    ``framework``). Every default is ``lrcheck compare``'s (``RunSpec``'s fields; bs 16 ×
     accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
     (300 s, None for no limit) is how long such a run may go without finishing an update.
 
@@ -37,7 +47,8 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     one trained reference. Ctrl-C raises ``Interrupted`` carrying what was recorded.
     """
     reports: list[Report] = []
-    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate), reports.append,
+    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate, ref_framework),
+                   reports.append,
                    progress=progress, timeout=timeout, cache=cache)
     return reports[0] if reports else None
 
@@ -121,8 +132,11 @@ def save_report(report: Report, out: str | Path) -> Path:
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,
-          tolerances: Tolerances | None, candidate: dict[str, Any]) -> PairSpec:
+          tolerances: Tolerances | None, candidate: dict[str, Any],
+          ref_framework: str | None = None) -> PairSpec:
     if pair is not None:
         return pair
     return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
-                          tolerances=tolerances)
+                          tolerances=tolerances,
+                          ref_framework=reference_framework(candidate.get("policy", ""),
+                                                            ref_framework))

@@ -24,6 +24,7 @@ from rich.table import Table
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
+from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.plan.policies import POLICIES
 from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import (
@@ -31,13 +32,16 @@ from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     DEVICES,
     DTYPES,
+    LIGHTNING_SAMPLERS,
     LOSS_NORMS,
     OPTIMIZERS,
     TAILS,
     TRACE_DEFAULTS,
+    TRAINER_LOSSES,
     PairSpec,
     RunSpec,
     Tolerances,
+    reference_framework,
 )
 
 if TYPE_CHECKING:
@@ -71,7 +75,7 @@ def _choices(names: Any) -> str:
 SchedulerOpt = Annotated[str, typer.Option(help=f"LR schedule: {_choices(SCHEDULERS)}, or a factory 'pkg.module:make' / 'path/to/file.py:make' called as make(optimizer, ctx).")]
 WarmupOpt = Annotated[float, typer.Option(help="Warmup as a fraction of the run, in [0, 1).")]
 LrOpt = Annotated[float, typer.Option(help="Base (peak) learning rate.")]
-PolicyOpt = Annotated[str, typer.Option(help=f"How the candidate steps its schedule: {_choices(POLICIES)}. The reference always runs per-update.")]
+PolicyOpt = Annotated[str, typer.Option(help=f"How lrcheck's own loop (--framework plain) steps the candidate's schedule: {_choices(POLICIES)}. The reference always runs per-update. ('accelerate', the old spelling, is --framework accelerate --ref-framework plain.)")]
 TailOpt = Annotated[str, typer.Option(help=f"Samples left over at an epoch's end: {_choices(TAILS)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
 TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
@@ -343,6 +347,12 @@ def compare_command(
     lr: LrOpt = DEFAULT.lr,
     optimizer: Annotated[str, typer.Option(help=f"Optimizer: {_choices(OPTIMIZERS)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
     policy: PolicyOpt = DEFAULT.policy,
+    framework: Annotated[str, typer.Option(help=f"What trains both runs, for real: {_choices(FRAMEWORKS)}. A framework decides when the optimizer and the scheduler step, how losses are scaled and how an epoch ends; lrcheck holds the model, its weights, the data order, the optimizer and the schedule fixed. See docs/frameworks.md.")] = DEFAULT.framework,
+    ref_framework: Annotated[str | None, typer.Option(help="What trains the reference. [default: --framework; plain compares against lrcheck's own exact loop]")] = None,
+    drop_last: Annotated[bool, typer.Option("--drop-last", help="A framework's DataLoader(drop_last=True): each process drops its epoch's last, short micro-batch.")] = DEFAULT.drop_last,
+    trainer_loss: Annotated[str, typer.Option(help=f"--framework transformers: how the Trainer scales a micro-batch's loss: {_choices(TRAINER_LOSSES)} (mean: a model whose forward takes no num_items_in_batch, each micro-batch mean divided by the window's micro-batches; num-items: the forward takes num_items_in_batch and sums over the window's items).")] = DEFAULT.trainer_loss,
+    even_batches: Annotated[bool, typer.Option("--even-batches/--no-even-batches", help="--framework transformers or accelerate: Accelerate's even_batches, which fills the last round of batches from the start of the data so every process gets one.")] = DEFAULT.even_batches,
+    lightning_sampler: Annotated[str, typer.Option(help=f"--framework lightning: {_choices(LIGHTNING_SAMPLERS)} (distributed: Lightning's use_distributed_sampler=True wraps lrcheck's order in a DistributedSampler, which pads uneven processes; own: use_distributed_sampler=False, each process gets its share of lrcheck's order).")] = DEFAULT.lightning_sampler,
     tail: TailOpt = DEFAULT.tail,
     loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
@@ -381,8 +391,11 @@ def compare_command(
                         optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
                         seed=seed, dtype=dtype, device=device, samples=samples, amp=amp,
                         inject_overflow=parse_updates("--inject-overflow", inject_overflow),
-                        resume_at=resume_at, resume_at_micro=resume_at_micro)
-    pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances)
+                        resume_at=resume_at, resume_at_micro=resume_at_micro,
+                        framework=framework, drop_last=drop_last, trainer_loss=trainer_loss,
+                        even_batches=even_batches, lightning_sampler=lightning_sampler)
+    pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances,
+                          ref_framework=reference_framework(policy, ref_framework))
     output = _Output(json=json_out, quiet=quiet, speaks=_speaks())
     raise typer.Exit(_compare(pair, out, timeout, output))
 
@@ -604,7 +617,7 @@ def _suite_closing(result: SuiteResult, folder: Path, save_baseline: Path | None
 
 @app.command("list")
 def list_command() -> None:
-    """List the tasks, schedulers and policies."""
+    """List the tasks, schedulers, policies and frameworks."""
     console = Console(highlight=False)
     for title, headers, rows in (
         ("tasks (--task)", ("name", "what", "data"),
@@ -613,6 +626,8 @@ def list_command() -> None:
          [(s.name, s.description) for s in SCHEDULERS.values()]),
         ("policies (--policy)", ("name", "what", "who"),
          [(p.name, p.description, p.who) for p in POLICIES.values()]),
+        ("frameworks (--framework)", ("name", "what", "settings"),
+         [(f.name, f.description, ", ".join(f.settings)) for f in FRAMEWORKS.values()]),
     ):
         table = Table(*headers, title=title, title_justify="left")
         table.columns[0].style = "bold"

@@ -7,6 +7,7 @@ Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
 from lrcheck.experiments.tasks import TASKS
+from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import batch_breakdown
 
@@ -23,6 +25,22 @@ DTYPES = ("float64", "float32")
 DEVICES = ("auto", "cpu", "cuda")
 AMPS = ("off", "fp16")
 OPTIMIZERS = ("sgd", "adamw")
+# --trainer-loss: how the Transformers Trainer scales a micro-batch's loss. ``mean``: the model's
+# forward takes no ``num_items_in_batch`` (a model of one's own), so the Trainer divides each
+# micro-batch's mean by the micro-batches in the window; ``num-items``: the forward takes it and
+# sums over the window's items (transformers' models, trainer.py ``_get_num_items_in_batch``).
+TRAINER_LOSSES = ("mean", "num-items")
+# --lightning-sampler: ``distributed``, Lightning's default (use_distributed_sampler=True): it
+# wraps lrcheck's sampler in a DistributedSampler, which pads uneven ranks; ``own``: every rank
+# gets its own share of lrcheck's order (use_distributed_sampler=False).
+LIGHTNING_SAMPLERS = ("distributed", "own")
+# Settings that only some frameworks have: (flag, default, the frameworks it applies to).
+_FRAMEWORK_SETTINGS = {
+    "drop_last": ("--drop-last", False, ("accelerate", "transformers", "lightning")),
+    "trainer_loss": ("--trainer-loss", "mean", ("transformers",)),
+    "even_batches": ("--no-even-batches", True, ("accelerate", "transformers")),
+    "lightning_sampler": ("--lightning-sampler", "distributed", ("lightning",)),
+}
 
 REFERENCE_POLICY = "per-update"
 # Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
@@ -75,8 +93,18 @@ class RunSpec:
     inject_overflow: tuple[int, ...] = ()
     resume_at: int | None = None
     resume_at_micro: int | None = None
+    framework: str = PLAIN
+    drop_last: bool = False
+    trainer_loss: str = "mean"
+    even_batches: bool = True
+    lightning_sampler: str = "distributed"
 
     def __post_init__(self) -> None:
+        if self.policy == "accelerate":  # the spelling before --framework
+            warnings.warn("--policy accelerate is now --framework accelerate (against "
+                          "--ref-framework plain, as before)", FutureWarning, stacklevel=3)
+            object.__setattr__(self, "policy", REFERENCE_POLICY)
+            object.__setattr__(self, "framework", "accelerate")
         _one_of("--task", self.task, list(TASKS))
         _at_least("--bs", self.bs, 1)
         _at_least("--accum", self.accum, 1)
@@ -97,6 +125,7 @@ class RunSpec:
         _one_of("--optimizer", self.optimizer, OPTIMIZERS)
         _one_of("--policy", self.policy, list(POLICIES))
         _one_of("--tail", self.tail, TAILS)
+        self._check_framework()
         _one_of("--loss-norm", self.loss_norm, LOSS_NORMS)
         _one_of("--dtype", self.dtype, DTYPES)
         _one_of("--device", self.device, DEVICES)
@@ -106,21 +135,46 @@ class RunSpec:
             _at_least("--inject-overflow", k, 0)
         if self.amp == "fp16" and self.dtype != "float32":
             raise SpecError("--amp fp16 autocasts float32 to float16; add --dtype float32")
-        if self.amp == "fp16" and self.policy == "accelerate":
-            raise SpecError("--amp fp16 is not supported with --policy accelerate yet; "
-                            "use another --policy")
         for flag, value in (("--resume-at", self.resume_at),
                             ("--resume-at-micro", self.resume_at_micro)):
             if value is not None:
                 _at_least(flag, value, 0)
         if self.resume_at is not None and self.resume_at_micro is not None:
             raise SpecError("give --resume-at or --resume-at-micro, not both")
-        if self.policy == "accelerate" and (self.resume_at, self.resume_at_micro) != (None, None):
-            raise SpecError("--resume-at with --policy accelerate is not supported yet; "
-                            "use another --policy")
         if self.inject_overflow and self.amp != "fp16":
             raise SpecError("--inject-overflow needs --amp fp16: a GradScaler is what skips the "
                             "step")
+
+    def _check_framework(self) -> None:
+        """The framework is known, its settings apply to it, and what lrcheck's own loop alone
+        does (policies, resume, AMP) is asked of that loop only."""
+        _one_of("--framework", self.framework, list(FRAMEWORKS))
+        _one_of("--trainer-loss", self.trainer_loss, TRAINER_LOSSES)
+        _one_of("--lightning-sampler", self.lightning_sampler, LIGHTNING_SAMPLERS)
+        for name, (flag, default, frameworks) in _FRAMEWORK_SETTINGS.items():
+            if getattr(self, name) != default and self.framework not in frameworks:
+                raise SpecError(f"{flag} applies to --framework {' or '.join(frameworks)}, "
+                                f"not {self.framework}")
+        if self.framework == PLAIN:
+            return
+        framework = FRAMEWORKS[self.framework]
+        for flag, value, default in (("--policy", self.policy, REFERENCE_POLICY),
+                                     ("--amp", self.amp, "off"),
+                                     ("--resume-at", self.resume_at, None),
+                                     ("--resume-at-micro", self.resume_at_micro, None)):
+            if value != default:
+                raise SpecError(f"{flag} applies to lrcheck's own loop (--framework plain); "
+                                f"--framework {self.framework} decides that itself")
+        if framework.owns_epoch:
+            # The framework ends each epoch itself; lrcheck feeds it every sample of the epoch.
+            if self.tail == "carry":
+                raise SpecError(f"--framework {self.framework} ends each epoch itself: --tail "
+                                "carry does not apply (see --drop-last)")
+            object.__setattr__(self, "tail", "flush")
+        if framework.schedulers is not None and self.scheduler not in framework.schedulers:
+            raise SpecError(f"--framework {self.framework} runs its own schedules; --scheduler "
+                            f"{self.scheduler!r} has none there: choose one of "
+                            f"{', '.join(framework.schedulers)}")
 
     @property
     def effective_batch(self) -> int:
@@ -202,8 +256,10 @@ class PairSpec:
                 f"the reference must run accum 1 with policy {REFERENCE_POLICY!r}, "
                 f"got accum {ref.accum!r}, policy {ref.policy!r}"
             )
-        shared = ("task", "epochs", "scheduler", "warmup", "lr", "optimizer", "tail", "seed",
-                  "dtype", "device", "samples", "loss_norm", "amp", "inject_overflow")
+        shared = ["task", "epochs", "scheduler", "warmup", "lr", "optimizer", "seed", "dtype",
+                  "device", "samples", "loss_norm", "amp", "inject_overflow"]
+        if ref.framework == cand.framework:  # else each has its own end of epoch
+            shared += ["tail", *_FRAMEWORK_SETTINGS]
         for name in shared:
             if getattr(ref, name) != getattr(cand, name):
                 raise SpecError(
@@ -213,16 +269,24 @@ class PairSpec:
 
     @classmethod
     def build(cls, candidate: RunSpec, ref_bs: int | None = None, ref_world: int = 1,
-              tolerances: Tolerances | None = None) -> PairSpec:
+              tolerances: Tolerances | None = None,
+              ref_framework: str | None = None) -> PairSpec:
         """The pair for ``candidate``: the reference is the same run with ``bs = ref_bs``
         (default: the candidate's effective batch over ``ref_world``), accum 1, policy
-        ``per-update``."""
+        ``per-update``, in ``ref_framework`` (default: the candidate's; ``plain`` for
+        ``--framework accelerate`` given the old way, as ``--policy accelerate``)."""
         _at_least("--ref-nproc", ref_world, 1)
         if ref_bs is None:
             ref_bs = max(1, candidate.effective_batch // ref_world)
         _at_least("--ref-bs", ref_bs, 1)
+        framework = candidate.framework if ref_framework is None else ref_framework
+        _one_of("--ref-framework", framework, list(FRAMEWORKS))
+        changes: dict[str, Any] = {}
+        if framework != candidate.framework:  # the reference keeps its own framework's defaults
+            changes = {name: default for name, (_, default, _) in _FRAMEWORK_SETTINGS.items()}
         reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY,
-                                      resume_at=None, resume_at_micro=None)
+                                      resume_at=None, resume_at_micro=None, framework=framework,
+                                      **changes)
         return cls(reference, candidate,
                    tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
 
@@ -231,6 +295,8 @@ class PairSpec:
         """A file-system-safe name for the pair, e.g. ``digits-cosine-bs16x2-vs-bs32``."""
         cand = self.candidate
         parts = [cand.task, _safe(cand.scheduler), cand.label]
+        if cand.framework != PLAIN:
+            parts.append(cand.framework)
         if cand.policy != REFERENCE_POLICY:
             parts.append(cand.policy)
         if cand.tail != "drop":
@@ -253,7 +319,14 @@ class PairSpec:
                 parts.append(mark.format(value))
         if cand.inject_overflow:
             parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
-        return "-".join(parts) + f"-vs-{self.reference.label}"
+        settings = {"drop_last": "drop-last", "trainer_loss": "loss-{}",
+                    "even_batches": "uneven", "lightning_sampler": "sampler-{}"}
+        for field_name, mark in settings.items():
+            if getattr(cand, field_name) != getattr(default, field_name):
+                parts.append(mark.format(getattr(cand, field_name)))
+        ref = self.reference
+        against = ref.label if ref.framework == cand.framework else f"{ref.framework}-{ref.label}"
+        return "-".join(parts) + f"-vs-{against}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference.to_dict(), "candidate": self.candidate.to_dict(),
@@ -278,6 +351,15 @@ class FilePair:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
+
+
+def reference_framework(policy: str, ref_framework: str | None) -> str | None:
+    """``PairSpec.build``'s ``ref_framework`` for a candidate given ``policy`` and, maybe,
+    ``--ref-framework``: ``--policy accelerate``, the spelling before ``--framework``, compared
+    Accelerate with lrcheck's own loop, and still does."""
+    if ref_framework is None and policy == "accelerate":
+        return PLAIN
+    return ref_framework
 
 
 def _safe(text: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from lrcheck.plan.windows import Window, windows_from_json, windows_to_json
 from lrcheck.spec import RunSpec
 
 
@@ -92,7 +93,8 @@ class RunTrace:
     ``skipped`` (every run with a GradScaler: its skipped steps, maybe none), ``wall_seconds``
     (a run launched through torchrun: its wall time, start-up included), ``launch`` (set where
     how it ran is not what its spec says: the reference trained on rank 0 of the candidate's
-    job) and ``schedule`` (a schedule stepped without a model)."""
+    job), ``schedule`` (a schedule stepped without a model) and ``windows`` (a trained run: the
+    samples behind each update as fed, and their weights; ``plan/windows.py``)."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -110,6 +112,7 @@ class RunTrace:
     launch: str | None = None
     schedule: ScheduleTrace | None = None
     source: str | None = None
+    windows: list[Window] | None = None
 
     @property
     def metrics(self) -> dict[str, float] | None:
@@ -167,11 +170,13 @@ class RunTrace:
             wall_seconds=_maybe(float, data.get("wall_seconds")),
             launch=data.get("launch"),
             source=None if isinstance(data["spec"], dict) else data["spec"],
+            windows=None if "windows" not in data else windows_from_json(data["windows"]),
         )
 
-    def to_dict(self, pinned: Iterable[int] = ()) -> dict[str, Any]:
+    def to_dict(self, pinned: Iterable[int] = (), windows: bool = False) -> dict[str, Any]:
         """The run in ``result.json``. ``pinned``: updates a schedule's thinned ``updates``
-        keeps with their neighbours (where the checks found the runs part)."""
+        keeps with their neighbours (where the checks found the runs part). ``windows``: with
+        the samples behind every update (a worker's hand-off; a report leaves them out)."""
         optional = {
             "resumed": None if self.resumed is None else asdict(self.resumed),
             "skipped": None if self.skipped is None else [asdict(s) for s in self.skipped],
@@ -194,6 +199,8 @@ class RunTrace:
             "seconds": round(self.seconds, 3),
             **{key: value for key, value in optional.items() if value is not None},
             **(self.schedule.summary(pinned) if self.schedule is not None else {}),
+            **({"windows": windows_to_json(self.windows)}
+               if windows and self.windows is not None else {}),
         }
 
 

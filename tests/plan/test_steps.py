@@ -59,8 +59,8 @@ def test_policy_decides_the_unit_of_total_and_warmup_steps(policy, total, warmup
 def test_accelerate_sizes_the_schedule_in_updates_of_the_single_process_loader():
     """AcceleratedScheduler steps once per process on every update, so the schedule counts the
     updates of the unprepared single-process loader: this run's updates times world."""
-    one = schedule_context(plan_steps(1437, 16, 2, 1, 5, "drop"), "accelerate", 0.1)
+    one = schedule_context(plan_steps(1437, 16, 2, 1, 5, "drop"), "per-update", 0.1, "accelerate")
     assert (one.total_steps, one.warmup_steps) == (220, 22)
-    two = schedule_context(plan_steps(1437, 8, 2, 2, 5, "drop"), "accelerate", 0.1)
+    two = schedule_context(plan_steps(1437, 8, 2, 2, 5, "drop"), "per-update", 0.1, "accelerate")
     assert two.total_updates == 220 and two.micro_batches_per_epoch == 88
     assert (two.total_steps, two.warmup_steps) == (440, 44)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
+from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.policies import POLICIES
 
 if TYPE_CHECKING:  # numpy stays off the import path of `lrcheck --help`
@@ -106,13 +107,14 @@ def plan_steps(num_samples: int, bs: int, accum: int, world: int, epochs: int,
                     total_micro)
 
 
-def schedule_context(plan: StepPlan, policy: str, warmup: float) -> ScheduleContext:
-    """The context for ``plan`` under ``policy`` with ``warmup`` as a fraction of the run."""
+def schedule_context(plan: StepPlan, policy: str, warmup: float,
+                     framework: str = PLAIN) -> ScheduleContext:
+    """The context for ``plan`` under ``policy`` (trained through ``framework``) with ``warmup``
+    as a fraction of the run."""
     warmup_updates = round(warmup * plan.total_updates)
-    unit = POLICIES[policy]
-    if unit.lengths_in_micro_batches:
+    if POLICIES[policy].lengths_in_micro_batches:
         total_steps, warmup_steps = plan.total_micro_batches, warmup_updates * plan.accum
-    elif unit.lengths_times_world:
+    elif FRAMEWORKS[framework].lengths_times_world:
         total_steps, warmup_steps = plan.total_updates * plan.world, warmup_updates * plan.world
     else:
         total_steps, warmup_steps = plan.total_updates, warmup_updates

@@ -11,9 +11,10 @@ from typing import Any
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
+from lrcheck.plan.frameworks import PLAIN
 from lrcheck.runner import plain
 from lrcheck.runner.dist.fault import fault_hook
-from lrcheck.runner.frameworks import accelerate
+from lrcheck.runner.frameworks import adapter
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 from lrcheck.version import __version__
@@ -69,9 +70,10 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
                on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
     data = load_data(spec.task, spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
-    if spec.policy == "accelerate":
-        # Accelerate sets up (or finds) the process group itself.
-        return guarded(f"the {role} run{where}", lambda: accelerate.train(
+    if spec.framework != PLAIN:
+        # A framework sets up (or finds) the process group itself.
+        train = adapter(spec.framework)
+        return guarded(f"the {role} run{where}", lambda: train(
             spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
     return guarded(f"the {role} run{where}", lambda: plain.train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,

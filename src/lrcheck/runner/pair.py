@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import Interrupted, SpecError, stop_words
-from lrcheck.plan.policies import require_extra
+from lrcheck.plan.frameworks import require_framework
 from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
@@ -168,7 +168,9 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
         check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
     check_memory([(run, load_data(run.task, run.seed, run.samples)) for run in (*others, spec)])
     device = resolve_device(spec.device)
-    frameworks = require_extra(spec.policy)  # a missing extra is bad input: say so now
+    frameworks: dict[str, str] = {}
+    for run in (*others, spec):  # a missing extra is bad input: say so now
+        frameworks.update(require_framework(run.framework))
     return device, {**environment(device, spec.world), **frameworks}
 
 

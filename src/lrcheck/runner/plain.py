@@ -75,7 +75,7 @@ class _Loop:
         self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
         self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
                                spec.tail)
-        self.ctx = schedule_context(self.plan, spec.policy, spec.warmup)
+        self.ctx = schedule_context(self.plan, spec.policy, spec.warmup, spec.framework)
         self.recording = Recording(spec, self.plan, self.ctx, data, device=device,
                                    on_update=on_update)
         self.every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch

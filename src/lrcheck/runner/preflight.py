@@ -20,7 +20,7 @@ def check_plan(spec: RunSpec, num_samples: int) -> None:
     point inside the run, injected overflows at updates the run makes."""
     plan = plan_steps(num_samples, spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
     check_warmup(spec.scheduler, spec.warmup,
-                 lambda warmup: schedule_context(plan, spec.policy, warmup))
+                 lambda warmup: schedule_context(plan, spec.policy, warmup, spec.framework))
     resume_point(spec, plan)
     late = [k for k in spec.inject_overflow if k >= plan.total_updates]
     if late:

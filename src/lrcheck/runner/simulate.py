@@ -60,7 +60,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
     started = time.perf_counter()
     plan = plan_steps(spec.samples if num_samples is None else num_samples, spec.bs, spec.accum,
                       spec.world, spec.epochs, spec.tail)
-    ctx = schedule_context(plan, spec.policy, spec.warmup)
+    ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
     optimizer = make_optimizer(spec, torch.nn.Linear(1, 1))
     scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
     every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import SpecError
-from lrcheck.spec import PairSpec, RunSpec, Tolerances
+from lrcheck.plan.frameworks import FRAMEWORKS
+from lrcheck.spec import PairSpec, RunSpec, Tolerances, reference_framework
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +33,7 @@ EXPECTS = ("pass", "fail")
 # Suite key → RunSpec field, where they differ.
 RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"nproc": "world"}
 TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
-PAIR_KEYS = ("ref_bs", "ref_nproc")
+PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework")
 META_KEYS = ("name", "expect")
 KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
@@ -41,7 +42,12 @@ UPDATE_LIST_KEYS = ("inject_overflow",)
 # What a key's value needs from the other keys to be checked on its own. Whether the pair's
 # other keys provide it is checked once they are merged, as the command line checks its flags
 # together: amp = "fp16" may stand in [defaults] and dtype = "float32" in the [[pair]].
-NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"}}
+NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"},
+         "drop_last": {"framework": "transformers"}, "even_batches": {"framework": "transformers"},
+         "trainer_loss": {"framework": "transformers"},
+         "lightning_sampler": {"framework": "lightning"}}
+# Keys whose value is true or false.
+BOOL_KEYS = ("drop_last", "even_batches")
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -133,6 +139,8 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
         candidate = RunSpec(**run)
         pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
                               ref_world=values.get("ref_nproc", 1),
+                              ref_framework=reference_framework(
+                                  str(values.get("policy", "")), values.get("ref_framework")),
                               tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp,
                                                               **tol))
     except SpecError as exc:
@@ -194,6 +202,9 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
         items = value if isinstance(value, list) else [value]
         if not all(isinstance(k, int) and not isinstance(k, bool) for k in items):
             raise bad(f"expected update numbers, such as [3, 7] or 3, got {value!r}")
+    elif key in BOOL_KEYS:
+        if not isinstance(value, bool):
+            raise bad(f"expected true or false, got {value!r}")
     elif isinstance(value, (bool, dict, list)):
         raise bad(f"expected a number or a string, got {value!r}")
     if key == "expect":
@@ -205,6 +216,9 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     elif key == "ref_bs":
         if value != "auto" and not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1 or \"auto\" (bs·accum·nproc), got {value!r}")
+    elif key == "ref_framework":
+        if value not in FRAMEWORKS:
+            raise bad(f"{value!r} is not known; choose one of: {', '.join(FRAMEWORKS)}")
     elif key == "ref_nproc":
         if not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1, got {value!r}")

@@ -117,7 +117,7 @@ def write_trace(folder: Path, trace: RunTrace, role: str) -> None:
             np.save(f, trace.params)
 
     _replace_into(params_path(folder, role), save_params)
-    _write_json(trace_path(folder, role), trace.to_dict())
+    _write_json(trace_path(folder, role), trace.to_dict(windows=True))
 
 
 def read_trace(folder: Path, role: str) -> RunTrace | None:

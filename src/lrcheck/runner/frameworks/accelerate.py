@@ -1,4 +1,4 @@
-"""The ``accelerate`` policy: the candidate trained through the real HF Accelerate.
+"""``--framework accelerate``: a run trained through the real HF Accelerate.
 
 The loop is the one Accelerate's documentation shows: ``prepare()`` the model, optimizer,
 dataloader and scheduler, then on every micro-batch ``with accelerator.accumulate(model)``,
@@ -7,7 +7,7 @@ dataloader and scheduler, then on every micro-batch ``with accelerator.accumulat
 chooses the data (its own order, through a sampler Accelerate's prepared loader drives), the
 loss normalisation, and what it records.
 
-The schedule is sized by Accelerate's convention (``policies.Policy.lengths_times_world``): in
+The schedule is sized by Accelerate's convention (``frameworks.Framework.lengths_times_world``): in
 updates of the unprepared single-process dataloader, because ``AcceleratedScheduler`` steps it
 once per process on every optimizer step.
 """
@@ -22,8 +22,8 @@ import torch
 
 from lrcheck.errors import RunError
 from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
+from lrcheck.plan.frameworks import require_framework
 from lrcheck.plan.order import GlobalBatch, dealt_order, global_batches
-from lrcheck.plan.policies import require_extra
 from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.runner.build import as_input, build
 from lrcheck.runner.loss import item_losses, micro_batch_loss
@@ -60,7 +60,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           on_start: Callable[[], None] | None = None) -> RunTrace:
     """``plain.train``'s contract, trained through HF Accelerate. Under torchrun Accelerate finds
     the processes itself; ``rank`` and ``spec.world`` must agree with what it found."""
-    require_extra(spec.policy)
+    require_framework(spec.framework)
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
     from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin
@@ -88,7 +88,7 @@ def _train(spec: RunSpec, data: Dataset, accelerator: Accelerator,
            on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
     """Accelerate's objects built for ``spec``, the recording attached, trained."""
     plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
-    ctx = schedule_context(plan, spec.policy, spec.warmup)
+    ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
     recording = Recording(spec, plan, ctx, data, device=accelerator.device, on_update=on_update)
     run = _Run(spec, data, accelerator, recording)
     if on_start is not None:

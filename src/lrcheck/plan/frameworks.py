@@ -1,0 +1,73 @@
+"""The frameworks a run can train through (``--framework``), as data: which optional dependency
+each needs, whether it owns the epoch (cuts each epoch into windows itself, so that lrcheck's
+``--tail`` gives way to the framework's own end of epoch and ``--drop-last``), how it sizes a
+schedule, and which of lrcheck's settings apply to it.
+
+``plain`` is lrcheck's own exact loop (``runner/plain.py``), where ``--policy`` applies; every
+other framework decides itself when the optimizer and the scheduler step.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from lrcheck.errors import SpecError
+
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    description: str
+    module: str | None = None  # what it imports, and the extra of the lrcheck package it needs
+    owns_epoch: bool = False
+    # Accelerate's AcceleratedScheduler steps once per process on each optimizer step
+    # (split_batches=False): a schedule is sized in updates of the single-process loader, this
+    # run's updates times world (accelerate #1382).
+    lengths_times_world: bool = False
+    # lrcheck's built-in schedules the framework's own schedule names stand for (None: any).
+    schedulers: dict[str, str] | None = None
+    # The command-line settings that apply to it.
+    settings: tuple[str, ...] = ()
+
+    @property
+    def extra(self) -> str | None:
+        return self.module
+
+
+# Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
+TRAINER_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+_FRAMEWORKS = [
+    Framework(PLAIN, "lrcheck's own loop: exact, --policy says when the schedule steps",
+              settings=("--policy", "--tail", "--loss-norm", "--amp", "--resume-at")),
+    Framework("accelerate", "HF Accelerate, run for real: prepare, accumulate, backward; "
+              "lrcheck's loss normalisation", module="accelerate", lengths_times_world=True,
+              settings=("--tail", "--loss-norm", "--drop-last", "--no-even-batches")),
+    Framework("transformers", "the Transformers Trainer, run for real: its loop, loss scaling, "
+              "last window and schedule (lr_scheduler_type)", module="transformers",
+              owns_epoch=True, schedulers=TRAINER_SCHEDULES,
+              settings=("--drop-last", "--trainer-loss", "--no-even-batches")),
+    Framework("lightning", "PyTorch Lightning, run for real: Trainer.fit with "
+              "accumulate_grad_batches; schedule sized by estimated_stepping_batches",
+              module="lightning", owns_epoch=True,
+              settings=("--drop-last", "--lightning-sampler")),
+]
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in _FRAMEWORKS}
+
+
+def require_framework(name: str) -> dict[str, str]:
+    """``{module: version}`` of what framework ``name`` trains through (``{}`` for ``plain``);
+    a ``SpecError`` naming the install command when it is not installed."""
+    module = FRAMEWORKS[name].module
+    if module is None:
+        return {}
+    try:
+        found = importlib.import_module(module)
+    except ImportError:
+        raise SpecError(f"--framework {name} trains through {module}, which is not installed; "
+                        f"install it with: pip install 'lrcheck[{module}]'") from None
+    return {module: str(found.__version__)}

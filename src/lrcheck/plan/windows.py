@@ -1,0 +1,97 @@
+"""Windows: the samples behind each optimizer update, micro-batch by micro-batch and rank by
+rank, with the weight each micro-batch's mean loss has in the update's gradient.
+
+lrcheck's own loop is planned (``planned_windows``: the order of ``order.py`` and the loss
+normalisation of ``runner/loss.py``); a framework's windows are recorded as it really fed them
+(every item carries its sample id) and weighed as it really weighed them (the gradient that
+reached each micro-batch's mean loss in the backward pass). The ``data`` check compares the
+samples, the diagnosis of a ``params`` or ``loss`` failure reads both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from lrcheck.plan.order import global_batches, micro_batches, rank_share
+from lrcheck.plan.steps import StepPlan
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of one rank as fed: its sample ids, and the weight its mean loss had in
+    the update's gradient once the ranks' gradients were averaged (None: not measured). The
+    mean over the whole window weighs it ``items / window items``."""
+
+    rank: int
+    ids: np.ndarray
+    weight: float | None
+
+    def to_json(self) -> list[Any]:
+        return [self.rank, self.ids.tolist(), self.weight]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Any]) -> MicroBatch:
+        return cls(int(data[0]), np.asarray(data[1], dtype=np.int64),
+                   None if data[2] is None else float(data[2]))
+
+
+Window = tuple[MicroBatch, ...]
+
+
+def window_ids(window: Window) -> np.ndarray:
+    """Every sample id behind the update, over its micro-batches and ranks."""
+    if not window:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate([m.ids for m in window])
+
+
+def rank_sizes(window: Window) -> dict[int, list[int]]:
+    """Per rank, the sizes of its micro-batches in the order fed."""
+    sizes: dict[int, list[int]] = {}
+    for m in window:
+        sizes.setdefault(m.rank, []).append(len(m.ids))
+    return dict(sorted(sizes.items()))
+
+
+def windows_to_json(windows: Sequence[Window]) -> list[list[list[Any]]]:
+    return [[m.to_json() for m in w] for w in windows]
+
+
+def windows_from_json(data: Sequence[Sequence[Sequence[Any]]]) -> list[Window]:
+    return [tuple(MicroBatch.from_json(m) for m in w) for w in data]
+
+
+def planned_windows(plan: StepPlan, seed: int, items: np.ndarray,
+                    loss_norm: str) -> list[Window]:
+    """lrcheck's own loop's windows for ``plan``: ``order.py``'s micro-batches and rank shares,
+    each weighted as ``runner/loss.micro_batch_loss`` weighs it (``items``: loss items per
+    sample)."""
+    windows: list[Window] = []
+    for batch in global_batches(plan.num_samples, plan.effective_batch, plan.epochs, seed,
+                                plan.tail):
+        total = int(items[batch.indices].sum())
+        micro = micro_batches(batch.indices, plan.micro_batch_size, plan.world)
+        window = []
+        for m in micro:
+            for r in range(plan.world):
+                ids = rank_share(m, r, plan.world)
+                n = int(items[ids].sum())
+                # global: sum / window items; mean: the micro-batch's mean / accum, averaged
+                # over the ranks by DDP.
+                weight = n / total if loss_norm == "global" else 1 / (plan.accum * plan.world)
+                window.append(MicroBatch(r, ids, weight))
+        windows.append(tuple(window))
+    return windows
+
+
+def fraction_text(value: float, limit: int = 64) -> str:
+    """``0.5`` as ``1/2``; a value no small fraction gives, with 3 significant digits."""
+    close = Fraction(value).limit_denominator(limit)
+    if abs(float(close) - value) <= 1e-9 * max(1.0, abs(value)):
+        return str(close)
+    return f"{value:.3g}"
