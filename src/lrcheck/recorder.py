@@ -50,14 +50,19 @@ class Recorder:
         file ``lrcheck diff`` would reject later."""
         self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
 
-    def log(self, *, lr: Sequence[float], samples: int, loss: Any = None) -> None:
-        """The same as ``record`` for code that has the LRs already (a framework's callback)."""
+    def log(self, *, lr: Sequence[float], samples: int, loss: Any = None,
+            fingerprint: Sequence[float] | None = None) -> None:
+        """The same as ``record`` for code that has the LRs already (a framework's callback);
+        ``fingerprint``: the parameters after the update, in brief
+        (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``."""
         count = _samples(samples)
         if not self.enabled or self._file is None:
             return
         self.samples_seen += count
         line = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
+        if fingerprint is not None:
+            line["fingerprint"] = [float(v) for v in fingerprint]
         self._file.write(json.dumps(line) + "\n")
         self._file.flush()
         self.step += 1

@@ -36,9 +36,9 @@ TRAINER_LOSSES = ("mean", "num-items")
 LIGHTNING_SAMPLERS = ("distributed", "own")
 # Settings that only some frameworks have: (flag, default, the frameworks it applies to).
 _FRAMEWORK_SETTINGS = {
-    "drop_last": ("--drop-last", False, ("accelerate", "transformers", "lightning")),
+    "drop_last": ("--drop-last", False, ("transformers", "lightning")),
     "trainer_loss": ("--trainer-loss", "mean", ("transformers",)),
-    "even_batches": ("--no-even-batches", True, ("accelerate", "transformers")),
+    "even_batches": ("--no-even-batches", True, ("transformers",)),
     "lightning_sampler": ("--lightning-sampler", "distributed", ("lightning",)),
 }
 

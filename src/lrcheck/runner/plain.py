@@ -25,6 +25,7 @@ from lrcheck.experiments.tasks import Dataset
 from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.plan.windows import planned_windows
 from lrcheck.runner import resume
 from lrcheck.runner.amp import amp_autocast, make_scaler, optimizer_step
 from lrcheck.runner.build import Parts, as_input, build
@@ -64,7 +65,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             loop.recording.resumed = Resumed(progress.update, progress.micro_done,
                                              path.stat().st_size)
         loop.run(parts, progress, None)
-    return loop.recording.finish()
+    return loop.recording.finish(planned_windows(loop.plan, spec.seed, loop.items, spec.loss_norm))
 
 
 class _Loop:

@@ -7,11 +7,13 @@ A loop calls, for each optimizer update:
   param group uses (DESIGN.md, "the contract"), and how many times ``scheduler.step()`` had run;
 - ``step_scheduler(scheduler, update)`` in place of ``scheduler.step()``: a schedule that raises
   ends the run there with the reason in ``stopped`` — a finding, not a crash;
-- ``update(step, loss, samples_seen, epoch)`` once the update's loss is known (summed over the
-  ranks): the ``UpdateRecord``, the parameters after the update and the progress hook;
+- ``update(step, loss, samples_seen, epoch, window)`` once the update's loss is known (summed
+  over the ranks): the ``UpdateRecord``, the parameters after the update, the samples it was
+  fed (a framework's, as recorded by ``integrations.core.Tap``) and the progress hook;
 
 and ``end_epoch(net, epoch, after_update)`` after each epoch (accuracy and macro-F1 on the test
-split). ``finish()`` returns the ``RunTrace``.
+split). ``finish(windows)`` returns the ``RunTrace`` (lrcheck's own loop passes its planned
+windows, a framework's adapter those gathered from every rank).
 
 Recording stays cheap (BENCHMARKS.md, "recording"): the snapshot of the parameters is one
 ``torch.cat`` of flat views made once per model into a row of a tensor allocated once per run,
@@ -28,6 +30,7 @@ import torch
 
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
+from lrcheck.plan.windows import Window
 from lrcheck.runner.build import as_input
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
@@ -81,6 +84,7 @@ class Recording:
         self._steps_at_read = 0
         self._snapshots: torch.Tensor | None = None
         self._beyond: list[torch.Tensor] = []  # snapshots of updates past the plan
+        self.windows: list[Window] = []  # this rank's, as fed
 
     def attach(self, net: torch.nn.Module) -> None:
         """Record ``net``'s parameters from now on (again after a resume builds a new model)."""
@@ -117,10 +121,13 @@ class Recording:
         self.skipped.append(SkippedStep(update, scheduler_steps))
 
     def update(self, step: int, loss: torch.Tensor | float, samples_seen: int,
-               epoch: int) -> None:
+               epoch: int, window: Window | None = None) -> None:
         """Update ``step`` is done: its record (with what ``before_step`` read), the parameters
         after it, and the progress hook. ``loss``: the update's loss over all ranks; a tensor is
-        read here, the one wait for the device in an update."""
+        read here, the one wait for the device in an update. ``window``: this rank's samples
+        behind it as fed, where a framework fed them."""
+        if window is not None:
+            self.windows.append(window)
         record = UpdateRecord(step, self._lr, float(loss), samples_seen, self._steps_at_read,
                               epoch)
         row = len(self.updates)
@@ -138,8 +145,9 @@ class Recording:
         acc, f1 = evaluate(net, self.x_test, self.y_test)
         self.epochs.append(EpochMetrics(epoch, after_update, acc, f1))
 
-    def finish(self) -> RunTrace:
-        """The trace of the run, once it has ended (or stopped)."""
+    def finish(self, windows: list[Window] | None = None) -> RunTrace:
+        """The trace of the run, once it has ended (or stopped); ``windows``: the samples behind
+        every update over all ranks."""
         assert self._snapshots is not None, "attach() a model before the run"
         params = self._snapshots[:len(self.updates) - len(self._beyond)]
         if self._beyond:
@@ -149,7 +157,8 @@ class Recording:
             params=params.cpu().numpy(), planned_updates=self.plan.total_updates,
             context=self.ctx.to_dict(), not_comparable=self.not_comparable,
             stopped=self.stopped, seconds=time.perf_counter() - self.started,
-            resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None)
+            resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None,
+            windows=windows)
 
 
 def recording_bytes(spec: RunSpec, data: Dataset) -> int:

@@ -25,6 +25,7 @@ from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.plan.order import GlobalBatch, dealt_order, global_batches
 from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.plan.windows import planned_windows
 from lrcheck.runner.build import as_input, build
 from lrcheck.runner.loss import item_losses, micro_batch_loss
 from lrcheck.runner.recording import Recording
@@ -94,7 +95,8 @@ def _train(spec: RunSpec, data: Dataset, accelerator: Accelerator,
     if on_start is not None:
         on_start()
     run.loop()
-    return recording.finish()
+    # lrcheck's own order and normalisation, which Accelerate's prepared loader follows.
+    return recording.finish(planned_windows(plan, spec.seed, run.items, spec.loss_norm))
 
 
 class _Run:

@@ -1,0 +1,184 @@
+"""What every framework callback records, in one place: per optimizer update, its micro-batches
+(each one's mean loss, loss items, samples, sample ids, and the weight its mean had in the
+gradient), the LR every param group used (read just before ``optimizer.step()``), and at the
+update's end the loss over all ranks as a mean over its items. A ``Sink`` takes each update: a
+Recorder file with a parameter fingerprint (``FileSink``, one's own runs) or lrcheck's
+``Recording`` (``RecordingSink``, ``lrcheck compare --framework``).
+
+The weight is measured, not assumed: a hook on each micro-batch's mean loss receives, during the
+backward pass, the derivative of what the framework back-propagates with respect to that mean —
+the weight the framework gave it (``1/accum`` when it divides each micro-batch's mean by the
+accumulation steps) — and DDP's average over the ranks divides it by the world size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from lrcheck.plan.windows import MicroBatch, Window
+from lrcheck.recorder import Recorder
+
+
+def world_and_rank() -> tuple[int, int]:
+    """This process's (world size, rank) in the default process group; (1, 0) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+class Sink(Protocol):
+    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int | None) -> None:
+        """Just before ``optimizer.step()``."""
+
+    def update(self, loss: float | None, samples: int, epoch: int | None,
+               window: Window) -> None:
+        """An update is done: its loss over every rank (None: no micro-batch had one), its
+        samples over every rank, its epoch, and this rank's micro-batches."""
+
+
+class _Micro:
+    """One micro-batch of this rank, while its update runs; ``weight`` fills in during the
+    backward pass."""
+
+    __slots__ = ("ids", "weight")
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids = ids
+        self.weight: torch.Tensor | None = None
+
+    def take(self, grad: torch.Tensor) -> None:
+        self.weight = grad.detach().reshape(())
+
+
+class Tap:
+    """Collects one update at a time and hands it to ``sink``: ``micro_batch`` for every
+    forward that trains, ``before_step`` just before ``optimizer.step()``, ``end_update`` once
+    the step is done."""
+
+    def __init__(self, sink: Sink, device: torch.device | str | None = None) -> None:
+        self.sink = sink
+        self.world, self.rank = world_and_rank()
+        self.device = device
+        self._micro: list[_Micro] = []
+        self._sums: torch.Tensor | None = None  # loss · items, items, samples, micro-batches
+
+    def micro_batch(self, loss: torch.Tensor | None, items: int | torch.Tensor, samples: int,
+                    ids: torch.Tensor | np.ndarray | Sequence[int] | None = None) -> None:
+        """A micro-batch this rank trains: ``loss`` its mean over its ``items`` loss items (the
+        tensor that is back-propagated from, so its weight can be measured; None when there is
+        no loss), over ``samples`` samples with ``ids``."""
+        micro = _Micro(np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else
+                                  (ids if ids is not None else ()), dtype=np.int64))
+        self._micro.append(micro)
+        if loss is None:
+            row = torch.tensor([0.0, 0.0, float(samples), 1.0], dtype=torch.float64)
+        else:
+            if loss.requires_grad:
+                loss.register_hook(micro.take)
+            n = torch.as_tensor(items, dtype=torch.float64, device=loss.device)
+            row = torch.stack([loss.detach().to(torch.float64) * n, n,
+                               torch.tensor(float(samples), dtype=torch.float64,
+                                            device=loss.device),
+                               torch.ones((), dtype=torch.float64, device=loss.device)])
+        self._sums = row if self._sums is None else self._sums + row.to(self._sums.device)
+
+    def before_step(self, optimizer: torch.optim.Optimizer,
+                    scheduler_steps: int | None = None) -> None:
+        self.sink.before_step(optimizer, scheduler_steps)
+
+    def end_update(self, epoch: int | None = None) -> None:
+        """The update is done: its loss and samples over every rank to the sink (one all-reduce
+        under several processes)."""
+        sums = self._sums if self._sums is not None else torch.zeros(4, dtype=torch.float64)
+        if self.world > 1:
+            if self.device is not None:
+                sums = sums.to(self.device)
+            dist.all_reduce(sums)
+        loss_items, items, samples, _ = sums.tolist()
+        window = tuple(MicroBatch(self.rank, m.ids,
+                                  None if m.weight is None else float(m.weight) / self.world)
+                       for m in self._micro)
+        self._micro, self._sums = [], None
+        self.sink.update(loss_items / items if items else None, int(samples), epoch, window)
+
+    def gathered(self, windows: list[Window]) -> list[Window] | None:
+        """Every rank's ``windows`` merged, update by update, on rank 0 (None on the others);
+        one collective under several processes."""
+        if self.world == 1:
+            return windows
+        parts: list[Any] = [None] * self.world if self.rank == 0 else []
+        dist.gather_object(windows, parts if self.rank == 0 else None, dst=0)
+        if self.rank != 0:
+            return None
+        count = max(len(p) for p in parts)
+        return [tuple(m for p in parts if k < len(p) for m in p[k]) for k in range(count)]
+
+
+def fingerprint(params: Iterable[torch.Tensor]) -> list[float]:
+    """Two numbers per parameter tensor, flat: its sum (accumulated in float64) and its largest
+    absolute value. Moving any one element by ``d`` moves its tensor's sum by ``d``; comparing
+    the sums relative to the largest absolute value is the ``params`` check's
+    ``max|Δp| / max|p|`` for such a move. Two reductions per tensor, no copy of the
+    parameters, memory O(number of tensors)."""
+    with torch.no_grad():
+        tensors = [p.detach() for p in params]
+        if not tensors:
+            return []
+        sums = torch.stack([t.sum(dtype=torch.float64) for t in tensors])
+        peaks = torch.stack([torch.linalg.vector_norm(t, float("inf")).to(torch.float64)
+                             if t.numel() else torch.zeros((), dtype=torch.float64,
+                                                           device=t.device)
+                             for t in tensors])
+        return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
+
+
+class FileSink:
+    """A Recorder line per update (rank 0 writes): step, samples_seen, the LR of every group,
+    the loss, and every ``every``-th update a ``fingerprint`` of ``params()``."""
+
+    def __init__(self, path: str | Path, params: Any, *, every: int = 1,
+                 append: bool = False) -> None:
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        _, rank = world_and_rank()
+        self.recorder = Recorder(path, append=append, enabled=rank == 0)
+        self.params, self.every = params, every
+        self._lr: list[float] = []
+
+    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int | None) -> None:
+        self._lr = [float(g["lr"]) for g in optimizer.param_groups]
+
+    def update(self, loss: float | None, samples: int, epoch: int | None,
+               window: Window) -> None:
+        if not self.recorder.enabled:
+            return
+        fp = (fingerprint(self.params()) if self.recorder.step % self.every == 0 else None)
+        self.recorder.log(lr=self._lr, samples=max(samples, 1), loss=loss, fingerprint=fp)
+
+    def close(self) -> None:
+        self.recorder.close()
+
+
+class RecordingSink:
+    """Updates into lrcheck's ``Recording`` (``lrcheck compare --framework``): the parameters
+    after each update as snapshots, the windows kept for the ``data`` check."""
+
+    def __init__(self, recording: Any) -> None:
+        self.recording = recording
+        self.samples_seen = 0
+
+    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int | None) -> None:
+        self.recording.before_step(optimizer, scheduler_steps or 0)
+
+    def update(self, loss: float | None, samples: int, epoch: int | None,
+               window: Window) -> None:
+        self.samples_seen += samples
+        self.recording.update(len(self.recording.updates),
+                              float("nan") if loss is None else loss, self.samples_seen,
+                              epoch or 0, window)
