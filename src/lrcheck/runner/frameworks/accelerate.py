@@ -14,19 +14,19 @@ once per process on every optimizer step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from lrcheck.errors import RunError
 from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
 from lrcheck.plan.frameworks import require_framework
-from lrcheck.plan.order import GlobalBatch, dealt_order, global_batches
+from lrcheck.plan.order import global_batches
 from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.plan.windows import planned_windows
 from lrcheck.runner.build import as_input, build
+from lrcheck.runner.frameworks.common import PlannedOrder
 from lrcheck.runner.loss import item_losses, micro_batch_loss
 from lrcheck.runner.recording import Recording
 from lrcheck.spec import RunSpec
@@ -34,26 +34,6 @@ from lrcheck.trace import OnUpdate, RunTrace
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
-
-
-class PlannedOrder(torch.utils.data.Sampler[int]):
-    """lrcheck's data order as a sampler with ``set_epoch``, the way Accelerate's prepared
-    loader expects one: batches of ``bs`` cut from epoch ``e``'s stream and dealt round-robin to
-    the processes are exactly each rank's micro-batches (``order.dealt_order``)."""
-
-    def __init__(self, batches: list[GlobalBatch], bs: int, world: int, epochs: int) -> None:
-        self._streams = [np.concatenate([dealt_order(b.indices, bs, world) for b in batches
-                                         if b.epoch == e]) for e in range(epochs)]
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._streams[self.epoch].tolist())
-
-    def __len__(self) -> int:
-        return len(self._streams[self.epoch])
 
 
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
