@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev,accelerate]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,accelerate,transformers,lightning]"
 	touch $(STAMP)
 
 demo: $(STAMP)

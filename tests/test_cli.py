@@ -202,8 +202,9 @@ def test_accelerate_policy_without_the_extra_exits_2_before_training(monkeypatch
     result = invoke("compare", "--policy", "accelerate", *FAST, "--out", str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        "lrcheck: error: --policy accelerate trains through accelerate, which is not installed; "
-        "install it with: pip install 'lrcheck[accelerate]'"]
+        "lrcheck: note: --policy accelerate is now --framework accelerate --ref-framework plain",
+        "lrcheck: error: --framework accelerate trains through accelerate, which is not "
+        "installed; install it with: pip install 'lrcheck[accelerate]'"]
 
 
 @pytest.mark.parametrize("argv", [

@@ -315,6 +315,12 @@ def _saving_incomplete(folder: Path, output: _Output) -> Iterator[None]:
         raise exc.saved_in(write_incomplete(exc.result, folder)) from None
 
 
+def _note(text: str) -> None:
+    """A line on stderr that is not an error: lrcheck did what was asked, and says how."""
+    if _speaks():
+        Console(stderr=True, highlight=False, soft_wrap=True).print(escape(f"lrcheck: note: {text}"))
+
+
 def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
              default: Path | None = None) -> Path:
     """Validate what can be validated before training; the report folder (created when
@@ -386,6 +392,10 @@ def compare_command(
     check_ref_world(ref_nproc, env)
     tolerances = Tolerances.for_dtype(dtype, amp, lr=tol_lr, params=tol_params, loss=tol_loss,
                                       metrics=tol_metrics)
+    ref_framework = reference_framework(policy, ref_framework)
+    if policy == "accelerate":  # the spelling before --framework
+        _note("--policy accelerate is now --framework accelerate --ref-framework plain")
+        policy, framework = DEFAULT.policy, "accelerate"
     candidate = RunSpec(task=task, bs=bs, accum=accum, world=candidate_world(nproc, env),
                         epochs=epochs, scheduler=scheduler, warmup=warmup, lr=lr,
                         optimizer=optimizer, policy=policy, tail=tail, loss_norm=loss_norm,
@@ -395,7 +405,7 @@ def compare_command(
                         framework=framework, drop_last=drop_last, trainer_loss=trainer_loss,
                         even_batches=even_batches, lightning_sampler=lightning_sampler)
     pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances,
-                          ref_framework=reference_framework(policy, ref_framework))
+                          ref_framework=ref_framework)
     output = _Output(json=json_out, quiet=quiet, speaks=_speaks())
     raise typer.Exit(_compare(pair, out, timeout, output))
 
