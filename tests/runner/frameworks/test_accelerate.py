@@ -69,7 +69,8 @@ def test_a_schedule_sized_from_the_prepared_loader_is_world_times_too_short(sche
     the prepared loader has the per-rank length, AcceleratedScheduler takes 2 steps a update."""
     from tests.fixtures.schedules import sized_from_prepared_loader
 
-    ctx = schedule_context(plan_steps(1437, 8, 2, 2, EPOCHS, "drop"), "per-update", 0.0, "accelerate")
+    ctx = schedule_context(plan_steps(1437, 8, 2, 2, EPOCHS, "drop"), "per-update", 0.0,
+                           "accelerate")
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.05)
     schedule = sized_from_prepared_loader(optimizer, ctx)
     assert schedule.total_iters == UPDATES
