@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
-TARGETS = ("help", "compare", "record", "trace", "suite", "ddp")
+TARGETS = ("help", "compare", "record", "trace", "suite", "ddp", "transformers", "lightning")
 
 
 class RunFailed(Exception):
@@ -89,12 +89,15 @@ def wall_rss(w: float, r: float) -> str:
 
 # Every workflow against its bare baseline (issue 11): wall time and peak memory.
 WALL_TARGET, RSS_TARGET = 1.1, 1.2
+# lrcheck compare --framework against a bare script training the same two runs in the same
+# framework (issue 12): wall time.
+FRAMEWORK_TARGET = 1.3
 
 
 def add_workflow(table: Table, what: str, lr: tuple[float, float],
-                 bare: tuple[float, float]) -> None:
+                 bare: tuple[float, float], wall_target: float = WALL_TARGET) -> None:
     """Two rows: ``what``'s wall time and its peak RSS, each against the bare run's."""
-    table.add(f"{what} wall", wall_rss(*lr), wall_rss(*bare), lr[0] / bare[0], WALL_TARGET)
+    table.add(f"{what} wall", wall_rss(*lr), wall_rss(*bare), lr[0] / bare[0], wall_target)
     table.add(f"{what} peak RSS", f"{lr[1]:.0f} MiB", f"{bare[1]:.0f} MiB", lr[1] / bare[1],
               RSS_TARGET)
 
@@ -230,6 +233,14 @@ def bench_ddp(table: Table, runs: int, out: Path) -> None:
     add_workflow(table, "2-process pair (--nproc 2 --bs 8 --accum 2)", lr, bare)
 
 
+def bench_framework(table: Table, runs: int, out: Path, framework: str) -> None:
+    lr, bare = alternate(
+        LRCHECK + ["compare", "--framework", framework, "--quiet", "--out",
+                   str(out / framework)],
+        [PY, str(HERE / "framework_baseline.py"), framework], runs)
+    add_workflow(table, f"--framework {framework} (default pair)", lr, bare, FRAMEWORK_TARGET)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -286,7 +297,10 @@ def main() -> None:
                    "record": lambda: bench_record(table, args.runs),
                    "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
                    "suite": lambda: bench_suite(table, args.runs, out),
-                   "ddp": lambda: bench_ddp(table, args.runs, out)}
+                   "ddp": lambda: bench_ddp(table, args.runs, out),
+                   "transformers": lambda: bench_framework(table, args.runs, out,
+                                                           "transformers"),
+                   "lightning": lambda: bench_framework(table, args.runs, out, "lightning")}
         for name in TARGETS:
             if name in only:
                 try:
