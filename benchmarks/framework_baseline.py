@@ -22,7 +22,6 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-
 from baseline import build, evaluate, load, make_schedule
 
 
