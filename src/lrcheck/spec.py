@@ -182,6 +182,18 @@ class RunSpec:
         return self.bs * self.accum * self.world
 
     @property
+    def trained_by(self) -> str:
+        """How the run trains, in a report's words: lrcheck's own loop's policy, or the
+        framework with its settings that differ from their defaults."""
+        if self.framework == PLAIN:
+            return self.policy
+        changed = [f"{flag.removeprefix('--')}"
+                   + ("" if isinstance(default, bool) else f" {getattr(self, name)}")
+                   for name, (flag, default, _) in _FRAMEWORK_SETTINGS.items()
+                   if getattr(self, name) != default]
+        return ", ".join([self.framework, *changed])
+
+    @property
     def label(self) -> str:
         """A short name such as ``bs16x2`` or ``bs8x2x2w``."""
         text = f"bs{self.bs}"

@@ -92,3 +92,11 @@ def test_lrcheck_list_shows_every_framework_and_its_settings():
     for framework in FRAMEWORKS.values():
         assert framework.name in out
     assert "--trainer-loss" in out and "--lightning-sampler" in out
+
+
+def test_a_run_says_how_it_trained_in_a_reports_words():
+    assert RunSpec().trained_by == "per-update"
+    assert RunSpec(framework="transformers").trained_by == "transformers"
+    spec = RunSpec(framework="transformers", trainer_loss="num-items", even_batches=False)
+    assert spec.trained_by == "transformers, trainer-loss num-items, no-even-batches"
+    assert RunSpec(framework="lightning", drop_last=True).trained_by == "lightning, drop-last"

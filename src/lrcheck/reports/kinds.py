@@ -16,17 +16,20 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 
+from lrcheck.plan.frameworks import PLAIN
 from lrcheck.reports.plots import Plot, aligned_lr_plot, loss_plot, lr_plot, metrics_plot
 from lrcheck.reports.table import (
     checks_table,
     files_table,
     files_title,
+    framework_versions,
     metrics_table,
     pair_title,
     trace_table,
     verdict_text,
 )
 from lrcheck.result import Kind, Report
+from lrcheck.spec import RunSpec
 from lrcheck.words import plural
 
 MakePlot = Callable[[Report, Path], Plot]
@@ -87,19 +90,25 @@ def file_settings(report: Report, subject: str) -> list[str]:
             f"lrcheck {report.environment.get('lrcheck')}"]
 
 
+def _how(spec: RunSpec) -> str:
+    """``policy `per-update``` for lrcheck's own loop, ``trained by `transformers, ...``` for a
+    framework."""
+    return (f"policy `{spec.policy}`" if spec.framework == PLAIN
+            else f"trained by `{spec.trained_by}`")
+
+
 def run_settings(report: Report, subject: str) -> list[str]:
     """The bullet list of what was compared: two runs of a ``PairSpec``."""
     ref, cand = report.specs()
     return [
         f"- candidate: bs {cand.bs} × accum {cand.accum} × world {cand.world} "
-        f"(effective {cand.effective_batch}), policy `{cand.policy}`",
-        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, policy `{ref.policy}`",
+        f"(effective {cand.effective_batch}), {_how(cand)}",
+        f"- reference: bs {ref.bs} × accum 1 × world {ref.world}, {_how(ref)}",
         f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
         f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.get('torch')}"
-        + (f", accelerate {report.environment['accelerate']}"
-           if "accelerate" in report.environment else "")
+        + "".join(f", {name} {version}" for name, version in framework_versions(report))
         + f" on {report.environment.get('device')}",
     ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.result import Report
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow",
@@ -22,10 +23,18 @@ def _number(value: float | None) -> str:
 def pair_title(report: Report, subject: str) -> str:
     """The checks table's title for two runs of a ``PairSpec``."""
     ref, cand = report.specs()
-    via = report.environment.get("accelerate")
-    return (f"lrcheck: {cand.label} (world {cand.world}, {cand.policy}) "
-            f"vs {ref.label} (world {ref.world}) · {subject} · {cand.scheduler}"
-            + (f" · accelerate {via}" if via else ""))
+    against = ("" if ref.framework == cand.framework == PLAIN else f", {ref.trained_by}")
+    return (f"lrcheck: {cand.label} (world {cand.world}, {cand.trained_by}) "
+            f"vs {ref.label} (world {ref.world}{against}) · {subject} · {cand.scheduler}"
+            + "".join(f" · {name} {version}" for name, version in framework_versions(report)))
+
+
+def framework_versions(report: Report) -> list[tuple[str, str]]:
+    """The frameworks the two runs trained through, with their versions (from the
+    environment)."""
+    names = {FRAMEWORKS[spec.framework].module for spec in report.specs()}
+    return [(name, str(report.environment[name])) for name in sorted(n for n in names if n)
+            if name in report.environment]
 
 
 def files_title(report: Report, subject: str) -> str:
