@@ -187,3 +187,17 @@ def test_two_processes_without_even_batches_and_num_items_train_like_one():
     last = report.candidate.windows[44]
     assert sorted((m.rank, len(m.ids)) for m in last) == [(0, 8), (0, 8), (1, 5), (1, 8)]
     assert sum(m.weight for m in last) == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_drop_last_keeps_a_lone_micro_batch_with_the_whole_gradient():
+    """dataloader_drop_last drops the last 13 samples of bs 16 but keeps the window of the 89th
+    micro-batch, alone and divided by 1; the bs-32 reference drops 29 and makes 44 updates an
+    epoch, so its schedule is shorter too."""
+    report = through_trainer(bs=16, accum=2, drop_last=True)
+    assert report.check("updates").status == "fail", summary(report)
+    assert (len(report.reference.updates), len(report.candidate.updates)) == (88, 90)
+    assert report.check("lr").first_divergence == 10
+    assert [(len(m.ids), m.weight) for m in report.candidate.windows[44]] == [(16, 1.0)]
+    assert report.candidate.context["micro_batches_per_epoch"] == 89
+    assert report.reference.context["total_steps"] == 88

@@ -138,12 +138,17 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
 
         epoch = 0
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_begin(self, args: Any, state: Any, control: Any, *,
+                           train_dataloader: Any = None, **kwargs: Any) -> None:
             # After the Trainer placed and prepared the model: snapshot what it trains.
             recording.attach(parts.net)
+            # What the Trainer sized its schedule with (set_initial_training_values): its
+            # loader's micro-batches on this rank, updates rounded up, max_steps.
+            micro = len(train_dataloader)
             recording.ctx = dataclasses.replace(
-                recording.ctx, total_steps=state.max_steps,
-                warmup_steps=args.get_warmup_steps(state.max_steps))
+                recording.ctx, micro_batches_per_epoch=micro,
+                updates_per_epoch=-(-micro // spec.accum), total_updates=state.max_steps,
+                total_steps=state.max_steps, warmup_steps=args.get_warmup_steps(state.max_steps))
             if on_start is not None:
                 on_start()
 
