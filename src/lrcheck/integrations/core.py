@@ -46,14 +46,14 @@ class _Micro:
     """One micro-batch of this rank, while its update runs; ``weight`` fills in during the
     backward pass."""
 
-    __slots__ = ("ids", "weight")
+    __slots__ = ("ids", "scale", "weight")
 
-    def __init__(self, ids: np.ndarray) -> None:
-        self.ids = ids
+    def __init__(self, ids: np.ndarray, scale: float = 1.0) -> None:
+        self.ids, self.scale = ids, scale
         self.weight: torch.Tensor | None = None
 
     def take(self, grad: torch.Tensor) -> None:
-        self.weight = grad.detach().reshape(())
+        self.weight = grad.detach().reshape(()) * self.scale
 
 
 class Tap:
@@ -61,20 +61,27 @@ class Tap:
     forward that trains, ``before_step`` just before ``optimizer.step()``, ``end_update`` once
     the step is done."""
 
-    def __init__(self, sink: Sink, device: torch.device | str | None = None) -> None:
+    def __init__(self, sink: Sink, device: torch.device | str | None = None,
+                 processes: tuple[int, int] | None = None) -> None:
         self.sink = sink
-        self.world, self.rank = world_and_rank()
+        # (world, rank): the framework's own view of the processes where it has one (a run of
+        # world 1 may train inside a process group, as the reference rank 0 trains alone).
+        self.world, self.rank = processes or world_and_rank()
         self.device = device
         self._micro: list[_Micro] = []
         self._sums: torch.Tensor | None = None  # loss · items, items, samples, micro-batches
 
     def micro_batch(self, loss: torch.Tensor | None, items: int | torch.Tensor, samples: int,
-                    ids: torch.Tensor | np.ndarray | Sequence[int] | None = None) -> None:
-        """A micro-batch this rank trains: ``loss`` its mean over its ``items`` loss items (the
-        tensor that is back-propagated from, so its weight can be measured; None when there is
-        no loss), over ``samples`` samples with ``ids``."""
+                    ids: torch.Tensor | np.ndarray | Sequence[int] | None = None, *,
+                    scale: float = 1.0) -> None:
+        """A micro-batch this rank trains: ``loss`` its mean over its ``items`` loss items
+        times ``scale`` (the tensor that is back-propagated from, so its weight can be
+        measured; None when there is no loss), over ``samples`` samples with ``ids``. A loss
+        already divided by the window's items (Transformers' ``num_items_in_batch``) is the
+        mean times ``items / window items``: the mean's weight is then the measured one times
+        ``scale``."""
         micro = _Micro(np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else
-                                  (ids if ids is not None else ()), dtype=np.int64))
+                                  (ids if ids is not None else ()), dtype=np.int64), scale)
         self._micro.append(micro)
         if loss is None:
             row = torch.tensor([0.0, 0.0, float(samples), 1.0], dtype=torch.float64)
@@ -82,7 +89,7 @@ class Tap:
             if loss.requires_grad:
                 loss.register_hook(micro.take)
             n = torch.as_tensor(items, dtype=torch.float64, device=loss.device)
-            row = torch.stack([loss.detach().to(torch.float64) * n, n,
+            row = torch.stack([loss.detach().to(torch.float64) / scale * n, n,
                                torch.tensor(float(samples), dtype=torch.float64,
                                             device=loss.device),
                                torch.ones((), dtype=torch.float64, device=loss.device)])
@@ -143,10 +150,10 @@ class FileSink:
     the loss, and every ``every``-th update a ``fingerprint`` of ``params()``."""
 
     def __init__(self, path: str | Path, params: Any, *, every: int = 1,
-                 append: bool = False) -> None:
+                 append: bool = False, rank: int | None = None) -> None:
         if not (isinstance(every, int) and every >= 1):
             raise ValueError(f"every must be a whole number >= 1, got {every!r}")
-        _, rank = world_and_rank()
+        rank = world_and_rank()[1] if rank is None else rank
         self.recorder = Recorder(path, append=append, enabled=rank == 0)
         self.params, self.every = params, every
         self._lr: list[float] = []

@@ -1,0 +1,130 @@
+"""``LrcheckCallback`` for one's own Transformers ``Trainer`` runs::
+
+    from lrcheck.integrations.transformers import LrcheckCallback
+
+    trainer = Trainer(model, args, train_dataset=..., callbacks=[LrcheckCallback("run.jsonl")])
+
+writes a Recorder line per optimizer update (rank 0 writes; every rank takes part): step,
+samples_seen, the LR every param group used (read in ``on_pre_optimizer_step``, just before
+``optimizer.step()``), the update's loss as a mean over its items (labels other than -100,
+summed over every rank), and every ``every``-th update a parameter fingerprint. Compare two runs
+with ``lrcheck diff ref.jsonl cand.jsonl``.
+
+The micro-batches are read by a forward hook on the model, for every forward that trains: the
+loss from its output (``output["loss"]`` or ``output[0]``), the items from ``labels``, the sample
+ids from an ``ids`` argument when the batch carries one. When the Trainer passes
+``num_items_in_batch`` (a model that accepts loss kwargs), the loss is taken to be the
+micro-batch's sum over the whole window's items, as transformers' own models return it.
+
+``lrcheck compare --framework transformers`` records through this same class, into its
+``Recording`` (``sink``) instead of a file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from lrcheck.experiments.tasks import IGNORE_INDEX
+from lrcheck.integrations.core import FileSink, Sink, Tap
+
+
+class LrcheckCallback(TrainerCallback):
+    """Records every optimizer update of the ``Trainer`` it is added to: into the Recorder file
+    ``path`` (with a parameter fingerprint every ``every`` updates; ``append`` to add to an
+    existing file), or into ``sink`` when given (lrcheck's own runs)."""
+
+    def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
+                 sink: Sink | None = None) -> None:
+        if path is None and sink is None:
+            raise ValueError("LrcheckCallback needs a path to write to")
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        self.path, self.every, self.append, self.sink = path, every, append, sink
+        self.tap: Tap | None = None
+        self._hook: Any = None
+        self._first_step = 0
+
+    # The Trainer's events, in the order it calls them (trainer.py, _inner_training_loop and
+    # _run_epoch).
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, *, model: Any = None,
+                       lr_scheduler: Any = None, **kwargs: Any) -> None:
+        # The Trainer has set up its processes by now (a callback is often made before).
+        processes = (args.world_size, args.process_index)
+        sink = self.sink
+        if sink is None:
+            assert self.path is not None
+            sink = FileSink(self.path, model.parameters, every=self.every, append=self.append,
+                            rank=args.process_index)
+        self.tap = Tap(sink, args.device, processes)
+        self._first_step = getattr(lr_scheduler, "last_epoch", 0) or 0
+        self._hook = model.register_forward_hook(self._forward, with_kwargs=True)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, *,
+                              lr_scheduler: Any = None, optimizer: Any = None,
+                              **kwargs: Any) -> None:
+        assert self.tap is not None
+        last = getattr(lr_scheduler, "last_epoch", None)
+        self.tap.before_step(optimizer, None if last is None else last - self._first_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        assert self.tap is not None
+        # state.epoch is epoch + (micro-batches done) / (micro-batches in the epoch): it reaches
+        # e + 1 exactly at the last update of epoch e.
+        epoch = max(math.ceil(state.epoch) - 1, 0) if state.epoch is not None else None
+        self.tap.end_update(epoch)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self.tap is not None:
+            close = getattr(self.tap.sink, "close", None)
+            if close is not None:
+                close()
+
+    def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 output: Any) -> None:
+        """Every forward that trains is a micro-batch of the update in progress."""
+        if not (module.training and torch.is_grad_enabled()) or self.tap is None:
+            return
+        loss = _loss_of(output)
+        labels = kwargs.get("labels")
+        if isinstance(labels, torch.Tensor):
+            items: Any = (labels != IGNORE_INDEX).sum()
+            samples = int(labels.shape[0]) if labels.ndim else 1
+        else:
+            samples = _batch_size(args, kwargs)
+            items = samples
+        scale = 1.0
+        window_items = kwargs.get("num_items_in_batch")
+        if loss is not None and window_items is not None:
+            # The model returned its sum over the window's items (over every rank): the mean
+            # over its own items, times items / window items.
+            scale = float(items) / float(window_items)
+        self.tap.micro_batch(loss, items, samples, kwargs.get("ids"), scale=scale)
+
+
+def _loss_of(output: Any) -> torch.Tensor | None:
+    """The loss a model's output carries, as the Trainer reads it (``compute_loss``)."""
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+    elif isinstance(output, (tuple, list)) and output:
+        loss = output[0]
+    else:
+        loss = getattr(output, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
+
+
+def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Samples in a batch without labels: the first dimension of its first tensor."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.ndim:
+            return int(value.shape[0])
+    return 1
