@@ -9,13 +9,17 @@ each micro-batch's loss, when it steps the optimizer and the schedule, the epoch
 window, ``drop_last``, and — with ``--lightning-sampler distributed``, its default — how its
 ``DistributedSampler`` shards and pads the data.
 
-lrcheck's order wins over the sampler Lightning puts in: the loader's sampler is lrcheck's order
-(``PlannedOrder``), which Lightning, finding neither a ``RandomSampler`` nor a
-``SequentialSampler``, wraps in ``DistributedSamplerWrapper`` with ``shuffle=False``; that
-gives rank ``r`` every ``world``-th sample of lrcheck's global batches in sequence, which is
-exactly lrcheck's share of each micro-batch for rank ``r`` (padded by repeating the epoch's
-first samples when the ranks are uneven). With ``--lightning-sampler own``
-(``use_distributed_sampler=False``) every rank's loader gets its own share directly.
+lrcheck's order wins over the sampler Lightning puts in. Under DDP with
+``use_distributed_sampler=True`` (its default) Lightning replaces a training loader's sampler
+with a ``DistributedSampler`` — its ``DistributedSamplerWrapper`` around a custom sampler — and
+always with ``shuffle=True`` for training (``trainer/connectors/data_connector.py``,
+``_process_dataloader``), which reshuffles any order. It leaves a loader alone whose sampler
+already is a ``DistributedSampler`` (``_requires_distributed_sampler``), so lrcheck hands it that
+same wrapper with Lightning's own arguments but ``shuffle=False``: rank ``r`` gets every
+``world``-th sample of lrcheck's global batches in sequence, exactly lrcheck's share of each
+micro-batch, and Lightning's padding of uneven ranks (the epoch's first samples again) stays.
+With ``--lightning-sampler own`` (``use_distributed_sampler=False``) every rank's loader gets
+its own share directly.
 
 The run is recorded through ``integrations.lightning.LrcheckCallback`` — the callback users add
 to their own Trainer — into the ``Recording`` (``RecordingSink``).
@@ -125,8 +129,11 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int,
     own = spec.lightning_sampler == "own"
     if own and spec.world > 1:
         _same_batch_counts(spec, batches)
-    sampler = PlannedOrder(batches, spec.bs, spec.world, spec.epochs, dealt=False,
-                           rank=rank if own and spec.world > 1 else None)
+    sampler: torch.utils.data.Sampler[int] = PlannedOrder(
+        batches, spec.bs, spec.world, spec.epochs, dealt=False,
+        rank=rank if own and spec.world > 1 else None)
+    if spec.world > 1 and not own:
+        sampler = _distributed(sampler, spec.world, rank)
     loader = torch.utils.data.DataLoader(IdDataset(data, recording.dtype), batch_size=spec.bs,
                                          sampler=sampler, drop_last=spec.drop_last)
     index = torch.device(device).index
@@ -145,6 +152,21 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int,
     trainer.fit(module, train_dataloaders=loader)
     assert callback.tap is not None
     return recording.finish(callback.tap.gathered(recording.windows))
+
+
+def _distributed(order: torch.utils.data.Sampler[int], world: int,
+                 rank: int) -> torch.utils.data.Sampler[int]:
+    """The sampler Lightning puts into a training loader under DDP (``use_distributed_sampler``,
+    its default): its ``DistributedSamplerWrapper`` around lrcheck's order, with Lightning's
+    kwargs (``num_replicas``, ``rank``; ``drop_last=False``, so uneven ranks are padded with the
+    epoch's first samples) — but ``shuffle=False``. Lightning itself would pass
+    ``shuffle=True`` for every training loader, reshuffling any sampler's order; it leaves a
+    loader whose sampler is a ``DistributedSampler`` as it is."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    wrapped: torch.utils.data.Sampler[int] = DistributedSamplerWrapper(
+        order, num_replicas=world, rank=rank, shuffle=False)
+    return wrapped
 
 
 def _same_batch_counts(spec: RunSpec, batches: list[Any]) -> None:
