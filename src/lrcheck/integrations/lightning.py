@@ -128,9 +128,15 @@ class LrcheckCallback(Callback):
         self.tap.end_update(epoch=trainer.current_epoch)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit":
-            return
+        if stage == "fit":
+            self._finish(pl_module)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._finish(pl_module)  # Lightning calls no teardown hook after an exception
+
+    def _finish(self, pl_module: Any) -> None:
         pl_module.__dict__.pop("training_step", None)  # the class's own again
+        self._stepped = False
         if self._owned is not None:
             self._owned.close()
             self._owned = None

@@ -182,3 +182,23 @@ def test_a_users_run_with_a_lone_last_micro_batch_fails_where_it_differs(tmp_pat
     fp_ref = lines(ref)[3]["fingerprint"]
     assert not np.allclose(fp_ref, recorded[3]["fingerprint"], rtol=1e-9, atol=0)
     assert np.allclose(lines(ref)[0]["fingerprint"], recorded[0]["fingerprint"], rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_ctrl_c_comes_through_lightning():
+    """Lightning answers Ctrl-C with sys.exit(1) and SIGINT ignored from then on; the adapter
+    lets the KeyboardInterrupt through and restores the handler."""
+    import signal
+
+    from lrcheck.experiments.tasks import load_data
+    from lrcheck.runner.frameworks.lightning import train
+
+    def stop(record, total):
+        if record.step == 1:
+            raise KeyboardInterrupt
+
+    spec = RunSpec(framework="lightning", task="synthetic", samples=160, epochs=1)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        train(spec, load_data("synthetic", spec.seed, 160), device="cpu", on_update=stop)
+    assert signal.getsignal(signal.SIGINT) is before
