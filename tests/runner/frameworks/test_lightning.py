@@ -3,6 +3,10 @@
 own Trainer."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,11 +17,12 @@ pl = pytest.importorskip("lightning.pytorch", reason="the lightning extra is not
 
 import lrcheck  # noqa: E402
 from lrcheck.errors import RunError  # noqa: E402
-from lrcheck.integrations.lightning import LrcheckCallback, batch_counts  # noqa: E402
+from lrcheck.integrations.lightning import batch_counts  # noqa: E402
 from lrcheck.plan.order import global_batches  # noqa: E402
 from lrcheck.plan.windows import window_ids  # noqa: E402
 from lrcheck.runner.frameworks.lightning import _same_batch_counts  # noqa: E402
 from lrcheck.spec import RunSpec, Tolerances  # noqa: E402
+from tests.fixtures.lightning_user import user_run  # noqa: E402
 
 EPOCHS = 2
 WHOLE = {"task": "synthetic", "samples": 1600}  # 1280 training samples: 40 windows of 32
@@ -115,39 +120,7 @@ def test_batch_counts():
     assert batch_counts((torch.zeros(5, 2), torch.zeros(5)))[:2] == (5, 5)
 
 
-# A user's own Lightning run, recorded with the callback.
-
-class UserModule(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
-                                       torch.nn.Linear(16, 3))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.net(x), y)
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.SGD(self.parameters(), lr=0.5, momentum=0.9)
-        total = self.trainer.estimated_stepping_batches
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1 - s / total)
-        return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
-
-
-def user_run(path, samples: int, bs: int, accum: int, every: int = 1) -> None:
-    generator = torch.Generator().manual_seed(1)
-    x = torch.randn(samples, 8, generator=generator, dtype=torch.float64)
-    y = torch.randint(0, 3, (samples,), generator=generator)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=bs)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=2, precision="64-true",
-                         accumulate_grad_batches=accum, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False,
-                         callbacks=[LrcheckCallback(path, every=every)])
-    trainer.fit(UserModule(), train_dataloaders=loader)
-
+# A user's own Lightning run, recorded with the callback (tests/fixtures/lightning_user.py).
 
 def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -182,6 +155,26 @@ def test_a_users_run_with_a_lone_last_micro_batch_fails_where_it_differs(tmp_pat
     fp_ref = lines(ref)[3]["fingerprint"]
     assert not np.allclose(fp_ref, recorded[3]["fingerprint"], rtol=1e-9, atol=0)
     assert np.allclose(lines(ref)[0]["fingerprint"], recorded[0]["fingerprint"], rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_users_run_on_two_processes_diffs_clean_against_one(tmp_path):
+    """The callback on every rank of a DDP run, rank 0 writing: 2 × bs 8 × accum 2 against
+    bs 32 in one process."""
+    ref, cand = tmp_path / "ref.jsonl", tmp_path / "cand.jsonl"
+    user_run(ref, 128, 32, 1)
+    script = Path(__file__).parents[2] / "fixtures" / "lightning_user.py"
+    root = str(Path(__file__).parents[3])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(root) / "src"), root]),
+           "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node", "2", str(script), str(cand), "128", "8", "2", "1"],
+                   env=env, check=True, timeout=240, capture_output=True)
+    report = lrcheck.diff(ref, cand, tolerances=Tolerances.for_dtype("float64"))
+    assert report.ok, summary(report)
+    fp_ref, fp_cand = (np.array([r["fingerprint"] for r in lines(p)]) for p in (ref, cand))
+    assert fp_cand.shape == fp_ref.shape == (8, 8)
+    assert np.allclose(fp_ref, fp_cand, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow
