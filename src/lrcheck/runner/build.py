@@ -53,11 +53,14 @@ class Parts:
         self.model = self.net
 
 
-def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext, device: str | None) -> Parts:
+def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
+          device: str | None) -> Parts:
     """The task's model seeded by ``spec.seed`` in ``spec.dtype`` (on ``device``; None leaves it
     where it was made, for a framework that places it itself), its optimizer, and the schedule
-    ``spec.scheduler`` made with ``ctx``."""
+    ``spec.scheduler`` made with ``ctx`` (None: no schedule yet, for a framework that sizes it
+    once it knows its own step count)."""
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data).to(device, getattr(torch, spec.dtype))
     optimizer = make_optimizer(spec, net)
-    return Parts(net, optimizer, make_scheduler(spec.scheduler, optimizer, ctx))
+    return Parts(net, optimizer,
+                 None if ctx is None else make_scheduler(spec.scheduler, optimizer, ctx))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from lrcheck.experiments.tasks import Dataset
-from lrcheck.plan.order import GlobalBatch, dealt_order
+from lrcheck.plan.order import GlobalBatch, dealt_order, micro_batches, rank_share
 from lrcheck.runner.build import as_input
 
 # What torchrun puts in a worker's environment; a framework that finds them sets up (or joins)
@@ -63,16 +63,28 @@ class PlannedOrder(torch.utils.data.Sampler[int]):
     round-robin to the ``world`` processes): each global batch ordered so that every rank gets
     exactly its ``rank_share`` of each micro-batch (``order.dealt_order``); otherwise the global
     batches one after the other (a ``DistributedSampler`` without shuffling, which gives rank
-    ``r`` every ``world``-th sample from ``r``, cuts the same shares). A framework that never
-    calls ``set_epoch`` gets the next epoch at each new pass."""
+    ``r`` every ``world``-th sample from ``r``, cuts the same shares). ``rank`` (not dealt): only
+    that rank's stream, its ``rank_share`` of every micro-batch in turn, for a loader of ``bs``
+    on each process that nothing shards further. A framework that never calls ``set_epoch``
+    gets the next epoch at each new pass."""
 
     def __init__(self, batches: list[GlobalBatch], bs: int, world: int, epochs: int,
-                 dealt: bool = True) -> None:
-        self._streams = [np.concatenate([dealt_order(b.indices, bs, world) if dealt
-                                         else b.indices for b in batches if b.epoch == e])
+                 dealt: bool = True, rank: int | None = None) -> None:
+        def stream(indices: np.ndarray) -> np.ndarray:
+            if rank is not None:
+                return np.concatenate([rank_share(m, rank, world)
+                                       for m in micro_batches(indices, bs, world)])
+            return dealt_order(indices, bs, world) if dealt else indices
+
+        self._streams = [np.concatenate([stream(b.indices) for b in batches if b.epoch == e])
                          for e in range(epochs)]
         self.epoch = 0
         self._set = False
+
+    @property
+    def lengths(self) -> list[int]:
+        """Samples in each epoch's stream."""
+        return [len(s) for s in self._streams]
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch, self._set = epoch, True
