@@ -109,9 +109,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scheduler", default="cosine", choices=("cosine", "linear", "wsd"))
     args = parser.parse_args()
+    train_pair(train, args, scheduler=args.scheduler)
+
+
+def train_pair(train, args, **more) -> None:
+    """The reference (bs·accum, accum 1), then the candidate, trained by ``train``; prints their
+    final accuracy and the time both loops took."""
     xt, yt, xe, y_test = load(args.seed)
     started = time.perf_counter()
-    common = dict(epochs=args.epochs, seed=args.seed, scheduler=args.scheduler)
+    common = dict(epochs=args.epochs, seed=args.seed, **more)
     ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, **common)
     cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, **common)
     loop = time.perf_counter() - started

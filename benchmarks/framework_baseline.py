@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import logging
 import tempfile
-import time
 import warnings
 
 import torch
 import torch.nn.functional as F
-from baseline import build, evaluate, load, make_schedule
+from baseline import build, evaluate, make_schedule, train_pair
 
 
 class Pairs(torch.utils.data.Dataset):
@@ -113,15 +112,7 @@ def main() -> None:
     parser.add_argument("--accum", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    train = train_transformers if args.framework == "transformers" else train_lightning
-    xt, yt, xe, y_test = load(args.seed)
-    started = time.perf_counter()
-    common = dict(epochs=args.epochs, seed=args.seed)
-    ref = train(xt, yt, xe, y_test, bs=args.bs * args.accum, accum=1, **common)
-    cand = train(xt, yt, xe, y_test, bs=args.bs, accum=args.accum, **common)
-    loop = time.perf_counter() - started
-    print(f"reference accuracy {ref[0]:.4f} f1 {ref[1]:.4f}; candidate accuracy {cand[0]:.4f} "
-          f"f1 {cand[1]:.4f}; loops {loop:.3f} s")
+    train_pair(train_transformers if args.framework == "transformers" else train_lightning, args)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,15 @@ def fingerprint(params: Iterable[torch.Tensor]) -> list[float]:
         return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
 
 
+def check_target(path: str | Path | None, sink: Sink | None, every: int) -> None:
+    """A callback's arguments: a Recorder file to write (or a sink), a fingerprint every
+    ``every`` >= 1 updates."""
+    if path is None and sink is None:
+        raise ValueError("LrcheckCallback needs a path to write to (or a sink)")
+    if not (isinstance(every, int) and every >= 1):
+        raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+
+
 class FileSink:
     """A Recorder line per update (rank 0 writes): step, samples_seen, the LR of every group,
     the loss, and every ``every``-th update a ``fingerprint`` of ``params()``."""

@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch import Callback
 
 from lrcheck.experiments.tasks import IGNORE_INDEX
-from lrcheck.integrations.core import FileSink, Sink, Tap
+from lrcheck.integrations.core import FileSink, Sink, Tap, check_target
 
 
 def batch_counts(batch: Any) -> tuple[int | torch.Tensor, int, torch.Tensor | None]:
@@ -75,10 +75,7 @@ class LrcheckCallback(Callback):
 
     def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
                  sink: Sink | None = None) -> None:
-        if sink is None and path is None:
-            raise ValueError("LrcheckCallback needs a path to write (or a sink)")
-        if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        check_target(path, sink, every)
         self.path, self.every, self.append, self.sink = path, every, append, sink
         self.tap: Tap | None = None
         self._owned: FileSink | None = None

@@ -31,7 +31,7 @@ import torch
 from transformers import TrainerCallback
 
 from lrcheck.experiments.tasks import IGNORE_INDEX
-from lrcheck.integrations.core import FileSink, Sink, Tap
+from lrcheck.integrations.core import FileSink, Sink, Tap, check_target
 
 
 class LrcheckCallback(TrainerCallback):
@@ -41,10 +41,7 @@ class LrcheckCallback(TrainerCallback):
 
     def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
                  sink: Sink | None = None) -> None:
-        if path is None and sink is None:
-            raise ValueError("LrcheckCallback needs a path to write to")
-        if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        check_target(path, sink, every)
         self.path, self.every, self.append, self.sink = path, every, append, sink
         self.tap: Tap | None = None
         self._hook: Any = None
