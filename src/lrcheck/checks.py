@@ -3,6 +3,7 @@ results. Nothing here trains, prints or writes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -413,10 +414,37 @@ def check_aligned_updates(ref: RunTrace, cand: RunTrace,
                        f"{len(ref.updates)} in both files, at the same samples_seen")
 
 
+def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarray | None],
+                       pairs: tuple[np.ndarray, np.ndarray], tol: float) -> CheckResult:
+    """``params`` from parameter fingerprints (``integrations.core.fingerprint``: per tensor its
+    sum and largest absolute value, rows of ``(tensors, 2)``) on the aligned updates where both
+    files have one: ``max |Δsum| / max maxabs_ref`` over the tensors, at most ``tol``."""
+    both = [(int(i), int(j)) for i, j in zip(*pairs, strict=True)
+            if ref[i] is not None and cand[j] is not None]
+    if not both:
+        return CheckResult("params", SKIP, None, None,
+                           "not recorded: no update has a parameter fingerprint in both files")
+    diff, scale = np.empty(len(both)), np.empty(len(both))
+    for row, (i, j) in enumerate(both):
+        a, b = ref[i], cand[j]
+        assert a is not None and b is not None
+        if a.shape != b.shape:
+            return CheckResult("params", FAIL, None, i,
+                               f"the fingerprints at update {i} cover "
+                               f"{plural(len(a), 'parameter tensor')} in the reference, {len(b)} "
+                               "in the candidate: not the same model")
+        diff[row] = np.max(np.abs(b[:, 0] - a[:, 0]), initial=0.0)
+        scale[row] = np.max(a[:, 1], initial=0.0)
+    result = _relative("params", diff, scale, tol, None, np.array([i for i, _ in both]))
+    return replace(result, detail=f"{result.detail}, from parameter fingerprints "
+                                  "(per tensor: |Δsum| / max|p|)")
+
+
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
-    ``samples_seen``. ``updates``, ``lr`` and ``loss`` (where both files recorded one) apply;
-    ``data``, ``params`` and ``metrics`` are not recorded."""
+    ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
+    ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
+    are not recorded."""
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
@@ -434,6 +462,14 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                for name in ("data", "params", "metrics")}
     found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
              "loss": loss}
+    if ref.fingerprints is not None and cand.fingerprints is not None:
+        found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
+                                             tol.params)
+    elif ref.fingerprints is not None or cand.fingerprints is not None:
+        who = "reference" if ref.fingerprints is not None else "candidate"
+        found["params"] = CheckResult("params", SKIP, None, None,
+                                      f"not recorded: only the {who} file has parameter "
+                                      "fingerprints")
     return [found[name] for name in CHECK_NAMES]
 
 
