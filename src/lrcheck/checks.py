@@ -88,9 +88,11 @@ def check_data(ref: RunTrace, cand: RunTrace) -> CheckResult:
     if diff.seen is None:
         return CheckResult("data", PASS, 0.0, None,
                            f"the same samples behind all {plural(diff.compared, 'update')}")
-    first = int(diff.differing[0]) if len(diff.differing) else diff.compared
-    return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)), first,
-                       data_text(diff))
+    if not len(diff.differing):  # the same samples as far as both go; one run goes on
+        return CheckResult("data", FAIL, None, diff.compared, data_text(diff))
+    # max |Δ|: how many samples differ at the first update that differs.
+    return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)),
+                       int(diff.differing[0]), data_text(diff))
 
 
 def skipped_updates(trace: RunTrace) -> list[SkippedStep]:
