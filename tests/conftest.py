@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from lrcheck.checks import run_checks
+from lrcheck.plan.order import micro_batches, rank_share
+from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.result import Report
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
@@ -21,15 +23,26 @@ def schedules_file() -> Path:
     return FIXTURES / "schedules.py"
 
 
+def fake_windows(spec: RunSpec, n: int) -> list[Window]:
+    """``n`` updates of samples in order, ``spec.effective_batch`` each, cut as lrcheck's own
+    loop cuts them, each micro-batch weighted by its samples."""
+    size = spec.effective_batch
+    return [tuple(MicroBatch(r, rank_share(m, r, spec.world), len(m) / spec.world / size)
+                  for m in micro_batches(np.arange(k * size, (k + 1) * size), spec.bs,
+                                         spec.world)
+                  for r in range(spec.world))
+            for k in range(n)]
+
+
 def fake_trace(spec: RunSpec, lrs: list[float], accuracy: float = 0.9,
                f1: float = 0.88) -> RunTrace:
     """A run that made ``len(lrs)`` updates at these LRs, with a loss and parameters that depend
-    only on the update, and these final metrics."""
+    only on the update, the samples of ``fake_windows``, and these final metrics."""
     updates = [UpdateRecord(k, (lr, lr), 1.0 / (k + 1), (k + 1) * spec.effective_batch, k, 0)
                for k, lr in enumerate(lrs)]
     params = np.arange(len(lrs), dtype=np.float64)[:, None] + 1.0
     return RunTrace(spec, updates, [EpochMetrics(0, len(lrs) - 1, accuracy, f1)], params,
-                    len(lrs), {})
+                    len(lrs), {}, windows=fake_windows(spec, len(lrs)))
 
 
 def fake_report(lr_shift: float = 0.0, accuracy: float = 0.9, f1: float = 0.88,

@@ -82,6 +82,33 @@ def test_mean_loss_normalisation_differs_on_the_ragged_flush_tail():
     loss = report.check("loss")
     assert loss.status == "fail" and loss.first_divergence == 44, summary(report)
     assert report.check("params").status == "fail"
+    assert report.check("data").status == "pass"
+    # The diagnosis says why, in the check's detail (the table, report.md, result.json).
+    for name in ("params", "loss"):
+        assert ("update 44 is the last of epoch 0: 29 samples (a full update has 32) in "
+                "micro-batches of 16 and 13 (reference: one batch of 29)"
+                ) in report.check(name).detail, summary(report)
+        assert report.check(name).detail.endswith(
+            "each micro-batch's mean weighted 1/2 instead of by its samples (16/29 and 13/29)")
+
+
+@pytest.mark.slow
+def test_the_default_compare_feeds_the_same_samples_behind_every_update():
+    report = lrcheck.compare(epochs=1)
+    data = report.check("data")
+    n = len(report.candidate.updates)
+    assert data.status == "pass" and data.detail == f"the same samples behind all {n} updates"
+    assert report.candidate.windows is not None and len(report.candidate.windows) == n
+
+
+@pytest.mark.slow
+def test_a_schedule_half_an_update_ahead_is_named_in_the_lr_detail():
+    report = lrcheck.compare(accum=2, bs=16, epochs=1, policy="per-micro-batch-scaled")
+    lr = report.check("lr")
+    assert lr.status == "fail" and "its schedule runs half an update ahead" in lr.detail
+    assert report.check("params").detail.endswith(
+        "the same samples with the same weights as the reference, so the difference is the LR: "
+        "see lr")
 
 
 @pytest.mark.slow

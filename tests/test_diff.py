@@ -79,8 +79,8 @@ def test_plain_loop_with_accumulation_passes(loop_files):
     statuses = {c.name: c.status for c in report.checks}
     print(statuses, [c.detail for c in report.checks])
     assert report.ok and report.kind == "diff"
-    assert statuses == {"updates": "pass", "lr": "pass", "params": "skip", "loss": "pass",
-                        "metrics": "skip"}
+    assert statuses == {"updates": "pass", "data": "skip", "lr": "pass", "params": "skip",
+                        "loss": "pass", "metrics": "skip"}
     assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS
     # float32 in both loops: the losses differ in their last bits only.
     assert report.check("loss").max_rel_diff < 1e-5
@@ -175,7 +175,8 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert result.exit_code == 1
     assert data == json.loads((tmp_path / "r" / "result.json").read_text())
     assert data["schema_version"] == 1 and data["verdict"] == "fail" and data["mode"] == "diff"
-    assert [c["name"] for c in data["checks"]] == ["updates", "lr", "params", "loss", "metrics"]
+    assert [c["name"] for c in data["checks"]] == ["updates", "data", "lr", "params", "loss",
+                                                        "metrics"]
     assert data["pair"]["tolerances"]["lr"] == 0
     runs = data["runs"]
     assert runs["reference"]["spec"] == str(loop_files["ref"])
@@ -209,3 +210,68 @@ def test_cli_on_a_file_that_is_not_utf8_exits_2_with_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lrcheck: error:") and str(bad) in lines[0]
     assert "not UTF-8" in lines[0] and "Traceback" not in result.output
+
+
+def fingerprinted(path: Path, perturb_at: int | None = None, *, every: int = 1,
+                  tol: float = 1e-9, extra_tensor: bool = False) -> Path:
+    """Four updates of a small model recorded with parameter fingerprints (every ``every``-th
+    update); ``perturb_at``: from that update on, one element moved by 2·tol·max|p|."""
+    from lrcheck.integrations.core import fingerprint
+    from lrcheck.recorder import Recorder
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).double()
+    params = list(model.parameters()) + ([torch.zeros(2, dtype=torch.float64)]
+                                         if extra_tensor else [])
+    with Recorder(path) as rec, torch.no_grad():
+        for k in range(4):
+            for p in model.parameters():
+                p.mul_(0.9).add_(0.01)
+            if k == perturb_at:
+                peak = max(float(p.abs().max()) for p in params)
+                model[1].weight[1, 2] += 2 * tol * peak
+            fp = fingerprint(params) if k % every == 0 else None
+            rec.log(lr=[0.1], samples=32, loss=1.0, fingerprint=fp)
+    return path
+
+
+def test_fingerprints_are_checked_as_params(tmp_path):
+    ref = fingerprinted(tmp_path / "ref.jsonl")
+    same = lrcheck.diff(ref, fingerprinted(tmp_path / "same.jsonl"),
+                        tolerances=lrcheck.Tolerances(params=1e-9))
+    params = same.check("params")
+    print(params)
+    assert params.status == "pass" and params.max_abs_diff == 0.0
+    assert params.detail == ("max relative 0 ≤ 1e-09 over 4 updates, from parameter "
+                             "fingerprints (per tensor: |Δsum| / max|p|)")
+    moved = lrcheck.diff(ref, fingerprinted(tmp_path / "moved.jsonl", perturb_at=2),
+                         tolerances=lrcheck.Tolerances(params=1e-9))
+    params = moved.check("params")
+    print(params)
+    assert params.status == "fail" and params.first_divergence == 2
+    assert params.max_rel_diff is not None and 1.5e-9 < params.max_rel_diff < 2.5e-9
+    assert moved.verdict == "fail"
+
+
+def test_fingerprints_every_n_updates_and_a_different_model(tmp_path):
+    ref = fingerprinted(tmp_path / "ref.jsonl")
+    sparse = lrcheck.diff(ref, fingerprinted(tmp_path / "sparse.jsonl", every=2))
+    assert sparse.check("params").status == "pass"
+    assert "over 2 updates" in sparse.check("params").detail
+    other = lrcheck.diff(ref, fingerprinted(tmp_path / "other.jsonl", extra_tensor=True))
+    params = other.check("params")
+    assert params.status == "fail" and params.first_divergence == 0
+    assert params.detail == ("the fingerprints at update 0 cover 4 parameter tensors in the "
+                             "reference, 5 in the candidate: not the same model")
+    plain = write(tmp_path / "plain.jsonl", [(32 * (k + 1), 0.1, 1.0) for k in range(4)])
+    assert (lrcheck.diff(ref, plain).check("params").detail
+            == "not recorded: only the reference file has parameter fingerprints")
+
+
+@pytest.mark.parametrize("bad", [[1.0], ["x", 1.0], [float("nan"), 1.0], "1,2", [True, 1.0]])
+def test_a_malformed_fingerprint_is_a_spec_error(tmp_path, bad):
+    path = tmp_path / "bad.jsonl"
+    line = {"step": 0, "samples_seen": 32, "lr": [0.1], "fingerprint": bad}
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(SpecError, match=f"{path}:1: 'fingerprint' must be a list of numbers"):
+        lrcheck.diff(path, path)

@@ -108,7 +108,8 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 def diff(reference: str | Path, candidate: str | Path, *,
          tolerances: Tolerances | None = None) -> Report:
     """``lrcheck diff``: read two files written by ``lrcheck.Recorder``, align their updates by
-    ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``). Trains
+    ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``, and
+    ``params`` where both files carry parameter fingerprints). Trains
     nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
     the line). Default tolerances are float32's (a file does not say its dtype)."""
     from lrcheck.recorder import read_records

@@ -3,17 +3,20 @@ results. Nothing here trains, prints or writes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from lrcheck.diagnosis import data_diff, data_text, diagnose
+from lrcheck.plan.windows import fraction_text
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-CHECK_NAMES = ("updates", "lr", "params", "loss", "metrics")
+CHECK_NAMES = ("updates", "data", "lr", "params", "loss", "metrics")
 _TINY = 1e-300
 
 
@@ -71,6 +74,25 @@ def check_updates(ref: RunTrace, cand: RunTrace) -> CheckResult:
         return CheckResult("updates", PASS, 0.0, None, f"{n_ref} in both runs")
     return CheckResult("updates", FAIL, float(abs(n_ref - n_cand)), min(n_ref, n_cand),
                        f"reference made {plural(n_ref, 'optimizer update')}, candidate {n_cand}")
+
+
+def check_data(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    """The samples behind update k — a multiset of ids over every micro-batch and rank, as fed —
+    are the same in both runs, for every k; ``skip`` when a run has no windows (read from a
+    file, or a schedule stepped without a model)."""
+    if ref.windows is None or cand.windows is None:
+        who = "the reference" if ref.windows is None else "the candidate"
+        return CheckResult("data", SKIP, None, None,
+                           f"not recorded: {who} has no samples per update")
+    diff = data_diff(ref.windows, cand.windows, ref.updates, cand.updates)
+    if diff.seen is None:
+        return CheckResult("data", PASS, 0.0, None,
+                           f"the same samples behind all {plural(diff.compared, 'update')}")
+    if not len(diff.differing):  # the same samples as far as both go; one run goes on
+        return CheckResult("data", FAIL, None, diff.compared, data_text(diff))
+    # max |Δ|: how many samples differ at the first update that differs.
+    return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)),
+                       int(diff.differing[0]), data_text(diff))
 
 
 def skipped_updates(trace: RunTrace) -> list[SkippedStep]:
@@ -225,11 +247,13 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResu
     """Every check of the contract, in the order of ``CHECK_NAMES``; ``skipped-steps`` too when
     the runs used a GradScaler (``--amp fp16``)."""
     reason = not_comparable_reason(ref, cand)
+    lr = _explained_lr(check_lr(ref, cand, tol.lr), ref, cand)
     checks = [
         check_updates(ref, cand),
-        check_lr(ref, cand, tol.lr),
-        check_params(ref, cand, tol.params, reason),
-        check_loss(ref, cand, tol.loss, reason),
+        check_data(ref, cand),
+        lr,
+        _diagnosed(check_params(ref, cand, tol.params, reason), ref, cand, lr),
+        _diagnosed(check_loss(ref, cand, tol.loss, reason), ref, cand, lr),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
     if cand.skipped is not None or ref.skipped is not None:
@@ -282,25 +306,89 @@ def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
             f"the reference: its schedule runs {pace}")
 
 
-def _with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = slice(None),
-               cand_at: Any = slice(None)) -> CheckResult:
-    """A failed ``lr`` check with how much faster or slower the candidate's schedule runs
-    (group 0; ``ref_at``/``cand_at``: the updates aligned), when that can be told."""
+# Offsets of a fraction of an update the ``lr`` detail looks for: -4 to 4 updates by 1/16.
+OFFSETS = np.array([d / 16 for d in range(-64, 65) if d])
+# The residual it accepts (90th percentile over the updates, relative to the peak LR; linear
+# interpolation between updates leaves about this much on a short cosine) and by how much it
+# must beat the offset 0.
+OFFSET_RTOL, OFFSET_GAIN = 2e-3, 10.0
+# Updates the offset search looks at, evenly spaced, however long the schedule.
+OFFSET_POINTS = 2000
+
+
+def lr_offset(ref: np.ndarray, cand: np.ndarray) -> float | None:
+    """The constant ``d`` (a multiple of 1/16 within ±4, not 0) such that the candidate's LR at
+    update k is the reference's at ``k + d``, linearly interpolated between updates; None when
+    no such offset fits (group 0 traces)."""
+    n = min(len(ref), len(cand))
+    peak = max(float(np.abs(ref).max(initial=0.0)), float(np.abs(cand).max(initial=0.0)))
+    if n < 8 or not peak > 0 or not (np.isfinite(ref).all() and np.isfinite(cand).all()):
+        return None
+    ks = np.unique(np.linspace(0, n - 1, min(n, OFFSET_POINTS)).astype(np.int64))
+    at = ks[None, :] + OFFSETS[:, None]
+    inside = (at >= 0) & (at <= len(ref) - 1)
+    shifted = np.interp(at.ravel(), np.arange(len(ref)), ref).reshape(at.shape)
+    residual = np.where(inside, np.abs(cand[ks][None, :] - shifted), np.nan)
+    enough = inside.sum(axis=1) >= len(ks) // 2
+    if not enough.any():
+        return None
+    spread = np.full(len(OFFSETS), np.inf)
+    spread[enough] = np.nanquantile(residual[enough], 0.9, axis=1)
+    best = int(np.argmin(spread))
+    base = float(np.quantile(np.abs(cand[ks] - ref[ks]), 0.9))
+    if spread[best] <= OFFSET_RTOL * peak and base > OFFSET_GAIN * spread[best]:
+        return float(OFFSETS[best])
+    return None
+
+
+def offset_text(d: float) -> str:
+    """``the candidate's LR at update k is the reference's at k + 1/2 …``."""
+    size = abs(d)
+    amount = ("half an update" if size == 0.5 else "one update" if size == 1
+              else f"{fraction_text(size)} of an update" if size < 1
+              else f"{fraction_text(size)} updates")
+    sign = "+" if d > 0 else "−"
+    return (f"the candidate's LR at update k is the reference's at k {sign} "
+            f"{fraction_text(size)} (interpolated between updates): its schedule runs "
+            f"{amount} {'ahead' if d > 0 else 'behind'}")
+
+
+def _explained_lr(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = slice(None),
+                  cand_at: Any = slice(None)) -> CheckResult:
+    """A failed ``lr`` check with what the candidate's schedule does (group 0; ``ref_at``/
+    ``cand_at``: the updates aligned): an offset of a fraction of an update, or how much faster
+    or slower it runs, when that can be told."""
     if lr.status != FAIL:
         return lr
-    pace = schedule_pace(ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0])
-    return replace(lr, detail=f"{lr.detail}; {pace}") if pace else lr
+    a, b = ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0]
+    d = lr_offset(a, b)
+    why = offset_text(d) if d is not None else schedule_pace(a, b)
+    return replace(lr, detail=f"{lr.detail}; {why}") if why else lr
+
+
+def _diagnosed(result: CheckResult, ref: RunTrace, cand: RunTrace,
+               lr: CheckResult) -> CheckResult:
+    """A failed ``params`` or ``loss`` check with what was special about the update where the
+    runs first part (``diagnosis.diagnose``), when both runs have windows."""
+    k = result.first_divergence
+    if result.status != FAIL or k is None or ref.windows is None or cand.windows is None:
+        return result
+    lr_differs = (lr.status == FAIL and lr.first_divergence is not None
+                  and lr.first_divergence <= k)
+    why = diagnose(ref.windows, cand.windows, ref.updates, cand.updates, k, lr_differs)
+    return replace(result, detail=f"{result.detail}; {why}") if why else result
 
 
 def schedule_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
     """The checks that apply to schedules stepped without a model (``lrcheck trace``):
     ``updates`` and ``lr``, the latter saying how much faster or slower the candidate's
     schedule runs when it fails; the others are ``skip``."""
-    lr = _with_pace(check_lr(ref, cand, tol.lr), ref, cand)
-    skipped = [CheckResult(name, SKIP, None, None,
-                           "not measured: lrcheck trace steps the schedule without a model")
-               for name in CHECK_NAMES if name not in SIMULATED]
-    return [check_updates(ref, cand), lr, *skipped]
+    lr = _explained_lr(check_lr(ref, cand, tol.lr), ref, cand)
+    found = {name: CheckResult(name, SKIP, None, None,
+                               "not measured: lrcheck trace steps the schedule without a model")
+             for name in CHECK_NAMES if name not in SIMULATED}
+    found.update(updates=check_updates(ref, cand), lr=lr)
+    return [found[name] for name in CHECK_NAMES]
 
 
 def align(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
@@ -328,10 +416,37 @@ def check_aligned_updates(ref: RunTrace, cand: RunTrace,
                        f"{len(ref.updates)} in both files, at the same samples_seen")
 
 
+def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarray | None],
+                       pairs: tuple[np.ndarray, np.ndarray], tol: float) -> CheckResult:
+    """``params`` from parameter fingerprints (``integrations.core.fingerprint``: per tensor its
+    sum and largest absolute value, rows of ``(tensors, 2)``) on the aligned updates where both
+    files have one: ``max |Δsum| / max maxabs_ref`` over the tensors, at most ``tol``."""
+    both = [(int(i), int(j)) for i, j in zip(*pairs, strict=True)
+            if ref[i] is not None and cand[j] is not None]
+    if not both:
+        return CheckResult("params", SKIP, None, None,
+                           "not recorded: no update has a parameter fingerprint in both files")
+    diff, scale = np.empty(len(both)), np.empty(len(both))
+    for row, (i, j) in enumerate(both):
+        a, b = ref[i], cand[j]
+        assert a is not None and b is not None
+        if a.shape != b.shape:
+            return CheckResult("params", FAIL, None, i,
+                               f"the fingerprints at update {i} cover "
+                               f"{plural(len(a), 'parameter tensor')} in the reference, {len(b)} "
+                               "in the candidate: not the same model")
+        diff[row] = np.max(np.abs(b[:, 0] - a[:, 0]), initial=0.0)
+        scale[row] = np.max(a[:, 1], initial=0.0)
+    result = _relative("params", diff, scale, tol, None, np.array([i for i, _ in both]))
+    return replace(result, detail=f"{result.detail}, from parameter fingerprints "
+                                  "(per tensor: |Δsum| / max|p|)")
+
+
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
-    ``samples_seen``. ``updates``, ``lr`` and ``loss`` (where both files recorded one) apply;
-    ``params`` and ``metrics`` are not recorded."""
+    ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
+    ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
+    are not recorded."""
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
@@ -344,11 +459,19 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")
-    lr = _with_pace(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
+    lr = _explained_lr(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
-               for name in ("params", "metrics")}
-    found = {"updates": check_aligned_updates(ref, cand, pairs), "lr": lr, "loss": loss,
-             **skipped}
+               for name in ("data", "params", "metrics")}
+    found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
+             "loss": loss}
+    if ref.fingerprints is not None and cand.fingerprints is not None:
+        found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
+                                             tol.params)
+    elif ref.fingerprints is not None or cand.fingerprints is not None:
+        who = "reference" if ref.fingerprints is not None else "candidate"
+        found["params"] = CheckResult("params", SKIP, None, None,
+                                      f"not recorded: only the {who} file has parameter "
+                                      "fingerprints")
     return [found[name] for name in CHECK_NAMES]
 
 

@@ -133,9 +133,18 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         loss = item.get("loss")
         if loss is not None and not isinstance(loss, (int, float)):
             raise SpecError(f"{where}: 'loss' must be a number or null, got {loss!r}")
-        records.append({"step": item["step"], "samples_seen": item["samples_seen"],
-                        "lr": [float(v) for v in lr],
-                        "loss": None if loss is None else float(loss)})
+        fingerprint = item.get("fingerprint")
+        if fingerprint is not None and (
+                not isinstance(fingerprint, list) or len(fingerprint) % 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           and math.isfinite(v) for v in fingerprint)):
+            raise SpecError(f"{where}: 'fingerprint' must be a list of numbers, two per "
+                            f"parameter tensor (integrations.core.fingerprint), or absent")
+        record = {"step": item["step"], "samples_seen": item["samples_seen"],
+                  "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
+        if fingerprint is not None:
+            record["fingerprint"] = [float(v) for v in fingerprint]
+        records.append(record)
     if not records:
         raise SpecError(f"{str(path)!r} holds no records")
     return records

@@ -93,8 +93,11 @@ class RunTrace:
     ``skipped`` (every run with a GradScaler: its skipped steps, maybe none), ``wall_seconds``
     (a run launched through torchrun: its wall time, start-up included), ``launch`` (set where
     how it ran is not what its spec says: the reference trained on rank 0 of the candidate's
-    job), ``schedule`` (a schedule stepped without a model) and ``windows`` (a trained run: the
-    samples behind each update as fed, and their weights; ``plan/windows.py``)."""
+    job), ``schedule`` (a schedule stepped without a model), ``windows`` (a trained run: the
+    samples behind each update as fed, and their weights; ``plan/windows.py``) and
+    ``fingerprints`` (a Recorder file with parameter fingerprints: per update, None where none
+    was recorded, else per parameter tensor its sum and largest absolute value as rows of
+    shape ``(tensors, 2)``; not in JSON)."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -113,6 +116,7 @@ class RunTrace:
     schedule: ScheduleTrace | None = None
     source: str | None = None
     windows: list[Window] | None = None
+    fingerprints: list[np.ndarray | None] | None = None
 
     @property
     def metrics(self) -> dict[str, float] | None:
@@ -124,11 +128,17 @@ class RunTrace:
     @classmethod
     def from_records(cls, records: Sequence[dict[str, Any]], source: str) -> RunTrace:
         """A run read from a Recorder file (``lrcheck.recorder.read_records``): its updates in
-        the file's order, nothing else."""
+        the file's order and, where the file has them, their parameter fingerprints."""
         updates = [UpdateRecord(r["step"], tuple(r["lr"]), r["loss"], r["samples_seen"], None,
                                 None) for r in records]
+        fingerprints: list[np.ndarray | None] | None = None
+        if any("fingerprint" in r for r in records):
+            fingerprints = [None if "fingerprint" not in r else
+                            np.asarray(r["fingerprint"], dtype=np.float64).reshape(-1, 2)
+                            for r in records]
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
-                   planned_updates=len(updates), context={}, source=source)
+                   planned_updates=len(updates), context={}, source=source,
+                   fingerprints=fingerprints)
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""

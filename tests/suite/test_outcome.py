@@ -64,7 +64,8 @@ def test_deltas_and_suite_json(make_report):
     assert data["schema_version"] == 1 and data["kind"] == "lrcheck-suite"
     pair = data["pairs"][0]
     assert pair["folder"] == "p" and pair["status"] == "unexpected"  # metrics beyond 0.01
-    assert [c["name"] for c in pair["checks"]] == ["updates", "lr", "params", "loss", "metrics"]
+    assert [c["name"] for c in pair["checks"]] == ["updates", "data", "lr", "params", "loss",
+                                                        "metrics"]
     assert replace(o.entry, expect="fail").expect == "fail"
 
 
