@@ -244,3 +244,17 @@ def test_the_explanation_is_in_the_table_report_md_and_result_json():
     assert why in report_markdown(report)
     checks = {c["name"]: c for c in json.loads(result_json(report))["checks"]}
     assert checks["params"]["detail"].endswith(why) and checks["data"]["status"] == "pass"
+
+
+def test_a_loss_that_parts_after_the_parameters_points_at_params():
+    """The loss of update k is computed from the parameters after update k - 1."""
+    cand = candidate(16, 1, lambda n, total: 0.5, params_from=1)
+    ref = reference()
+    losses = [1.0, 1.0, 1.5]  # the candidate's loss parts at update 2, its params at 1
+    cand.updates = [UpdateRecord(u.step, u.lr, losses[k], u.samples_seen, u.scheduler_steps,
+                                 u.epoch) for k, u in enumerate(cand.updates)]
+    found = checks(ref, cand)
+    assert found["params"].first_divergence == 1 and found["loss"].first_divergence == 2
+    assert found["loss"].detail.endswith(
+        "; update 2 starts from parameters that already differ: see params, which part at "
+        "update 1")

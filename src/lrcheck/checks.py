@@ -248,12 +248,13 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResu
     the runs used a GradScaler (``--amp fp16``)."""
     reason = not_comparable_reason(ref, cand)
     lr = _explained_lr(check_lr(ref, cand, tol.lr), ref, cand)
+    params = _diagnosed(check_params(ref, cand, tol.params, reason), ref, cand, lr)
     checks = [
         check_updates(ref, cand),
         check_data(ref, cand),
         lr,
-        _diagnosed(check_params(ref, cand, tol.params, reason), ref, cand, lr),
-        _diagnosed(check_loss(ref, cand, tol.loss, reason), ref, cand, lr),
+        params,
+        _diagnosed(check_loss(ref, cand, tol.loss, reason), ref, cand, lr, params),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
     if cand.skipped is not None or ref.skipped is not None:
@@ -366,13 +367,20 @@ def _explained_lr(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = 
     return replace(lr, detail=f"{lr.detail}; {why}") if why else lr
 
 
-def _diagnosed(result: CheckResult, ref: RunTrace, cand: RunTrace,
-               lr: CheckResult) -> CheckResult:
+def _diagnosed(result: CheckResult, ref: RunTrace, cand: RunTrace, lr: CheckResult,
+               params: CheckResult | None = None) -> CheckResult:
     """A failed ``params`` or ``loss`` check with what was special about the update where the
-    runs first part (``diagnosis.diagnose``), when both runs have windows."""
+    runs first part (``diagnosis.diagnose``), when both runs have windows. The loss of update k
+    is computed from the parameters after update k - 1: where ``params`` parted before k, that
+    is the explanation."""
     k = result.first_divergence
     if result.status != FAIL or k is None or ref.windows is None or cand.windows is None:
         return result
+    if (params is not None and params.status == FAIL and params.first_divergence is not None
+            and params.first_divergence < k):
+        return replace(result, detail=f"{result.detail}; update {k} starts from parameters "
+                                      f"that already differ: see params, which part at update "
+                                      f"{params.first_divergence}")
     lr_differs = (lr.status == FAIL and lr.first_divergence is not None
                   and lr.first_divergence <= k)
     why = diagnose(ref.windows, cand.windows, ref.updates, cand.updates, k, lr_differs)

@@ -168,11 +168,14 @@ def seen_text(seen: Seen) -> str:
     parts = []
     if seen.extra:
         them = "it" if len(seen.extra) == 1 else "them"
-        how = (f"twice in an epoch where the reference saw {them} once" if seen.twice
-               else "more often in an epoch than the reference")
-        parts.append(f"{plural(len(seen.extra), 'sample')} {how} ({_by_epoch(seen.extra)}): "
-                     "padding of uneven ranks (a DistributedSampler, Accelerate's "
-                     "even_batches) looks like this")
+        if seen.twice:
+            how = (f"twice in an epoch where the reference saw {them} once "
+                   f"({_by_epoch(seen.extra)}): padding of uneven ranks (a DistributedSampler, "
+                   "Accelerate's even_batches) looks like this")
+        else:
+            how = (f"more often in an epoch than the reference ({_by_epoch(seen.extra)}): the "
+                   "reference leaving samples out (drop_last), or padding, looks like this")
+        parts.append(f"{plural(len(seen.extra), 'sample')} {how}")
     if seen.missing:
         them = "it" if len(seen.missing) == 1 else "them"
         how = (f"never in an epoch where the reference saw {them}" if seen.never
