@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import lrcheck
+from lrcheck.checks import CHECK_NAMES
 from tests.helpers import HANG_S, wait_for
 
 pytestmark = [
@@ -161,7 +162,7 @@ def test_lrcheck_launches_two_ranks_exactly_like_one_process(tmp_path):
     assert "bs8x2x2w (world 2, per-update) vs bs32 (world 1)" in run.out
     result = run.result()
     assert result["verdict"] == "pass"
-    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
     assert _check(result, "params")["max_rel_diff"] <= 1e-9
     assert result["runs"]["candidate"]["spec"]["world"] == 2
     assert result["environment"]["launch"]["candidate"] == "launched through torchrun, 2 processes"
@@ -199,7 +200,7 @@ def test_three_ranks_against_a_two_rank_reference(tmp_path):
               tmp_path).finish()
     assert run.code == 0
     result = run.result()
-    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
     assert _check(result, "params")["max_rel_diff"] <= 1e-9
     assert result["environment"]["launch"] == {
         "reference": "launched through torchrun, 2 processes",
@@ -217,7 +218,7 @@ def test_torchrun_launches_lrcheck_and_rank_0_alone_reports(tmp_path):
     assert run.out.count("verdict: PASS") == 1
     assert run.err.count("report: out") == 1
     result = run.result()
-    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
     assert _check(result, "params")["max_rel_diff"] <= 1e-9
     assert result["environment"]["launch"]["candidate"] == "inside torchrun, 2 processes"
     run.assert_no_survivors()
@@ -345,7 +346,7 @@ def test_accelerate_on_two_processes_follows_its_convention_and_catches_per_proc
     good = Run(LRCHECK + common + ["--out", "good"], tmp_path).finish()
     assert good.code == 0
     result = json.loads((tmp_path / "good" / "result.json").read_text())
-    assert [c["status"] for c in result["checks"]] == ["pass"] * 5
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
     assert _check(result, "params")["max_rel_diff"] <= 1e-9
     steps = [u["scheduler_steps"] for u in result["runs"]["candidate"]["updates"][:3]]
     assert steps == [0, 2, 4]  # two scheduler steps per update: one per process
