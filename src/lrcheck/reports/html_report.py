@@ -83,8 +83,9 @@ def _first(report: Report, name: str) -> int | None:
 
 def _series(report: Report, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reference, candidate and candidate − reference over every update, as long as the
-    longer run (NaN past a run's end). A diff's difference is taken between the updates at the
-    same samples_seen, at the reference's index (as lr.png)."""
+    longer run (NaN past a run's end), as float32 (what the page keeps; the difference is taken
+    in float64 first). A diff's difference is taken between the updates at the same
+    samples_seen, at the reference's index (as lr.png)."""
     runs = (report.reference, report.candidate)
     if name == "lr.png":
         ref, cand = (r.lrs()[:, 0] if len(r.updates) else np.empty(0) for r in runs)
@@ -101,7 +102,8 @@ def _series(report: Report, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     else:
         m = min(len(ref), len(cand))
         out[2, :m] = cand[:m] - ref[:m]
-    return out[0], out[1], out[2]
+    ref32, cand32, diff32 = out.astype(np.float32)
+    return ref32, cand32, diff32
 
 
 def _verdict(report: Report, title: str) -> Html:

@@ -23,7 +23,7 @@ def _page_link(outcome: PairOutcome, anchor: str = "") -> str | None:
     if outcome.folder is None:
         return None
     file = "report.html" if outcome.report is not None else "result.json"
-    return f"{quote(outcome.folder)}/{file}{anchor}"
+    return f"{quote(outcome.folder, safe='')}/{file}{anchor}"
 
 
 def _matrix(result: SuiteResult) -> Html:

@@ -110,6 +110,8 @@
     }
 
     function sync(u) {
+      fig.dataset.xmin = u.scales.x.min;  /* the zoomed range, readable by tests */
+      fig.dataset.xmax = u.scales.x.max;
       if (state.syncing) return;
       state.syncing = true;
       var min = u.scales.x.min, max = u.scales.x.max;
