@@ -59,7 +59,7 @@ def _matrix(result: SuiteResult) -> Html:
 
 def _expectations(result: SuiteResult) -> Html:
     rows = [[tag("code", o.entry.name), o.entry.expect, status(o.verdict),
-             status("pass" if o.met else "fail") if o.report else status(o.status),
+             ("met", "status s-pass") if o.met else ("unmet", "status s-fail"),
              o.reason] for o in result.outcomes]
     met = sum(o.met for o in result.outcomes)
     return join([tag("h2", "Expectations", id="expectations"),

@@ -63,8 +63,8 @@
     return getComputedStyle(document.documentElement).getPropertyValue("--" + name).trim();
   }
 
-  function axis(label) {
-    return {stroke: colour("fg"), label: label, labelSize: 18, size: 64,
+  function axis(label, size) {
+    return {stroke: colour("fg"), label: label, labelSize: 18, size: size,
             grid: {stroke: colour("grid"), width: 1}, ticks: {stroke: colour("grid")},
             values: function (u, vals) { return vals.map(function (v) { return fmt(Math.fround(v)); }); }};
   }
@@ -129,7 +129,7 @@
         scales: {x: {time: false}},
         series: [{label: "update", value: function (u, v) { return v == null ? "—" : v; }}]
           .concat(series),
-        axes: [axis("optimizer update"), axis(label)],
+        axes: [axis("optimizer update", 44), axis(label, 64)],
         cursor: {sync: {key: "lrcheck-" + spec.id}, drag: {x: true, y: false},
                  points: {size: 7}},
         legend: {live: true},
