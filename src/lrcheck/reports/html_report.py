@@ -61,7 +61,8 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
         if series is not None and np.isnan(series[0]).all() and np.isnan(series[1]).all():
             live, series = None, None  # nothing recorded (a trace has no loss)
         check = "loss" if picture.name == "loss.png" else "lr"
-        figures.append({"png": picture, "id": picture.stem, "caption": CAPTIONS[picture.name],
+        figures.append({"png": picture, "id": live[0] if live else picture.stem,
+                        "caption": CAPTIONS[picture.name],
                         "live": None if live is None else {
                             "id": live[0], "ylabel": live[1], "series": series,
                             "divergence": _first(report, check),
@@ -204,8 +205,7 @@ def write_page(path: Path, *, title: str, before: Html, after: Html,
                                     data_k=live["divergence"]))
             parts += [tag("div", join(links), class_="controls"), tag("div", "", class_="live"),
                       tag("p", "", class_="readout", aria_live="polite")]
-        blocks.append(tag("figure", join(parts), id=f"plot-{fig['live']['id']}" if live
-                          else f"plot-{fig['id']}"))
+        blocks.append(tag("figure", join(parts), id=f"plot-{fig['id']}"))
     scripts = [json_script("lrcheck-data", {"plots": plots}),
                inline_script(asset("uPlot.iife.min.js")), inline_script(asset("report.js"))]
     text = page(title, join([before, *blocks, after]), scripts=scripts if plots else (),
