@@ -1,7 +1,9 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
 # environment first when it is missing. `make test` runs the linters first (`make lint`: ruff and
 # mypy), then every test; `make test-fast` leaves out the tests marked slow (training beyond a few
-# updates, starting processes) and the linters: under a minute.
+# updates, starting processes) and the linters: under a minute. The report.html tests drive a
+# headless Chromium: scripts/browser.sh installs Debian's when none is there, and `make test`
+# then requires it (a test that cannot find it fails rather than skips).
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU build of torch for this machine (its pip finds it on local disk); elsewhere pass e.g.
@@ -11,7 +13,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
 
-.PHONY: demo test test-fast lint bench venv clean
+.PHONY: demo test test-fast lint bench venv clean screenshots
 
 venv: $(STAMP)
 
@@ -20,6 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[dev,accelerate,transformers,lightning]"
+	scripts/browser.sh >/dev/null
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,7 +33,9 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy src/lrcheck
 
 test: lint
-	$(BIN)/python -m pytest -q
+	@required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
+	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q"; \
+	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -40,6 +45,12 @@ test-fast: $(STAMP)
 BENCH_ARGS ?= --runs 5
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
+# docs/img: report.html of a failing compare zoomed to its first divergence, and a suite's
+# index.html, taken by the same headless Chromium as the tests.
+screenshots: $(STAMP)
+	scripts/browser.sh >/dev/null
+	$(BIN)/python scripts/screenshots.py docs/img
 
 clean:
 	rm -rf $(VENV) lrcheck-reports .pytest_cache

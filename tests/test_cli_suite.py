@@ -74,9 +74,9 @@ def test_suite_writes_the_report_and_exits_0_when_every_expectation_is_met(first
     assert "suite: PASS — 2 of 2 pairs as expected" in result.output
     assert trained == ["reference", "candidate", "candidate"]  # the reference trained once
     out = tmp / "R"
-    assert {"summary.md", "junit.xml", "suite.json", "matrix.png", "accum", "bug"} <= {
-        p.name for p in out.iterdir()}
-    assert {p.name for p in (out / "bug").iterdir()} >= {"result.json", "lr.png"}
+    assert {"summary.md", "junit.xml", "suite.json", "matrix.png", "index.html", "accum",
+            "bug"} <= {p.name for p in out.iterdir()}
+    assert {p.name for p in (out / "bug").iterdir()} >= {"result.json", "lr.png", "report.html"}
     data = json.loads((out / "suite.json").read_text())
     assert [(p["name"], p["verdict"], p["status"], p["shared_reference"])
             for p in data["pairs"]] == [("accum", "pass", "ok", False),

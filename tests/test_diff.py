@@ -162,7 +162,7 @@ def test_cli_prints_the_table_and_writes_the_report(loop_files, tmp_path):
                  "verdict: FAIL"):
         assert text in result.stdout
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [
-        "loss.png", "lr.png", "report.md", "result.json"]
+        "loss.png", "lr.png", "report.html", "report.md", "result.json"]
     ok = invoke("diff", loop_files["ref"], loop_files["accum"], "--quiet", "--out",
                 tmp_path / "ok")
     assert ok.exit_code == 0 and ok.stdout.strip() == "verdict: PASS"

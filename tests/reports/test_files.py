@@ -37,7 +37,8 @@ def test_the_same_run_twice_gives_identical_traces(report):
 def test_write_report_writes_every_file_and_leaves_no_temporaries(report, tmp_path):
     write_report(report, tmp_path)
     names = sorted(os.listdir(tmp_path))
-    assert names == ["loss.png", "lr.png", "metrics.png", "report.md", "result.json"]
+    assert names == ["loss.png", "lr.png", "metrics.png", "report.html", "report.md",
+                     "result.json"]
     assert "| lr | pass |" in (tmp_path / "report.md").read_text()
 
 
@@ -108,20 +109,20 @@ class Recorded:
 def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_report, tmp_path):
     from lrcheck.reports.files import write_incomplete
 
-    for name in ("lr.png", "loss.png", "metrics.png", "report.md", "result.json", "notes.txt",
-                 "mine.png"):
+    for name in ("lr.png", "loss.png", "metrics.png", "report.md", "report.html", "result.json",
+                 "notes.txt", "mine.png"):
         (tmp_path / name).write_text("from an earlier run, or the user's")
     trace = make_report()
     trace.kind = "trace"  # draws lr.png only
     renderer = Recorded()
     write_report(trace, tmp_path, renderer)
-    assert [p.path.name for p in renderer.plots] == ["lr.png"]
-    assert sorted(os.listdir(tmp_path)) == ["lr.png", "mine.png", "notes.txt", "report.md",
-                                            "result.json"]
+    assert [p.path.name for p in renderer.plots] == ["lr.png", "report.html"]  # in this order
+    assert sorted(os.listdir(tmp_path)) == ["lr.png", "mine.png", "notes.txt", "report.html",
+                                            "report.md", "result.json"]
     from lrcheck.result import IncompleteResult
 
     incomplete = IncompleteResult(trace.pair, trace.reference, trace.candidate, {}, "Ctrl-C")
-    write_incomplete(incomplete, tmp_path)  # no report.md nor plots: none may stay from before
+    write_incomplete(incomplete, tmp_path)  # no report nor plots: none may stay from before
     assert sorted(os.listdir(tmp_path)) == ["mine.png", "notes.txt", "result.json"]
 
 

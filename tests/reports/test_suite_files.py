@@ -94,9 +94,9 @@ def test_summary_markdown_lists_pairs_checks_deltas_plots_and_problems(result):
     assert "<details><summary>Failed checks</summary>" in text
 
 
-def test_write_suite_writes_the_four_files(tmp_path, result):
+def test_write_suite_writes_the_five_files(tmp_path, result):
     write_suite(result, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "matrix.png",
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.html", "junit.xml", "matrix.png",
                                                           "suite.json", "summary.md"]
     data = json.loads((tmp_path / "suite.json").read_text())
     assert data["exit_code"] == 3 and [p["status"] for p in data["pairs"]] == [

@@ -107,18 +107,22 @@ def report_markdown(report: Report) -> str:
 
 
 def write_report(report: Report, out: Path, renderer: Renderer | None = None) -> Path:
-    """result.json, report.md and the plots (lr.png, loss.png and metrics.png; a trace has
-    only lr.png, a diff no metrics.png) in ``out``. With ``renderer``, the plots are sent to it
-    (``renderer.finish()`` waits for them); without, drawn here."""
+    """result.json, report.md, the plots (lr.png, loss.png and metrics.png; a trace has only
+    lr.png, a diff no metrics.png) and report.html, which inlines them, in ``out``. With
+    ``renderer``, the plots and the page are sent to it (``renderer.finish()`` waits for them);
+    without, drawn here."""
+    from lrcheck.reports.html_report import report_page
     from lrcheck.reports.kinds import report_plots
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
     plots = report_plots(report, out)
-    _remove_stale(out, keep={"result.json", "report.md", *(plot.path.name for plot in plots)})
+    _remove_stale(out, keep={"result.json", "report.md", "report.html",
+                             *(plot.path.name for plot in plots)})
     write_text(out / "result.json", result_json(report))
     write_text(out / "report.md", report_markdown(report))
-    (renderer or Renderer()).draw(plots)
+    html = report_page(report, out / "report.html", [plot.path for plot in plots])
+    (renderer or Renderer()).draw([*plots, html])  # in this order: the page inlines the PNGs
     return out
 
 
@@ -137,7 +141,7 @@ def _remove_stale(out: Path, keep: set[str]) -> None:
     they would pass for this one's. Other files are left alone."""
     from lrcheck.reports.kinds import plot_names
 
-    owned = {"result.json", "report.md", *plot_names()}
+    owned = {"result.json", "report.md", "report.html", *plot_names()}
     for name in sorted(owned - keep):
         try:
             (out / name).unlink(missing_ok=True)
@@ -158,8 +162,9 @@ def append_text(path: Path, text: str) -> None:
 
 
 def write_suite(result: SuiteResult, out: Path, renderer: Renderer | None = None) -> Path:
-    """suite.json, summary.md, junit.xml and matrix.png in ``out``, beside the pairs' folders
-    the suite saved as it ran (matrix.png sent to ``renderer`` when given)."""
+    """suite.json, summary.md, junit.xml, index.html and matrix.png in ``out``, beside the
+    pairs' folders the suite saved as it ran (matrix.png sent to ``renderer`` when given)."""
+    from lrcheck.reports.html_suite import suite_page
     from lrcheck.reports.junit import junit_xml
     from lrcheck.reports.matrix import matrix_plot
     from lrcheck.reports.render import Renderer
@@ -169,5 +174,6 @@ def write_suite(result: SuiteResult, out: Path, renderer: Renderer | None = None
     write_json(out / "suite.json", result.to_dict())
     write_text(out / "summary.md", suite_markdown(result))
     write_text(out / "junit.xml", junit_xml(result))
+    write_text(out / "index.html", suite_page(result))
     (renderer or Renderer()).draw([matrix_plot(result, out / "matrix.png")])
     return out
