@@ -35,7 +35,8 @@ def train(path, bs: int, accum: int, *, frame: pd.DataFrame | None = None,
                           "learning_rate_scheduler": {"decay": "linear",
                                                       "warmup_fraction": 0.2}}}
     model = LudwigModel(config, logging_level=logging.ERROR,
-                        callbacks=[callback or LrcheckCallback(path)])
+                        callbacks=[callback or LrcheckCallback(path)],
+                        backend={"type": "local", "cache_dir": str(path.parent)})
     model.train(training_set=wine() if frame is None else frame, skip_save_model=True,
                 skip_save_progress=True, skip_save_log=True, skip_save_processed_input=True,
                 skip_save_training_description=True, skip_save_training_statistics=True,

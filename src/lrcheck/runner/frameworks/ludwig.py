@@ -210,7 +210,9 @@ def _train(spec: RunSpec, data: Dataset, frame: Any, run: _Run, recorder: Any, o
         # Quiet: lrcheck shows its own progress (Ludwig's logging level CRITICAL turns its
         # progress bar off), and the stop before a resume is lrcheck's, not a user's Ctrl-C.
         model = LudwigModel(ludwig_config(spec, data), logging_level=logging.CRITICAL,
-                            callbacks=[recorder, run.callback()], backend={"type": "local"})
+                            callbacks=[recorder, run.callback()],
+                            # Its preprocessing lock file goes there, not into the cwd.
+                            backend={"type": "local", "cache_dir": str(out)})
         logger.setLevel(logging.CRITICAL + 1)
         _, _, folder = model.train(
             training_set=frame, output_directory=str(out), random_seed=spec.seed,
