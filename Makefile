@@ -12,8 +12,13 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
+# Ludwig lives in its own environment: it is heavy (about 160 packages, 2.5 GB) and pins old
+# packages (rich 12). `make test` runs tests/ludwig/ there (`make test-ludwig`).
+LUDWIG_VENV ?= .venv-ludwig
+LUDWIG_BIN := $(LUDWIG_VENV)/bin
+LUDWIG_STAMP := $(LUDWIG_VENV)/.lrcheck-installed
 
-.PHONY: demo test test-fast lint bench venv clean screenshots
+.PHONY: demo test test-fast test-ludwig lint bench venv venv-ludwig clean screenshots
 
 venv: $(STAMP)
 
@@ -25,6 +30,21 @@ $(STAMP): pyproject.toml Makefile
 	scripts/browser.sh >/dev/null
 	touch $(STAMP)
 
+venv-ludwig: $(LUDWIG_STAMP)
+
+# torch first, then Ludwig with torch held at the version installed: left free, pip would take
+# the newest torchvision, which pins a newer torch, and replace the CPU torch with a CUDA one.
+# scripts/ludwig_venv_fixup.py then makes torchvision and torchaudio importable where their
+# wheels are CUDA builds that cannot load beside a CPU torch (why: see the script).
+$(LUDWIG_STAMP): pyproject.toml Makefile scripts/ludwig_venv_fixup.py
+	test -x $(LUDWIG_BIN)/python || $(PYTHON) -m venv $(LUDWIG_VENV)
+	$(LUDWIG_BIN)/python -m pip install --quiet --upgrade pip
+	$(LUDWIG_BIN)/python -m pip install --quiet $(TORCH)
+	$(LUDWIG_BIN)/python -m pip install --quiet -e ".[dev,ludwig]" \
+		"torch==$$($(LUDWIG_BIN)/python -c 'from importlib.metadata import version; print(version("torch"))')"
+	$(LUDWIG_BIN)/python scripts/ludwig_venv_fixup.py $(LUDWIG_VENV)
+	touch $(LUDWIG_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/lrcheck compare --accum 2 --bs 16 --ref-bs 32
 
@@ -32,10 +52,14 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check src tests
 	$(BIN)/python -m mypy src/lrcheck
 
-test: lint
+test: lint test-ludwig
 	@required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
 	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q"; \
 	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q
+
+# The tests that train through Ludwig, in its environment (the main one leaves tests/ludwig/ out).
+test-ludwig: $(LUDWIG_STAMP)
+	$(LUDWIG_BIN)/python -m pytest -q tests/ludwig
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
@@ -53,4 +77,4 @@ screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py docs/img
 
 clean:
-	rm -rf $(VENV) lrcheck-reports .pytest_cache
+	rm -rf $(VENV) $(LUDWIG_VENV) lrcheck-reports .pytest_cache

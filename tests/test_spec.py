@@ -93,3 +93,27 @@ def test_a_training_set_smaller_than_one_effective_batch_shows_the_breakdown():
         plan_steps(100, 16, 2, 4, 1, "drop")
     message = str(info.value)
     assert "bs 16 · accum 2 · nproc 4 = 128" in message and "world" not in message
+
+
+def test_ludwig_runs_in_float32_in_one_process_and_is_compared_with_itself():
+    """--framework ludwig (Ludwig itself is only in .venv-ludwig: specs need none of it)."""
+    pair = PairSpec.build(RunSpec(framework="ludwig", bs=16, accum=2), ref_bs=32)
+    assert pair.candidate.dtype == pair.reference.dtype == "float32"  # whatever was asked
+    assert pair.tolerances == Tolerances.for_dtype("float32")
+    assert (pair.reference.bs, pair.reference.accum, pair.reference.framework) == (32, 1, "ludwig")
+    refused = [({"scheduler": "wsd"}, "--framework ludwig runs its own schedules"),
+               ({"world": 2}, "--framework ludwig trains in one process here"),
+               ({"task": "tokens"}, "choose a tabular task"),
+               ({"resume_at_micro": 3}, "--resume-at-micro applies to lrcheck's own loop")]
+    for changes, needle in refused:
+        with pytest.raises(SpecError, match=needle):
+            RunSpec(framework="ludwig", **changes)
+    with pytest.raises(SpecError, match="compare it with itself, not with plain"):
+        PairSpec.build(RunSpec(framework="ludwig"), ref_framework="plain")
+
+
+def test_ludwig_resume_is_checked_against_the_same_run_uninterrupted():
+    pair = PairSpec.build(RunSpec(framework="ludwig", bs=16, accum=2, resume_at=30), ref_bs=32)
+    assert pair.reference == pair.candidate.replace(resume_at=None)
+    with pytest.raises(SpecError, match="--resume-at applies to lrcheck's own loop"):
+        RunSpec(framework="lightning", resume_at=3)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.diagnosis import data_diff, data_text, diagnose
-from lrcheck.plan.windows import fraction_text
+from lrcheck.plan.windows import fraction_text, window_ids
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
@@ -243,11 +243,82 @@ def check_skipped_steps(ref: RunTrace, cand: RunTrace) -> CheckResult:
                        f"the scheduler held still on every skipped update: {listed}")
 
 
+def resume_detail(ref: RunTrace, cand: RunTrace, k: int) -> str | None:
+    """What the candidate's resume did, when a check first fails at ``k``, the first update after
+    it (None otherwise): whether its schedule went on where it stopped (the ``scheduler.step()``
+    calls made before update ``k`` in both runs), and whether it was fed the samples the
+    uninterrupted run was."""
+    if cand.resumed is None or k != cand.resumed.update or k >= min(len(ref.updates),
+                                                                    len(cand.updates)):
+        return None
+    before, steps, first = (ref.updates[k].scheduler_steps, cand.updates[k].scheduler_steps,
+                            cand.updates[0].scheduler_steps)
+    if before is None or steps is None or first is None:
+        return None
+    text = f"the candidate resumed before update {k}: "
+    if steps == before:
+        text += f"its schedule went on where it stopped ({plural(steps, 'scheduler step')})"
+    elif steps <= first:
+        text += (f"its schedule started again from the beginning ({plural(steps, 'step')} made "
+                 f"at update {k}, {before} in the uninterrupted run)")
+    else:
+        text += (f"its schedule did not go on where it stopped ({plural(steps, 'step')} made at "
+                 f"update {k}, {before} in the uninterrupted run)")
+    if ref.windows is not None and cand.windows is not None and k < min(len(ref.windows),
+                                                                         len(cand.windows)):
+        fed = [np.sort(window_ids(w[k])) for w in (ref.windows, cand.windows)]
+        if not np.array_equal(fed[0], fed[1]):
+            text += ("; it was fed other samples than the uninterrupted run from there (its "
+                     "data order did not go on where it stopped either)")
+    return text
+
+
+def _steps_per_update(trace: RunTrace) -> float | None:
+    steps = [u.scheduler_steps for u in trace.updates]
+    if len(steps) < 2 or steps[0] is None or steps[-1] is None:
+        return None
+    return (steps[-1] - steps[0]) / (len(steps) - 1)
+
+
+def schedule_steps_detail(ref: RunTrace, cand: RunTrace, k: int) -> str | None:
+    """Why the LRs part at update ``k`` when the schedules stepped differently (None when they
+    stepped alike): the ``scheduler.step()`` calls made before update ``k`` in each run, per
+    update, and where that puts each run in its schedule's length (the trace's context
+    ``total_steps``), in updates."""
+    if k >= min(len(ref.updates), len(cand.updates)):
+        return None
+    before, steps = ref.updates[k].scheduler_steps, cand.updates[k].scheduler_steps
+    if before is None or steps is None or before == steps:
+        return None
+    text = (f"before update {k} the candidate's schedule had stepped "
+            f"{plural(steps, 'time')}, the reference's {before}")
+    rates = _steps_per_update(ref), _steps_per_update(cand)
+    if rates[0] and rates[1] and rates[0] != rates[1]:
+        text += f" ({rates[1]:.3g} steps per update against {rates[0]:.3g})"
+    lengths = ref.context.get("total_steps"), cand.context.get("total_steps")
+    if lengths[0] and lengths[1]:
+        ahead = (steps / lengths[1] - before / lengths[0]) * len(ref.updates)
+        text += (f"; over schedules of {lengths[1]} and {lengths[0]} steps that puts the "
+                 f"candidate {abs(ahead):.3g} update{'' if abs(ahead) == 1 else 's'} "
+                 f"{'ahead' if ahead > 0 else 'behind'}")
+    return text
+
+
+def _explain_lr(check: CheckResult, ref: RunTrace, cand: RunTrace) -> CheckResult:
+    """A failed ``lr`` check with what its first differing update had behind it: the
+    candidate's resume, or schedules that stepped differently."""
+    if check.status != FAIL or check.first_divergence is None:
+        return check
+    k = check.first_divergence
+    text = resume_detail(ref, cand, k) or schedule_steps_detail(ref, cand, k)
+    return replace(check, detail=f"{check.detail}; {text}") if text else check
+
+
 def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
     """Every check of the contract, in the order of ``CHECK_NAMES``; ``skipped-steps`` too when
     the runs used a GradScaler (``--amp fp16``)."""
     reason = not_comparable_reason(ref, cand)
-    lr = _explained_lr(check_lr(ref, cand, tol.lr), ref, cand)
+    lr = _explained_lr(_explain_lr(check_lr(ref, cand, tol.lr), ref, cand), ref, cand)
     params = _diagnosed(check_params(ref, cand, tol.params, reason), ref, cand, lr)
     checks = [
         check_updates(ref, cand),

@@ -362,10 +362,10 @@ def compare_command(
     tail: TailOpt = DEFAULT.tail,
     loss_norm: Annotated[str, typer.Option(help=f"Loss normalisation: {_choices(LOSS_NORMS)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
-    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)}.")] = DEFAULT.dtype,
+    dtype: Annotated[str, typer.Option(help=f"Floating-point type: {_choices(DTYPES)} (--framework ludwig trains in float32 whatever is asked).")] = DEFAULT.dtype,
     device: Annotated[str, typer.Option(help=f"Device: {_choices(DEVICES)}.")] = DEFAULT.device,
     amp: Annotated[str, typer.Option(help=f"Mixed precision: {_choices(AMPS)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
-    resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on.")] = None,
+    resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on. --framework ludwig: stop Ludwig after update K as its Ctrl-C handler does, resume through its model_resume_path, against the same Ludwig run uninterrupted.")] = None,
     resume_at_micro: Annotated[int | None, typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
     tol_lr: TolLrOpt = None,
@@ -390,8 +390,6 @@ def compare_command(
     if not timeout > 0:
         raise SpecError(f"--timeout must be a number of seconds > 0, got {timeout!r}")
     check_ref_world(ref_nproc, env)
-    tolerances = Tolerances.for_dtype(dtype, amp, lr=tol_lr, params=tol_params, loss=tol_loss,
-                                      metrics=tol_metrics)
     ref_framework = reference_framework(policy, ref_framework)
     if policy == "accelerate":  # the spelling before --framework
         _note("--policy accelerate is now --framework accelerate --ref-framework plain")
@@ -404,6 +402,9 @@ def compare_command(
                         resume_at=resume_at, resume_at_micro=resume_at_micro,
                         framework=framework, drop_last=drop_last, trainer_loss=trainer_loss,
                         even_batches=even_batches, lightning_sampler=lightning_sampler)
+    # The run's dtype, which a framework that trains in one type only has set (Ludwig: float32).
+    tolerances = Tolerances.for_dtype(candidate.dtype, amp, lr=tol_lr, params=tol_params,
+                                      loss=tol_loss, metrics=tol_metrics)
     pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances,
                           ref_framework=ref_framework)
     output = _Output(json=json_out, quiet=quiet, speaks=_speaks())

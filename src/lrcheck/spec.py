@@ -158,13 +158,24 @@ class RunSpec:
         if self.framework == PLAIN:
             return
         framework = FRAMEWORKS[self.framework]
-        for flag, value, default in (("--policy", self.policy, REFERENCE_POLICY),
-                                     ("--amp", self.amp, "off"),
-                                     ("--resume-at", self.resume_at, None),
-                                     ("--resume-at-micro", self.resume_at_micro, None)):
+        own_loop = [("--policy", self.policy, REFERENCE_POLICY), ("--amp", self.amp, "off"),
+                    ("--resume-at-micro", self.resume_at_micro, None)]
+        if not framework.resumes:
+            own_loop.append(("--resume-at", self.resume_at, None))
+        for flag, value, default in own_loop:
             if value != default:
                 raise SpecError(f"{flag} applies to lrcheck's own loop (--framework plain); "
                                 f"--framework {self.framework} decides that itself")
+        if framework.single_process and self.world > 1:
+            raise SpecError(f"--framework {self.framework} trains in one process here: "
+                            f"--nproc {self.world} does not apply")
+        if framework.own_model and TASKS[self.task].tokens:
+            raise SpecError(f"--framework {self.framework} builds its model from number features: "
+                            f"--task {self.task} has token sequences; choose a tabular task")
+        if framework.dtype is not None:
+            # The framework trains in this type whatever it is asked (Ludwig: float32): the
+            # run's spec, its report and its tolerances say so.
+            object.__setattr__(self, "dtype", framework.dtype)
         if framework.owns_epoch:
             # The framework ends each epoch itself; lrcheck feeds it every sample of the epoch.
             if self.tail == "carry":
@@ -263,11 +274,18 @@ class PairSpec:
                    else f"no --ref-bs matches with --ref-nproc {ref.world}")
             raise SpecError(f"{given} differs from the candidate's effective batch, "
                             f"{batch_breakdown(cand.bs, cand.accum, cand.world)}; {fix}")
-        if ref.accum != 1 or ref.policy != REFERENCE_POLICY:
+        if resumed_against_itself(cand) and ref == cand.replace(resume_at=None):
+            pass  # the framework's own resume against the same run uninterrupted
+        elif ref.accum != 1 or ref.policy != REFERENCE_POLICY:
             raise SpecError(
                 f"the reference must run accum 1 with policy {REFERENCE_POLICY!r}, "
                 f"got accum {ref.accum!r}, policy {ref.policy!r}"
             )
+        for one, other in ((ref, cand), (cand, ref)):
+            if FRAMEWORKS[one.framework].own_model and other.framework != one.framework:
+                raise SpecError(f"--framework {one.framework} builds its own model and data "
+                                f"order: compare it with itself, not with {other.framework} "
+                                f"(--ref-framework {one.framework})")
         shared = ["task", "epochs", "scheduler", "warmup", "lr", "optimizer", "seed", "dtype",
                   "device", "samples", "loss_norm", "amp", "inject_overflow"]
         if ref.framework == cand.framework:  # else each has its own end of epoch
@@ -296,9 +314,13 @@ class PairSpec:
         changes: dict[str, Any] = {}
         if framework != candidate.framework:  # the reference keeps its own framework's defaults
             changes = {name: default for name, (_, default, _) in _FRAMEWORK_SETTINGS.items()}
-        reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world, policy=REFERENCE_POLICY,
-                                      resume_at=None, resume_at_micro=None, framework=framework,
-                                      **changes)
+        if framework == candidate.framework and resumed_against_itself(candidate):
+            # The framework's own resume, checked against the same run without it.
+            reference = candidate.replace(resume_at=None)
+        else:
+            reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world,
+                                          policy=REFERENCE_POLICY, resume_at=None,
+                                          resume_at_micro=None, framework=framework, **changes)
         return cls(reference, candidate,
                    tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
 
@@ -363,6 +385,12 @@ class FilePair:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
+
+
+def resumed_against_itself(spec: RunSpec) -> bool:
+    """``spec`` resumes through its framework's own resume (``--framework ludwig --resume-at
+    K``), whose reference is the same run uninterrupted rather than the big batch."""
+    return spec.resume_at is not None and FRAMEWORKS[spec.framework].resumes
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:

@@ -31,6 +31,16 @@ class Framework:
     schedulers: dict[str, str] | None = None
     # The command-line settings that apply to it.
     settings: tuple[str, ...] = ()
+    # The one floating-point type it trains in (None: either); a run asking for another is
+    # given this one, and float32's tolerances.
+    dtype: str | None = None
+    # It trains in one process here (no --nproc).
+    single_process: bool = False
+    # It builds its own model and data order from lrcheck's data: compared only with itself.
+    own_model: bool = False
+    # --resume-at stops its training after update K and resumes it through its own resume; the
+    # reference is then the same run uninterrupted.
+    resumes: bool = False
 
     @property
     def extra(self) -> str | None:
@@ -39,6 +49,12 @@ class Framework:
 
 # Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
 TRAINER_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+
+# Ludwig's learning_rate_scheduler.decay for each of lrcheck's built-in schedules it has; the
+# warmup is its warmup_fraction. Its cosine is CosineAnnealingWarmRestarts with T_0 one checkpoint
+# interval (an epoch by default): it restarts every epoch (ludwig/modules/lr_scheduler.py).
+LUDWIG_SCHEDULES = {"constant": "none", "linear": "linear", "cosine": "cosine",
+                    "exponential": "exponential"}
 
 _FRAMEWORKS = [
     Framework(PLAIN, "lrcheck's own loop: exact, --policy says when the schedule steps",
@@ -54,6 +70,11 @@ _FRAMEWORKS = [
               "accumulate_grad_batches; schedule sized by estimated_stepping_batches",
               module="lightning", owns_epoch=True,
               settings=("--drop-last", "--lightning-sampler")),
+    Framework("ludwig", "Ludwig (ECD), run for real: LudwigModel.train with "
+              "gradient_accumulation_steps, its own model, data order and learning_rate_scheduler; "
+              "float32; --resume-at through its model_resume_path", module="ludwig",
+              owns_epoch=True, schedulers=LUDWIG_SCHEDULES, settings=("--resume-at",),
+              dtype="float32", single_process=True, own_model=True, resumes=True),
 ]
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in _FRAMEWORKS}

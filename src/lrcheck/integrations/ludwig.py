@@ -1,0 +1,111 @@
+"""``LrcheckCallback`` for one's own Ludwig run (``LudwigModel(config, callbacks=[...])``): a
+Recorder line per optimizer update (step, samples_seen, the LR every param group used, the
+update's loss as a mean over its samples, and every ``every``-th update a parameter
+fingerprint) for ``lrcheck diff``. ``lrcheck compare --framework ludwig`` records through this
+same callback, into its ``Recording`` (``sink``) instead of a file.
+
+How it reads Ludwig (0.11, ``ludwig/trainers/trainer.py`` ``Trainer._train_loop``): Ludwig calls
+``on_batch_start``, then feeds one micro-batch through ``train_step`` (forward, the loss divided
+by ``gradient_accumulation_steps``, backward, and ``optimizer.step()`` when the micro-batch ends
+a window), then ``scheduler.step()`` — on every micro-batch — then
+``on_batch_end(..., sync_step)``.
+
+- the LR: read from ``trainer.optimizer.param_groups`` in ``on_batch_start``. Nothing changes it
+  before that micro-batch's ``optimizer.step()``, so the read of the micro-batch that steps is
+  the LR its update used (Ludwig's own ``progress_tracker.learning_rate``, set just before the
+  hook, is the same value for the first group);
+- the end of an update: ``on_batch_end`` with ``sync_step`` true, which Ludwig passes exactly
+  when the micro-batch stepped the optimizer (``should_step``: a full window, or the epoch's
+  last micro-batch, where Ludwig checkpoints);
+- the loss: Ludwig's callbacks never see it, so ``trainer.model.train_loss`` is wrapped for the
+  run. What it returns is the micro-batch's mean loss (plus any regularisation), before Ludwig
+  divides it by the accumulation steps: the tensor whose weight in the gradient the ``Tap``
+  measures;
+- the samples: the sample ids are the rows of Ludwig's processed training set that its batcher
+  fetched for the micro-batch (``training_set.get`` is wrapped in ``on_preprocess_end``; a
+  training set passed already processed has no ids recorded). The scheduler steps so far are
+  ``trainer.scheduler._train_scheduler.last_epoch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from ludwig.callbacks import Callback
+
+from lrcheck.integrations.core import FileSink, Sink, Tap
+
+
+class LrcheckCallback(Callback):  # type: ignore[misc]  # Ludwig has no types
+    """Records a Ludwig run update by update into ``path`` (a Recorder file; ``append`` adds to
+    it). ``every``: a parameter fingerprint every N updates. ``sink``: where updates go instead
+    of a file (``lrcheck compare --framework ludwig``). One callback per ``train()`` call."""
+
+    def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
+                 sink: Sink | None = None) -> None:
+        if sink is None and path is None:
+            raise ValueError("LrcheckCallback needs a path to write (or a sink)")
+        if not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        self.path, self.every, self.append, self.sink = path, every, append, sink
+        self.tap: Tap | None = None
+        self._owned: FileSink | None = None
+        self._ids: np.ndarray | None = None
+        self._model: Any = None
+
+    def on_preprocess_end(self, training_set: Any, validation_set: Any, test_set: Any,
+                          training_set_metadata: Any) -> None:
+        get: Callable[..., Any] = training_set.get
+
+        def fetch(proc_column: str, idx: Any = None) -> Any:
+            if idx is not None:  # the batcher's rows for the next micro-batch
+                self._ids = np.asarray(idx, dtype=np.int64)
+            return get(proc_column, idx)
+
+        training_set.get = fetch
+
+    def on_trainer_train_setup(self, trainer: Any, save_path: str, is_coordinator: bool) -> None:
+        sink = self.sink
+        model = self._model = trainer.model
+        if sink is None:
+            assert self.path is not None
+            sink = self._owned = FileSink(self.path, model.parameters, every=self.every,
+                                          append=self.append)
+        tap = self.tap = Tap(sink, device=trainer.device)
+        tap.world, tap.rank = trainer.distributed.size(), trainer.distributed.rank()
+        train_loss: Callable[..., Any] = model.train_loss
+
+        def measured(targets: dict[str, torch.Tensor], *args: Any,
+                     **kwargs: Any) -> tuple[torch.Tensor, Any]:
+            loss, per_feature = train_loss(targets, *args, **kwargs)
+            samples = len(next(iter(targets.values())))
+            ids = self._ids if self._ids is not None and len(self._ids) == samples else None
+            tap.micro_batch(loss, samples, samples, ids)
+            return loss, per_feature
+
+        model.train_loss = measured
+
+    def on_batch_start(self, trainer: Any, progress_tracker: Any, save_path: str) -> None:
+        if self.tap is not None:
+            scheduler = getattr(trainer.scheduler, "_train_scheduler", None)
+            self.tap.before_step(trainer.optimizer, getattr(scheduler, "last_epoch", None))
+
+    def on_batch_end(self, trainer: Any, progress_tracker: Any, save_path: str,
+                     sync_step: bool = True) -> None:
+        if self.tap is not None and sync_step:
+            self.tap.end_update(epoch=progress_tracker.epoch)
+
+    def on_trainer_train_teardown(self, trainer: Any, progress_tracker: Any, save_path: str,
+                                  is_coordinator: bool) -> None:
+        # Ludwig calls this from a ``finally``: after an exception too.
+        if self._model is not None:
+            self._model.__dict__.pop("train_loss", None)  # the class's own again
+            self._model = None
+        self.tap = None
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
