@@ -316,8 +316,8 @@ def test_trace_passes_fails_and_writes_the_schedule_report(tmp_path):
             "--samples", "2000000"]
     ok = invoke(*args, "--out", tmp_path / "ok")
     assert ok.exit_code == 0 and "verdict: PASS" in ok.output
-    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["lr.png", "report.md",
-                                                                  "result.json"]
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["lr.png", "report.html",
+                                                                  "report.md", "result.json"]
     data = json.loads((tmp_path / "ok" / "result.json").read_text())
     assert data["mode"] == "trace" and data["runs"]["candidate"]["spec"]["world"] == 64
     bad = invoke(*args, "--policy", "per-micro-batch", "--out", tmp_path / "bad", "-q")
