@@ -64,8 +64,9 @@ def micro_batches(indices: Indices, bs: int, world: int) -> list[Indices]:
 
 
 def rank_share(micro_batch: Indices, rank: int, world: int) -> Indices:
-    """Rank ``rank``'s part of one micro-batch: every ``world``-th sample starting at ``rank``."""
-    return micro_batch[rank::world]
+    """Rank ``rank``'s part of one micro-batch: every ``world``-th sample starting at ``rank``
+    (the micro-batch itself in a single process: no view to make on every micro-batch)."""
+    return micro_batch if world == 1 else micro_batch[rank::world]
 
 
 def dealt_order(indices: np.ndarray, bs: int, world: int) -> np.ndarray:

@@ -156,6 +156,9 @@ def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -
 
     if margins is None:
         fig.tight_layout()
+        # tight_layout leaves a placeholder layout engine, for which savefig draws the whole
+        # figure once more before drawing it for the file; the layout is done, so none is left.
+        fig.set_layout_engine(None)
     else:
         fig.subplots_adjust(**margins)
     with atomic_path(path) as tmp:

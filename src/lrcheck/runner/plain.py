@@ -159,7 +159,8 @@ class _Loop:
             with self.autocast:
                 per_item = item_losses(parts.model, self.x_train[idx], self.y_train[idx])
             loss, share = micro_batch_loss(per_item.to(self.dtype),
-                                           self.items_on_device[idx].sum(), self.spec, n_global)
+                                           lambda: self.items_on_device[idx].sum(), self.spec,
+                                           n_global)
             window.loss_sum += share
             (loss if parts.scaler is None else parts.scaler.scale(loss)).backward()
 

@@ -130,7 +130,7 @@ class _Run:
                     if update < len(self.batches) else self.spec.effective_batch)
         with accelerator.accumulate(self.model):
             per_item = item_losses(self.model, x, y)
-            loss, share = micro_batch_loss(per_item, (y != IGNORE_INDEX).sum(), self.spec,
+            loss, share = micro_batch_loss(per_item, lambda: (y != IGNORE_INDEX).sum(), self.spec,
                                            n_global)
             self.window[0] += share
             self.window[1] += len(y)
