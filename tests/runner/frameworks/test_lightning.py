@@ -167,9 +167,10 @@ def test_a_users_run_on_two_processes_diffs_clean_against_one(tmp_path):
     root = str(Path(__file__).parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(root) / "src"), root]),
            "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", "2", str(script), str(cand), "128", "8", "2", "1"],
-                   env=env, check=True, timeout=240, capture_output=True)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", str(script), str(cand), "128", "8", "2", "1"],
+                         env=env, timeout=240, capture_output=True, text=True)
+    assert run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-3000:]}"
     report = lrcheck.diff(ref, cand, tolerances=Tolerances.for_dtype("float64"))
     assert report.ok, summary(report)
     fp_ref, fp_cand = (np.array([r["fingerprint"] for r in lines(p)]) for p in (ref, cand))
