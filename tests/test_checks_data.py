@@ -258,3 +258,18 @@ def test_a_loss_that_parts_after_the_parameters_points_at_params():
     assert found["loss"].detail.endswith(
         "; update 2 starts from parameters that already differ: see params, which part at "
         "update 1")
+
+
+def test_different_samples_right_after_a_resume_are_put_down_to_it():
+    from lrcheck.trace import Resumed
+
+    ref = reference()
+    windows = list(ref.windows)
+    windows[1] = (mb(0, PERM[::-1][:32], 1.0),)  # the epoch started again after the resume
+    cand = run(windows)
+    cand.resumed = Resumed(1, 0, 1000)
+    data = checks(ref, cand)["data"]
+    assert data.status == "fail" and data.first_divergence == 1
+    assert data.detail.endswith("; the candidate resumed from its checkpoint just before: its "
+                                "data order did not go on where it stopped")
+    assert "padding" not in data.detail

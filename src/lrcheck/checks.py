@@ -90,9 +90,10 @@ def check_data(ref: RunTrace, cand: RunTrace) -> CheckResult:
                            f"the same samples behind all {plural(diff.compared, 'update')}")
     if not len(diff.differing):  # the same samples as far as both go; one run goes on
         return CheckResult("data", FAIL, None, diff.compared, data_text(diff))
+    k = int(diff.differing[0])
+    detail = data_text(diff, resumed=cand.resumed is not None and k == cand.resumed.update)
     # max |Δ|: how many samples differ at the first update that differs.
-    return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)),
-                       int(diff.differing[0]), data_text(diff))
+    return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)), k, detail)
 
 
 def skipped_updates(trace: RunTrace) -> list[SkippedStep]:

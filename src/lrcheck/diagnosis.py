@@ -188,8 +188,9 @@ def seen_text(seen: Seen) -> str:
     return "over the run, the candidate saw " + "; and ".join(parts)
 
 
-def data_text(diff: DataDiff) -> str:
-    """The ``data`` check's detail for runs that differ."""
+def data_text(diff: DataDiff, resumed: bool = False) -> str:
+    """The ``data`` check's detail for runs that differ; ``resumed``: the candidate resumed from
+    a checkpoint just before the first update that differs, which then says why."""
     parts = []
     if len(diff.differing):
         k = int(diff.differing[0])
@@ -207,7 +208,10 @@ def data_text(diff: DataDiff) -> str:
         parts.append(f"the same samples behind the first {plural(diff.compared, 'update')}, "
                      f"then only the {longer} goes on ({diff.lengths[0]} reference, "
                      f"{diff.lengths[1]} candidate updates)")
-    if diff.seen is not None:
+    if resumed:
+        parts.append("the candidate resumed from its checkpoint just before: its data order did "
+                     "not go on where it stopped")
+    elif diff.seen is not None:
         parts.append(seen_text(diff.seen))
     return "; ".join(parts)
 
