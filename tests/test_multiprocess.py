@@ -359,3 +359,31 @@ def test_accelerate_on_two_processes_follows_its_convention_and_catches_per_proc
     lr = _check(json.loads((tmp_path / "bad" / "result.json").read_text()), "lr")
     assert lr["status"] == "fail" and lr["first_divergence"] == 1
     bad.assert_no_survivors()
+
+
+@pytest.mark.parametrize("framework", ["transformers", "lightning"])
+def test_a_framework_trains_alike_inside_torchrun_and_against_a_two_process_reference(
+        framework, tmp_path):
+    """Both directions of processes through a real framework, on whole windows: lrcheck inside
+    torchrun (the candidate on both ranks, the reference on rank 0 alone, in the framework), and
+    a one-process candidate against a reference launched on two."""
+    pytest.importorskip(framework, reason=f"the {framework} extra is not installed")
+    common = ["--framework", framework, "--task", "synthetic", "--samples", "1600", "--epochs",
+              "1"]
+    inside = Run(TORCHRUN + ["--nproc-per-node", "2", "-m", "lrcheck", "compare", *common,
+                             "--bs", "8", "--accum", "2", "--ref-bs", "32", "--out", "inside"],
+                 tmp_path).finish()
+    assert inside.code == 0
+    result = json.loads((tmp_path / "inside" / "result.json").read_text())
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
+    assert result["runs"]["candidate"]["spec"]["world"] == 2
+    assert result["runs"]["reference"]["spec"]["framework"] == framework
+    inside.assert_no_survivors()
+
+    reverse = Run(LRCHECK + common + ["--bs", "32", "--accum", "1", "--ref-bs", "16",
+                                      "--ref-nproc", "2", "--out", "reverse"], tmp_path).finish()
+    assert reverse.code == 0
+    result = json.loads((tmp_path / "reverse" / "result.json").read_text())
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
+    assert result["runs"]["reference"]["spec"]["world"] == 2
+    reverse.assert_no_survivors()
