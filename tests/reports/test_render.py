@@ -5,13 +5,14 @@ import signal
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
 from lrcheck.reports.plots import Plot, draw_loss
-from lrcheck.reports.render import Renderer
+from lrcheck.reports.render import Renderer, draw_in_two
 from lrcheck.runner.dist.procs import alive
 from tests.helpers import HANG_S, wait_for
 
@@ -65,6 +66,57 @@ def test_without_background_plots_are_drawn_here_at_once(tmp_path):
     renderer.draw([loss_plot(tmp_path / "a.png")])
     assert_png(tmp_path / "a.png")  # before finish(): drawn synchronously
     renderer.close()
+
+
+def write_page(path, pictures):
+    """A page that needs its pictures drawn before it (as report.html inlines the PNGs)."""
+    path.write_text(" ".join(str(len(picture.read_bytes())) for picture in pictures))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="draw_in_two forks")
+def test_draw_in_two_draws_every_picture_then_the_pages_and_leaves_no_process(tmp_path):
+    pictures = [tmp_path / f"{name}.png" for name in "abcde"]
+    page = Plot(tmp_path / "page.html", write_page, {"pictures": pictures})
+    before = children()
+    draw_in_two([*(loss_plot(path) for path in pictures), page])
+    for path in pictures:
+        assert_png(path)
+    assert all(int(n) > 0 for n in page.path.read_text().split())
+    assert children() == before  # the child that drew half of them was reaped
+
+
+def children():
+    """This process's children (Linux), or None where that cannot be read."""
+    try:
+        return sorted(Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="draw_in_two forks")
+@pytest.mark.parametrize("bad", [0, 1])  # drawn by this process, or by the child
+def test_draw_in_two_raises_the_first_error_after_drawing_the_rest(tmp_path, bad):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    paths = [tmp_path / "a.png", tmp_path / "b.png"]
+    paths[bad] = blocker / "bad.png"
+    with pytest.raises(SpecError, match="cannot write"):
+        draw_in_two([loss_plot(path) for path in paths])
+    assert_png(paths[1 - bad])
+
+
+@pytest.mark.slow
+def test_plots_the_helper_has_not_begun_are_drawn_in_two_processes_at_finish(tmp_path):
+    paths = [tmp_path / f"{n}.png" for n in range(6)]
+    with Renderer(background=True) as renderer:
+        renderer.helper()
+        renderer.draw([loss_plot(path) for path in paths])
+        renderer.draw([Plot(tmp_path / "page.html", write_page, {"pictures": paths})])
+        renderer.finish()
+        assert renderer.in_background
+    for path in paths:
+        assert_png(path)
+    assert all(int(n) > 0 for n in (tmp_path / "page.html").read_text().split())
 
 
 @pytest.mark.slow

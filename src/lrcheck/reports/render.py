@@ -7,7 +7,10 @@ imports matplotlib and loads its fonts while this process imports torch and trai
 each plot it is sent — in a suite, while this process trains the next pair. This process never
 imports matplotlib.
 
-``finish()`` waits for every plot sent so far and raises the first drawing error. If the
+``finish()`` waits for every plot sent so far and raises the first drawing error. This
+process is idle then, so the plots the helper has not begun are taken back and sent again as one
+task that the helper draws in two processes (``draw_in_two``: it forks, matplotlib already
+loaded): the end of a suite waits for the last pair's plots and matrix.png. If the
 helper cannot start or dies, the plots are drawn here instead: a report is never lost to the
 helper. The helper ignores Ctrl-C; this process handles it, and ``close()`` lets the helper
 draw what it was sent, then stops it.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Iterable, Iterator
@@ -41,7 +45,8 @@ class Renderer:
 
     def __init__(self, background: bool = False) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        self._pending: list[tuple[Plot, Future[Any]]] = []
+        # What was sent to the helper: plots and the task that draws them.
+        self._pending: list[tuple[list[Plot], Future[Any]]] = []
         if background:
             self._start()
 
@@ -73,7 +78,7 @@ class Renderer:
         for plot in plots:
             if self._pool is not None:
                 try:
-                    self._pending.append((plot, self._pool.submit(plot.draw)))
+                    self._pending.append(([plot], self._pool.submit(plot.draw)))
                     continue
                 except (BrokenProcessPool, RuntimeError):
                     self._pool = None  # the helper is gone: this and the rest are drawn here
@@ -82,18 +87,45 @@ class Renderer:
     def finish(self) -> None:
         """Wait until every plot sent so far is drawn. A plot whose helper died is drawn here;
         the first plot that failed to draw raises its error (after the others are drawn)."""
+        self._take_back()
         pending, self._pending = self._pending, []
         error: BaseException | None = None
-        for plot, future in pending:
+        for plots, future in pending:
             try:
                 future.result()
             except BrokenProcessPool:
                 self._pool = None
-                plot.draw()
+                try:
+                    _draw_all(plots)
+                except Exception as exc:  # noqa: BLE001 - raised below, as a drawing error
+                    error = error or exc
             except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
                 error = error or exc
         if error is not None:
             raise error
+
+    def _take_back(self) -> None:
+        """This process is about to wait: the plots the helper has not begun (their tasks still
+        cancel) are sent again as one ``draw_in_two`` task, in their order."""
+        if self._pool is None or not hasattr(os, "fork"):
+            return
+        kept: list[tuple[list[Plot], Future[Any]]] = []
+        back: list[Plot] = []
+        for plots, future in self._pending:
+            if future.cancel():
+                back += plots
+            else:
+                kept.append((plots, future))
+        if not back:
+            return
+        try:
+            kept.append((back, self._pool.submit(draw_in_two, back)))
+        except (BrokenProcessPool, RuntimeError):
+            self._pool = None
+            lost: Future[Any] = Future()
+            lost.set_exception(BrokenProcessPool("the plot helper is gone"))
+            kept.append((back, lost))  # drawn here by finish()
+        self._pending = kept
 
     def close(self) -> None:
         """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
@@ -149,6 +181,86 @@ def _leave_now() -> None:
     ``close()`` waits for. The status is 0: a plot's error reaches this process through its
     future, and the pool does not read a helper's exit status."""
     os._exit(0)
+
+
+def _draw_all(plots: list[Plot]) -> None:
+    """Draw every plot, in order; then raise the first error."""
+    error: Exception | None = None
+    for plot in plots:
+        try:
+            plot.draw()
+        except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+def draw_in_two(plots: list[Plot]) -> None:
+    """In the helper, while lrcheck waits for it: draw ``plots`` in two processes. A forked
+    child draws every second PNG, this one the others; the pages (.html), which inline PNGs
+    drawn before them, come after both. The first error is raised here, the child's through a
+    pipe; the child dies with this process (``PR_SET_PDEATHSIG``) and leaves through
+    ``os._exit``."""
+    pictures = [plot for plot in plots if plot.path.suffix != ".html"]
+    pages = [plot for plot in plots if plot.path.suffix == ".html"]
+    if len(pictures) < 2:
+        _draw_all(plots)
+        return
+    theirs, mine = pictures[-1::-2][::-1], pictures[-2::-2][::-1]  # the last (matrix.png) theirs
+    read, write = os.pipe()
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child leaves through os._exit
+        status = 1
+        try:
+            os.close(read)
+            _die_with_parent(parent)
+            report = b""
+            try:
+                _draw_all(theirs)
+            except Exception as exc:  # noqa: BLE001 - sent to the parent
+                try:
+                    report = pickle.dumps(exc)
+                except Exception:  # noqa: BLE001 - an error that does not pickle
+                    report = pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(report)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    error: Exception | None = None
+    try:
+        _draw_all(mine)
+    except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
+        error = exc
+    with os.fdopen(read, "rb") as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(child, 0)
+    if report:
+        error = error or pickle.loads(report)
+    elif status != 0:
+        error = error or RuntimeError(f"the process drawing {[str(p.path) for p in theirs]} "
+                                      f"ended with status {status}")
+    try:
+        _draw_all(pages)
+    except Exception as exc:  # noqa: BLE001 - raised below
+        error = error or exc
+    if error is not None:
+        raise error
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have Linux kill this process when its parent dies (a Ctrl-C that kills the helper
+    leaves no drawing child); elsewhere, and when the parent is already gone, leave."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def helper_pid() -> int:

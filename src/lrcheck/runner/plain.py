@@ -84,6 +84,12 @@ class _Loop:
         self.x_train = as_input(data.x_train, self.dtype, device)
         self.y_train = torch.as_tensor(data.y_train, device=device)
         self.items = data.items_per_sample()
+        # Loss items per sample when every sample has as many (1 outside token tasks): an
+        # update's count is then a product, not a gather and a sum over its indices.
+        uniform = len(self.items) > 0 and bool((self.items == self.items[0]).all())
+        self.items_each = int(self.items[0]) if uniform else None
+        self.on_cpu = torch.device(device).type == "cpu"
+        self.no_sync = contextlib.nullcontext()
         self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
         self.autocast = amp_autocast(spec, device)
 
@@ -123,11 +129,14 @@ class _Loop:
         when the schedule refused to step inside it."""
         # One host-to-device copy per update; micro-batches and rank shares are views of it, so
         # a micro-batch never waits for the host.
-        indices = torch.from_numpy(batch.indices).to(self.device)
+        indices = torch.from_numpy(batch.indices)
+        if not self.on_cpu:
+            indices = indices.to(self.device)
         micro = micro_batches(indices, self.spec.bs, self.spec.world)
         # Loss items behind the whole update, over all ranks. Every rank holds the data set and
         # the global batch, so this equals the all-reduce of the ranks' counts.
-        n_global = int(self.items[batch.indices].sum())
+        n_global = (len(batch.indices) * self.items_each if self.items_each is not None
+                    else int(self.items[batch.indices].sum()))
         window = progress.window = progress.window or Window(
             0, torch.zeros((), dtype=self.dtype, device=self.device), progress.scheduler_steps)
         for m in range(window.micro, len(micro) - 1):
@@ -153,7 +162,7 @@ class _Loop:
         window's."""
         idx = rank_share(shared, self.rank, self.spec.world)
         # DDP all-reduces gradients only on the last micro-batch of an update.
-        sync = (contextlib.nullcontext() if last or self.spec.world == 1
+        sync = (self.no_sync if last or self.spec.world == 1
                 else cast(DistributedDataParallel, parts.model).no_sync())
         with sync:
             with self.autocast:
@@ -168,9 +177,10 @@ class _Loop:
         """``optimizer.step()``, the LR recorded just before it; True when the GradScaler
         skipped it."""
         self.recording.before_step(parts.optimizer, progress.scheduler_steps)
-        grad = next(parts.net.parameters()).grad
-        if update in self.spec.inject_overflow and grad is not None:
-            grad.fill_(float("inf"))  # what an fp16 overflow leaves
+        if update in self.spec.inject_overflow:
+            grad = next(parts.net.parameters()).grad
+            if grad is not None:
+                grad.fill_(float("inf"))  # what an fp16 overflow leaves
         skipped = optimizer_step(parts.optimizer, parts.scaler)
         parts.optimizer.zero_grad(set_to_none=True)
         return skipped
