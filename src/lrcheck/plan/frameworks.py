@@ -42,10 +42,6 @@ class Framework:
     # reference is then the same run uninterrupted.
     resumes: bool = False
 
-    @property
-    def extra(self) -> str | None:
-        return self.module
-
 
 # Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
 TRAINER_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}

@@ -190,7 +190,3 @@ def update_counters(runs: list[UpdateRun], updates: int,
         steps_made=int(made[-1]) if len(made) else 0,
     )
 
-
-def step_failure(exc: BaseException, update: int) -> str:
-    """Why a run stopped when ``scheduler.step()`` raised during update ``update``."""
-    return f"scheduler.step() raised {type(exc).__name__} at update {update}: {exc}"
