@@ -162,3 +162,42 @@ def test_report_files_get_the_umask_s_permissions_not_owner_only(tmp_path):
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "a.png").stat().st_mode) == 0o644
+
+
+def write_pid(path, wait=0.0):
+    """A 'picture' that says which process drew it (after ``wait`` seconds)."""
+    import time
+
+    time.sleep(wait)
+    path.write_text(str(os.getpid()))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="draw_in_two forks")
+def test_every_plot_the_helper_has_not_begun_is_taken_back_at_finish(tmp_path):
+    # The helper is handed one plot at a time: while it draws the first (for 1.5 s), the next
+    # four wait here, and finish() has the helper draw all four in two processes; the first of
+    # them (a pool would already have queued it to the helper) in the forked one.
+    with Renderer(background=True) as renderer:
+        helper = renderer.helper()
+        paths = [tmp_path / f"{n}.txt" for n in range(5)]
+        renderer.draw([Plot(paths[0], write_pid, {"wait": 1.5}),
+                       *(Plot(path, write_pid, {}) for path in paths[1:])])
+        renderer.finish()
+    drawn_by = [int(path.read_text()) for path in paths]
+    assert drawn_by[0] == helper
+    assert drawn_by[1] != helper and drawn_by[1] == drawn_by[3]  # the forked child's half
+    assert drawn_by[2] == drawn_by[4] == helper
+
+
+def test_halves_balance_the_drawing_time_and_keep_the_order(tmp_path):
+    from lrcheck.reports.render import halves
+
+    def plot(name, weight):
+        return Plot(tmp_path / name, write_pid, {}, weight=weight)
+
+    lr, loss, metrics, matrix = (plot("lr", 1.5), plot("loss", 1.0), plot("metrics", 1.3),
+                                 plot("matrix", 3.0))
+    assert halves([lr, loss, metrics, matrix]) == ([matrix], [lr, loss, metrics])
+    assert halves([loss, loss, loss, loss]) == ([loss, loss], [loss, loss])
+    assert halves([lr]) == ([lr], [])

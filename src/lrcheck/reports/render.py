@@ -10,7 +10,9 @@ imports matplotlib.
 ``finish()`` waits for every plot sent so far and raises the first drawing error. This
 process is idle then, so the plots the helper has not begun are taken back and sent again as one
 task that the helper draws in two processes (``draw_in_two``: it forks, matplotlib already
-loaded): the end of a suite waits for the last pair's plots and matrix.png. If the
+loaded; each process gets about half the drawing time): the end of a suite waits for the last
+pair's plots and matrix.png. So that every plot not yet begun can be taken back, the helper is
+handed one plot at a time, the next when it has drawn the last. If the
 helper cannot start or dies, the plots are drawn here instead: a report is never lost to the
 helper. The helper ignores Ctrl-C; this process handles it, and ``close()`` lets the helper
 draw what it was sent, then stops it.
@@ -18,7 +20,9 @@ draw what it was sent, then stops it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
 import multiprocessing
 import os
 import pickle
@@ -40,13 +44,28 @@ def second_cpu() -> bool:
         return (os.cpu_count() or 1) > 1
 
 
+class _Task:
+    """Plots the helper draws as one task, in order (``in_two``: with ``draw_in_two``), and the
+    future ``finish()`` waits on."""
+
+    def __init__(self, plots: list[Plot], in_two: bool = False) -> None:
+        self.plots, self.in_two = plots, in_two
+        self.future: Future[None] = Future()
+
+
 class Renderer:
-    """Draws ``Plot``s: in a helper process when ``background`` (and it starts), else here."""
+    """Draws ``Plot``s: in a helper process when ``background`` (and it starts), else here.
+
+    The helper is handed one task at a time, the next once it has finished the last (a pool
+    queues one more ahead of its worker, which then can no longer be taken back): a plot it
+    has not begun stays here, where ``finish()`` can take it back."""
 
     def __init__(self, background: bool = False) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        # What was sent to the helper: plots and the task that draws them.
-        self._pending: list[tuple[list[Plot], Future[Any]]] = []
+        self._lock = threading.Lock()  # the pool's thread hands tasks over too
+        self._tasks: list[_Task] = []  # every task sent since the last finish(), in order
+        self._waiting: collections.deque[_Task] = collections.deque()  # not yet handed over
+        self._busy = False  # the helper has a task
         if background:
             self._start()
 
@@ -76,27 +95,66 @@ class Renderer:
     def draw(self, plots: Iterable[Plot]) -> None:
         """Draw ``plots``: send them to the helper (and return at once), or draw them here."""
         for plot in plots:
-            if self._pool is not None:
+            with self._lock:
+                here = self._pool is None
+                if not here:
+                    task = _Task([plot])
+                    self._tasks.append(task)
+                    self._waiting.append(task)
+            if here:
+                plot.draw()
+            else:
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Give the helper the next waiting task if it has none (called again from the pool's
+        thread when the helper finishes one). Without a helper, or when it is gone, every
+        waiting task fails with ``BrokenProcessPool``, and ``finish()`` draws its plots here."""
+        while True:
+            with self._lock:
+                if self._busy or not self._waiting:
+                    return
+                pool, task = self._pool, self._waiting.popleft()
+                self._busy = pool is not None
+            if pool is not None:
                 try:
-                    self._pending.append(([plot], self._pool.submit(plot.draw)))
-                    continue
+                    inner = pool.submit(draw_in_two if task.in_two else _draw_all, task.plots)
                 except (BrokenProcessPool, RuntimeError):
-                    self._pool = None  # the helper is gone: this and the rest are drawn here
-            plot.draw()
+                    with self._lock:
+                        self._busy = False
+                else:
+                    inner.add_done_callback(functools.partial(self._done, task))
+                    return
+            task.future.set_exception(BrokenProcessPool("the plot helper is gone"))
+
+    def _done(self, task: _Task, done: Future[Any]) -> None:
+        """The helper has finished ``task``; the next is handed over."""
+        error = BrokenProcessPool("the plot helper is gone") if done.cancelled() else (
+            done.exception())
+        if error is None:
+            task.future.set_result(None)
+        else:
+            task.future.set_exception(error)
+        with self._lock:
+            self._busy = False
+        self._hand_over()
 
     def finish(self) -> None:
         """Wait until every plot sent so far is drawn. A plot whose helper died is drawn here;
         the first plot that failed to draw raises its error (after the others are drawn)."""
         self._take_back()
-        pending, self._pending = self._pending, []
+        with self._lock:
+            tasks, self._tasks = self._tasks, []
         error: BaseException | None = None
-        for plots, future in pending:
+        for task in tasks:
             try:
-                future.result()
+                task.future.result()
             except BrokenProcessPool:
-                self._pool = None
+                with self._lock:
+                    self._pool = None
+                self._hand_over()  # the tasks still waiting fail too, and are drawn here
                 try:
-                    _draw_all(plots)
+                    _draw_all(task.plots)
                 except Exception as exc:  # noqa: BLE001 - raised below, as a drawing error
                     error = error or exc
             except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
@@ -105,27 +163,18 @@ class Renderer:
             raise error
 
     def _take_back(self) -> None:
-        """This process is about to wait: the plots the helper has not begun (their tasks still
-        cancel) are sent again as one ``draw_in_two`` task, in their order."""
-        if self._pool is None or not hasattr(os, "fork"):
+        """This process is about to wait: the plots the helper has not begun become one
+        ``draw_in_two`` task, in their order."""
+        if not hasattr(os, "fork"):
             return
-        kept: list[tuple[list[Plot], Future[Any]]] = []
-        back: list[Plot] = []
-        for plots, future in self._pending:
-            if future.cancel():
-                back += plots
-            else:
-                kept.append((plots, future))
-        if not back:
-            return
-        try:
-            kept.append((back, self._pool.submit(draw_in_two, back)))
-        except (BrokenProcessPool, RuntimeError):
-            self._pool = None
-            lost: Future[Any] = Future()
-            lost.set_exception(BrokenProcessPool("the plot helper is gone"))
-            kept.append((back, lost))  # drawn here by finish()
-        self._pending = kept
+        with self._lock:
+            if self._pool is None or not self._waiting:
+                return
+            task = _Task([plot for taken in self._waiting for plot in taken.plots], in_two=True)
+            self._tasks = [t for t in self._tasks if t not in self._waiting] + [task]
+            self._waiting.clear()
+            self._waiting.append(task)
+        self._hand_over()
 
     def close(self) -> None:
         """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
@@ -133,10 +182,18 @@ class Renderer:
         waiting stops the helper at once. Either way no process is left once this returns:
         lrcheck leaves through ``os._exit``, and a child still running then would be left to
         init (the helper, or multiprocessing's resource tracker)."""
-        pool, self._pool = self._pool, None
-        self._pending = []
+        with self._lock:
+            pool, self._pool = self._pool, None
+            waiting = list(self._waiting)
+            self._waiting.clear()
+            self._tasks = []
         if pool is None:
             return
+        try:
+            for task in waiting:  # the pool draws them in order, after the one it has
+                pool.submit(_draw_all, task.plots)
+        except (BrokenProcessPool, RuntimeError):
+            pass  # the helper is gone: nothing more will be drawn
         try:
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # a second Ctrl-C while waiting: the user wants out now
@@ -197,16 +254,16 @@ def _draw_all(plots: list[Plot]) -> None:
 
 def draw_in_two(plots: list[Plot]) -> None:
     """In the helper, while lrcheck waits for it: draw ``plots`` in two processes. A forked
-    child draws every second PNG, this one the others; the pages (.html), which inline PNGs
-    drawn before them, come after both. The first error is raised here, the child's through a
-    pipe; the child dies with this process (``PR_SET_PDEATHSIG``) and leaves through
-    ``os._exit``."""
+    child draws the PNGs of one half (``halves``), this one the others; the pages (.html),
+    which inline PNGs drawn before them, come after both. The first error is raised here, the
+    child's through a pipe; the child dies with this process (``PR_SET_PDEATHSIG``) and leaves
+    through ``os._exit``."""
     pictures = [plot for plot in plots if plot.path.suffix != ".html"]
     pages = [plot for plot in plots if plot.path.suffix == ".html"]
     if len(pictures) < 2:
         _draw_all(plots)
         return
-    theirs, mine = pictures[-1::-2][::-1], pictures[-2::-2][::-1]  # the last (matrix.png) theirs
+    theirs, mine = halves(pictures)
     read, write = os.pipe()
     parent = os.getpid()
     child = os.fork()
@@ -248,6 +305,18 @@ def draw_in_two(plots: list[Plot]) -> None:
         error = error or exc
     if error is not None:
         raise error
+
+
+def halves(pictures: list[Plot]) -> tuple[list[Plot], list[Plot]]:
+    """``pictures`` in two halves of about the same drawing time (by ``Plot.weight``, heaviest
+    first, each to the lighter half), each in its order; the first holds the heaviest."""
+    halves: tuple[list[int], list[int]] = ([], [])
+    loads = [0.0, 0.0]
+    for i in sorted(range(len(pictures)), key=lambda i: -pictures[i].weight):
+        lighter = 0 if loads[0] <= loads[1] else 1
+        halves[lighter].append(i)
+        loads[lighter] += pictures[i].weight
+    return ([pictures[i] for i in sorted(halves[0])], [pictures[i] for i in sorted(halves[1])])
 
 
 def _die_with_parent(parent: int) -> None:
