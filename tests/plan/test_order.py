@@ -78,3 +78,10 @@ def test_dealt_order_hands_each_rank_its_share_when_batches_are_dealt_round_robi
             want = [rank_share(m, r, world) for m in micro_batches(batch.indices, bs, world)]
             assert len(mine) == accum
             assert all(np.array_equal(a, b) for a, b in zip(mine, want, strict=True))
+
+
+def test_a_global_batch_that_is_one_micro_batch_is_not_sliced():
+    indices = np.arange(32)
+    assert micro_batches(indices, 32, 1)[0] is indices
+    assert micro_batches(indices, 8, 4)[0] is indices
+    assert [len(m) for m in micro_batches(indices, 10, 1)] == [10, 10, 10, 2]

@@ -58,8 +58,11 @@ def global_batches(n: int, effective: int, epochs: int, seed: int,
 
 
 def micro_batches(indices: Indices, bs: int, world: int) -> list[Indices]:
-    """The global batch cut into micro-batches of ``bs·world`` (the last may be short)."""
+    """The global batch cut into micro-batches of ``bs·world`` (the last may be short); a batch
+    that is one micro-batch is itself, not a view of itself."""
     step = bs * world
+    if len(indices) <= step:
+        return [indices]
     return [indices[m:m + step] for m in range(0, len(indices), step)]
 
 

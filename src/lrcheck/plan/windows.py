@@ -66,21 +66,32 @@ def windows_from_json(data: Sequence[Sequence[Sequence[Any]]]) -> list[Window]:
     return [tuple(MicroBatch.from_json(m) for m in w) for w in data]
 
 
+def items_each(items: np.ndarray) -> int | None:
+    """The loss items every sample has, when all have as many (1 outside token tasks): a
+    batch's count is then a product, not a gather and a sum over its ids."""
+    return int(items[0]) if len(items) and bool((items == items[0]).all()) else None
+
+
 def planned_windows(plan: StepPlan, seed: int, items: np.ndarray,
                     loss_norm: str) -> list[Window]:
     """lrcheck's own loop's windows for ``plan``: ``order.py``'s micro-batches and rank shares,
     each weighted as ``runner/loss.micro_batch_loss`` weighs it (``items``: loss items per
     sample)."""
+    each = items_each(items)
+
+    def count(ids: np.ndarray) -> int:
+        return len(ids) * each if each is not None else int(items[ids].sum())
+
     windows: list[Window] = []
     for batch in global_batches(plan.num_samples, plan.effective_batch, plan.epochs, seed,
                                 plan.tail):
-        total = int(items[batch.indices].sum())
+        total = count(batch.indices)
         micro = micro_batches(batch.indices, plan.micro_batch_size, plan.world)
         window = []
         for m in micro:
             for r in range(plan.world):
                 ids = rank_share(m, r, plan.world)
-                n = int(items[ids].sum())
+                n = count(ids)
                 # global: sum / window items; mean: the micro-batch's mean / accum, averaged
                 # over the ranks by DDP.
                 weight = n / total if loss_norm == "global" else 1 / (plan.accum * plan.world)

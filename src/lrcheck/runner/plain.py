@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -25,7 +26,7 @@ from lrcheck.experiments.tasks import Dataset
 from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import plan_steps, schedule_context
-from lrcheck.plan.windows import planned_windows
+from lrcheck.plan.windows import items_each, planned_windows
 from lrcheck.runner import resume
 from lrcheck.runner.amp import amp_autocast, make_scaler, optimizer_step
 from lrcheck.runner.build import Parts, as_input, build
@@ -84,10 +85,7 @@ class _Loop:
         self.x_train = as_input(data.x_train, self.dtype, device)
         self.y_train = torch.as_tensor(data.y_train, device=device)
         self.items = data.items_per_sample()
-        # Loss items per sample when every sample has as many (1 outside token tasks): an
-        # update's count is then a product, not a gather and a sum over its indices.
-        uniform = len(self.items) > 0 and bool((self.items == self.items[0]).all())
-        self.items_each = int(self.items[0]) if uniform else None
+        self.items_each = items_each(self.items)
         self.on_cpu = torch.device(device).type == "cpu"
         self.no_sync = contextlib.nullcontext()
         self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
@@ -118,7 +116,7 @@ class _Loop:
                 self.recording.end_epoch(parts.net, batch.epoch, progress.update - 1)
             if self.recording.stopped:
                 return False
-            if pause == Pause(batch.update):
+            if pause is not None and pause == Pause(batch.update):
                 return True
         return False
 
@@ -127,12 +125,7 @@ class _Loop:
         """One optimizer update: forward and backward over its micro-batches, then the step, the
         schedule and the record. True when ``pause`` came inside it; it stops early, unrecorded,
         when the schedule refused to step inside it."""
-        # One host-to-device copy per update; micro-batches and rank shares are views of it, so
-        # a micro-batch never waits for the host.
-        indices = torch.from_numpy(batch.indices)
-        if not self.on_cpu:
-            indices = indices.to(self.device)
-        micro = micro_batches(indices, self.spec.bs, self.spec.world)
+        micro = self._shares(batch.indices)
         # Loss items behind the whole update, over all ranks. Every rank holds the data set and
         # the global batch, so this equals the all-reduce of the ranks' counts.
         n_global = (len(batch.indices) * self.items_each if self.items_each is not None
@@ -145,7 +138,7 @@ class _Loop:
             if self.every_micro_batch and not self._step_scheduler(parts, batch.update, progress):
                 return False
             window.micro = m + 1
-            if pause == Pause(batch.update, m):
+            if pause is not None and pause == Pause(batch.update, m):
                 return True
         self._forward_backward(parts, micro[-1], n_global, window, last=True)
         skipped = self._optimizer_step(parts, batch.update, progress)
@@ -156,18 +149,31 @@ class _Loop:
         self._record(batch, window, skipped, progress)
         return False
 
-    def _forward_backward(self, parts: Parts, shared: torch.Tensor, n_global: int,
+    def _shares(self, indices: np.ndarray) -> list[torch.Tensor]:
+        """This rank's share of each micro-batch of an update (``indices``: its global batch).
+        On the CPU each is a tensor over a numpy view (cheaper than slicing a tensor); on a GPU
+        a view of one host-to-device copy per update, so a micro-batch never waits for the
+        host."""
+        bs, rank, world = self.spec.bs, self.rank, self.spec.world
+        if self.on_cpu:
+            return [torch.from_numpy(rank_share(m, rank, world))
+                    for m in micro_batches(indices, bs, world)]
+        on_device = torch.from_numpy(indices).to(self.device)
+        return [rank_share(m, rank, world) for m in micro_batches(on_device, bs, world)]
+
+    def _forward_backward(self, parts: Parts, idx: torch.Tensor, n_global: int,
                           window: Window, last: bool) -> None:
-        """This rank's share of one micro-batch, forward and backward; its loss joins the
-        window's."""
-        idx = rank_share(shared, self.rank, self.spec.world)
+        """This rank's share ``idx`` of one micro-batch, forward and backward; its loss joins
+        the window's."""
         # DDP all-reduces gradients only on the last micro-batch of an update.
         sync = (self.no_sync if last or self.spec.world == 1
                 else cast(DistributedDataParallel, parts.model).no_sync())
         with sync:
             with self.autocast:
                 per_item = item_losses(parts.model, self.x_train[idx], self.y_train[idx])
-            loss, share = micro_batch_loss(per_item.to(self.dtype),
+            if per_item.dtype != self.dtype:  # autocast's
+                per_item = per_item.to(self.dtype)
+            loss, share = micro_batch_loss(per_item,
                                            lambda: self.items_on_device[idx].sum(), self.spec,
                                            n_global)
             window.loss_sum += share
