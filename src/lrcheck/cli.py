@@ -680,7 +680,9 @@ def main() -> None:
     stopped. A command stopped by SIGTERM or SIGHUP exits 128 + its number instead of Ctrl-C's
     130. (Tests call ``app`` through typer's CliRunner, which this does not touch.)"""
     from lrcheck.runner.dist.procs import exit_now
+    from lrcheck.runner.startup import hold
 
+    hold()  # the garbage collector, until a run is built (runner.startup)
     arrived = _stop_on_signals()
     try:
         app()

@@ -32,6 +32,7 @@ from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
 from lrcheck.plan.windows import Window
 from lrcheck.runner.build import as_input
+from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
 
@@ -87,7 +88,10 @@ class Recording:
         self.windows: list[Window] = []  # this rank's, as fed
 
     def attach(self, net: torch.nn.Module) -> None:
-        """Record ``net``'s parameters from now on (again after a resume builds a new model)."""
+        """Record ``net``'s parameters from now on (again after a resume builds a new model).
+        The run is built, everything it needs imported: the garbage collector starting held
+        off is let go (``runner.startup``)."""
+        release()
         self.not_comparable = batch_dependent_layers(net)
         # Flat views of the parameters' storage, which the optimizer updates in place: a
         # snapshot is then one torch.cat into its row (view() refuses a non-contiguous one).

@@ -39,6 +39,7 @@ from lrcheck.runner.memory import check_fits
 from lrcheck.runner.pair import ROLES, PairTraces, Progress
 from lrcheck.runner.preflight import check_plan
 from lrcheck.runner.recording import step_failure
+from lrcheck.runner.startup import release
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
@@ -62,6 +63,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
                       spec.world, spec.epochs, spec.tail)
     ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
     optimizer = make_optimizer(spec, torch.nn.Linear(1, 1))
+    release()  # everything imported (runner.startup)
     scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
     every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
     runs = update_runs(plan)

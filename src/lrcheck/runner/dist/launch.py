@@ -20,6 +20,7 @@ from typing import Any
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner.dist import handoff, procs
 from lrcheck.runner.dist.torchrun import torchrun_argv
+from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
@@ -55,6 +56,7 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
     With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job.
     ``on_update[role]`` is called here for every update rank 0 records in that run."""
+    release()  # this process waits now, maybe for hours (runner.startup)
     folder = Path(tempfile.mkdtemp(prefix=f"lrcheck-{role}-"))
     handoff.write_spec(folder, spec, role, reference)
     token = uuid.uuid4().hex

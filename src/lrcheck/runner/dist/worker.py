@@ -23,6 +23,7 @@ from lrcheck.runner.dist.procs import exit_now
 from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.runner.local import run_local
 from lrcheck.runner.pair import preflight
+from lrcheck.runner.startup import hold
 from lrcheck.trace import OnUpdate, UpdateRecord
 
 
@@ -37,6 +38,7 @@ def _send_output_to(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    hold()  # until the run is built (runner.startup)
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     env = torchrun_env(os.environ)
     if env is None:
