@@ -1,5 +1,6 @@
-"""The ``accelerate`` policy: the candidate trained through the real HF Accelerate, in one
-process, against the plain bs-32 reference."""
+"""``--framework accelerate``: the candidate trained through the real HF Accelerate, in one
+process, against the plain bs-32 reference (the old ``--policy accelerate`` spelling is
+tests/plan/test_frameworks.py's)."""
 
 import pytest
 import torch
@@ -20,7 +21,8 @@ def summary(report) -> str:
 
 
 def through_accelerate(**candidate):
-    return lrcheck.compare(epochs=EPOCHS, policy="accelerate", **candidate)
+    return lrcheck.compare(epochs=EPOCHS, framework="accelerate", ref_framework="plain",
+                           **candidate)
 
 
 @pytest.mark.parametrize("accum", [1, 2, 4])
