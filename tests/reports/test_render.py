@@ -201,3 +201,33 @@ def test_halves_balance_the_drawing_time_and_keep_the_order(tmp_path):
     assert halves([lr, loss, metrics, matrix]) == ([matrix], [lr, loss, metrics])
     assert halves([loss, loss, loss, loss]) == ([loss, loss], [loss, loss])
     assert halves([lr]) == ([lr], [])
+
+
+def test_a_ctrl_c_while_a_plot_is_handed_over_loses_nothing_and_finish_returns(tmp_path):
+    # A Ctrl-C can land in the main thread while it hands the helper a plot (a suite goes on
+    # after one that lands "after both runs"): that plot waits again, and finish() draws it
+    # with the ones sent after (the plots after it in the interrupted draw() were not sent).
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Interrupted(ThreadPoolExecutor):  # stands in for the helper's pool
+        calls = 0
+
+        def submit(self, *args, **kwargs):
+            Interrupted.calls += 1
+            if Interrupted.calls == 1:
+                raise KeyboardInterrupt
+            return super().submit(*args, **kwargs)
+
+    renderer = Renderer()
+    renderer._pool = Interrupted(1)
+    paths = [tmp_path / f"{n}.txt" for n in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        renderer.draw([Plot(path, write_pid, {}) for path in paths[:2]])
+    renderer.draw([Plot(paths[2], write_pid, {})])
+    waiting = threading.Thread(target=renderer.finish, daemon=True)
+    waiting.start()
+    waiting.join(30)
+    assert not waiting.is_alive(), "finish() hangs"
+    assert [path.exists() for path in paths] == [True, False, True]
+    renderer.close()

@@ -62,7 +62,9 @@ class Renderer:
 
     def __init__(self, background: bool = False) -> None:
         self._pool: ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()  # the pool's thread hands tasks over too
+        # The pool's thread hands tasks over too; reentrant: a task already done when its
+        # callback is added is told at once, in the thread that handed it over.
+        self._lock = threading.RLock()
         self._tasks: list[_Task] = []  # every task sent since the last finish(), in order
         self._waiting: collections.deque[_Task] = collections.deque()  # not yet handed over
         self._busy = False  # the helper has a task
@@ -109,34 +111,42 @@ class Renderer:
     def _hand_over(self) -> None:
         """Give the helper the next waiting task if it has none (called again from the pool's
         thread when the helper finishes one). Without a helper, or when it is gone, every
-        waiting task fails with ``BrokenProcessPool``, and ``finish()`` draws its plots here."""
-        while True:
-            with self._lock:
-                if self._busy or not self._waiting:
-                    return
-                pool, task = self._pool, self._waiting.popleft()
-                self._busy = pool is not None
-            if pool is not None:
+        waiting task fails with ``BrokenProcessPool``, and ``finish()`` draws its plots here.
+        Handing over holds the lock, so ``close()`` never finds a task half handed over; a
+        Ctrl-C meanwhile leaves the task waiting again (drawn twice at worst, never lost)."""
+        failed: list[_Task] = []
+        with self._lock:
+            while not self._busy and self._waiting:
+                task = self._waiting.popleft()
+                if self._pool is None:
+                    failed.append(task)
+                    continue
+                self._busy = True
                 try:
-                    inner = pool.submit(draw_in_two if task.in_two else _draw_all, task.plots)
-                except (BrokenProcessPool, RuntimeError):
-                    with self._lock:
-                        self._busy = False
-                else:
+                    inner = self._pool.submit(draw_in_two if task.in_two else _draw_all,
+                                              task.plots)
                     inner.add_done_callback(functools.partial(self._done, task))
-                    return
+                except (BrokenProcessPool, RuntimeError):
+                    self._busy = False
+                    failed.append(task)
+                except BaseException:
+                    self._busy = False
+                    self._waiting.appendleft(task)
+                    raise
+        for task in failed:
             task.future.set_exception(BrokenProcessPool("the plot helper is gone"))
 
     def _done(self, task: _Task, done: Future[Any]) -> None:
         """The helper has finished ``task``; the next is handed over."""
         error = BrokenProcessPool("the plot helper is gone") if done.cancelled() else (
             done.exception())
-        if error is None:
-            task.future.set_result(None)
-        else:
-            task.future.set_exception(error)
         with self._lock:
             self._busy = False
+            if not task.future.done():  # a task handed over twice is told once
+                if error is None:
+                    task.future.set_result(None)
+                else:
+                    task.future.set_exception(error)
         self._hand_over()
 
     def finish(self) -> None:
@@ -187,13 +197,13 @@ class Renderer:
             waiting = list(self._waiting)
             self._waiting.clear()
             self._tasks = []
-        if pool is None:
-            return
-        try:
-            for task in waiting:  # the pool draws them in order, after the one it has
-                pool.submit(_draw_all, task.plots)
-        except (BrokenProcessPool, RuntimeError):
-            pass  # the helper is gone: nothing more will be drawn
+            if pool is None:
+                return
+            try:
+                for task in waiting:  # the pool draws them in order, after the one it has
+                    pool.submit(_draw_all, task.plots)
+            except (BrokenProcessPool, RuntimeError):
+                pass  # the helper is gone: nothing more will be drawn
         try:
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # a second Ctrl-C while waiting: the user wants out now

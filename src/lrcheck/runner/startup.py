@@ -7,8 +7,9 @@ a 2-CPU machine, read from ``gc.callbacks``), and every later full pass scans th
 
 ``hold()``, at the start of a command (``cli.main``, a torchrun rank's ``worker.main``), turns
 the collector off. ``release()``, once a run is built (``Recording.attach``: every loop attaches
-its model, so everything it needs is imported) or a command is about to wait on other processes
-(a torchrun launch), collects once (the cycles starting made: some 16 MB that freezing would
+its model, so everything it needs is imported), when a command is about to wait on other
+processes (a torchrun launch) and after each pair of a suite (one whose runs failed before they
+were built included), collects once (the cycles starting made: some 16 MB that freezing would
 keep for good), moves every object still alive into the permanent generation, which later
 passes skip (``gc.freeze``), and turns the collector on again. The suite of ``make bench`` took
 0.4–0.5 s less (BENCHMARKS.md). A command that never trains or launches (``diff``, ``list``,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lrcheck.errors import Interrupted, LrcheckError, SpecError, stop_words
+from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
@@ -138,6 +139,7 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
             outcome.baseline = "new" if rec is None else "compared"
             outcome.regressions = regressions(outcome.report, rec) if rec else []
     outcome.seconds = time.perf_counter() - began
+    release()  # after the first pair at the latest, even one that failed before training
     return outcome
 
 

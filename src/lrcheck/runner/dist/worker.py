@@ -18,11 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
-from lrcheck.runner.dist import group, handoff
+from lrcheck.runner.dist import handoff
 from lrcheck.runner.dist.procs import exit_now
 from lrcheck.runner.dist.torchrun import torchrun_env
-from lrcheck.runner.local import run_local
-from lrcheck.runner.pair import preflight
 from lrcheck.runner.startup import hold
 from lrcheck.trace import OnUpdate, UpdateRecord
 
@@ -38,7 +36,11 @@ def _send_output_to(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    hold()  # until the run is built (runner.startup)
+    hold()  # until the run is built (runner.startup): first, then the imports that load torch
+    from lrcheck.runner.dist import group
+    from lrcheck.runner.local import run_local
+    from lrcheck.runner.pair import preflight
+
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     env = torchrun_env(os.environ)
     if env is None:
