@@ -132,6 +132,7 @@ def test_a_plot_that_fails_raises_at_finish_after_the_others_are_drawn(tmp_path)
 
 @pytest.mark.slow
 def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
+    before = children()
     with Renderer(background=True) as renderer:
         helper = renderer.helper()
         os.kill(helper, signal.SIGKILL)
@@ -141,6 +142,7 @@ def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
         assert not renderer.in_background
     assert_png(tmp_path / "a.png")
     assert_png(tmp_path / "b.png")
+    assert children() == before  # the dead helper's pool and resource tracker are gone too
 
 
 @pytest.mark.slow
@@ -220,7 +222,7 @@ def test_a_ctrl_c_while_a_plot_is_handed_over_loses_nothing_and_finish_returns(t
             return super().submit(*args, **kwargs)
 
     renderer = Renderer()
-    renderer._pool = Interrupted(1)
+    renderer._pool = renderer._started = Interrupted(1)
     paths = [tmp_path / f"{n}.txt" for n in range(3)]
     with pytest.raises(KeyboardInterrupt):
         renderer.draw([Plot(path, write_pid, {}) for path in paths[:2]])

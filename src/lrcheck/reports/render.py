@@ -61,7 +61,8 @@ class Renderer:
     has not begun stays here, where ``finish()`` can take it back."""
 
     def __init__(self, background: bool = False) -> None:
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: ProcessPoolExecutor | None = None  # None: plots are drawn here
+        self._started: ProcessPoolExecutor | None = None  # what close() shuts down
         # The pool's thread hands tasks over too; reentrant: a task already done when its
         # callback is added is told at once, in the thread that handed it over.
         self._lock = threading.RLock()
@@ -92,7 +93,7 @@ class Renderer:
                 pool.submit(helper_pid)  # starts the helper now, not at the first plot
             except (OSError, RuntimeError):
                 return  # no helper: every plot is drawn here
-        self._pool = pool
+        self._pool = self._started = pool
 
     def draw(self, plots: Iterable[Plot]) -> None:
         """Draw ``plots``: send them to the helper (and return at once), or draw them here."""
@@ -193,14 +194,15 @@ class Renderer:
         lrcheck leaves through ``os._exit``, and a child still running then would be left to
         init (the helper, or multiprocessing's resource tracker)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            usable, pool = self._pool is not None, self._started
+            self._pool = self._started = None
             waiting = list(self._waiting)
             self._waiting.clear()
             self._tasks = []
             if pool is None:
                 return
             try:
-                for task in waiting:  # the pool draws them in order, after the one it has
+                for task in waiting if usable else []:  # in order, after the one it has
                     pool.submit(_draw_all, task.plots)
             except (BrokenProcessPool, RuntimeError):
                 pass  # the helper is gone: nothing more will be drawn
