@@ -11,8 +11,11 @@ summed over every rank), and every ``every``-th update a parameter fingerprint. 
 with ``lrcheck diff ref.jsonl cand.jsonl``.
 
 The micro-batches are read by a forward hook on the model, for every forward that trains: the
-loss from its output (``output["loss"]`` or ``output[0]``), the items from ``labels``, the sample
-ids from an ``ids`` argument when the batch carries one. When the Trainer passes
+loss from its output (``output["loss"]`` or ``output[0]``), the items from ``labels`` (the
+labels other than -100 the loss predicts: for a causal LM, whose loss predicts token t+1 from
+token t, those of ``labels[..., 1:]`` — a sequence of L labels is L-1 items — or of
+``shift_labels`` when the batch carries them, as transformers' ``ForCausalLMLoss`` reads them),
+the sample ids from an ``ids`` argument when the batch carries one. When the Trainer passes
 ``num_items_in_batch`` (a model that accepts loss kwargs), the loss is taken to be the
 micro-batch's sum over the whole window's items, as transformers' own models return it.
 
@@ -46,6 +49,7 @@ class LrcheckCallback(TrainerCallback):
         self.tap: Tap | None = None
         self._hook: Any = None
         self._first_step = 0
+        self._shifts = False  # the model's loss predicts labels[..., 1:] (a causal LM)
 
     # The Trainer's events, in the order it calls them (trainer.py, _inner_training_loop and
     # _run_epoch).
@@ -61,6 +65,7 @@ class LrcheckCallback(TrainerCallback):
                             rank=args.process_index)
         self.tap = Tap(sink, args.device, processes)
         self._first_step = getattr(lr_scheduler, "last_epoch", 0) or 0
+        self._shifts = shifts_labels(model)
         self._hook = model.register_forward_hook(self._forward, with_kwargs=True)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, *,
@@ -94,7 +99,7 @@ class LrcheckCallback(TrainerCallback):
         loss = _loss_of(output)
         labels = kwargs.get("labels")
         if isinstance(labels, torch.Tensor):
-            items: Any = (labels != IGNORE_INDEX).sum()
+            items: Any = _loss_items(labels, kwargs.get("shift_labels"), self._shifts)
             samples = int(labels.shape[0]) if labels.ndim else 1
         else:
             samples = _batch_size(args, kwargs)
@@ -106,6 +111,35 @@ class LrcheckCallback(TrainerCallback):
             # over its own items, times items / window items.
             scale = float(items) / float(window_items)
         self.tap.micro_batch(loss, items, samples, kwargs.get("ids"), scale=scale)
+
+
+def shifts_labels(model: Any) -> bool:
+    """Whether ``model``'s loss predicts token t+1 from token t, so that its items are the labels
+    of ``labels[..., 1:]``: a decoder-only causal LM. Either of the Trainer's own two tests says
+    so — the loss function its ``loss_type`` maps to is ``ForCausalLMLoss`` (``Trainer.__init__``),
+    or its class is a causal LM of the auto mapping (``Trainer.compute_loss``) — since some
+    causal LMs pass only one: ``GPT2LMHeadModel``'s ``loss_type`` is None (its class name holds
+    no loss type) and its forward falls back to ``ForCausalLMLoss``. An encoder-decoder's labels
+    are its decoder's targets, unshifted."""
+    from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    base = getattr(model, "get_base_model", None)  # a PEFT model's
+    inner = base() if callable(base) else model
+    if getattr(getattr(inner, "config", None), "is_encoder_decoder", False):
+        return False
+    loss_type = getattr(inner, "loss_type", None)
+    return ((isinstance(loss_type, str) and LOSS_MAPPING.get(loss_type) is ForCausalLMLoss)
+            or type(inner).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
+def _loss_items(labels: torch.Tensor, shift_labels: Any, shifts: bool) -> torch.Tensor:
+    """The loss items of a micro-batch: its labels other than -100 that the loss predicts."""
+    if isinstance(shift_labels, torch.Tensor):
+        return (shift_labels != IGNORE_INDEX).sum()
+    if shifts and labels.ndim:
+        labels = labels[..., 1:]
+    return (labels != IGNORE_INDEX).sum()
 
 
 def _loss_of(output: Any) -> torch.Tensor | None:
