@@ -275,3 +275,60 @@ def test_a_malformed_fingerprint_is_a_spec_error(tmp_path, bad):
     path.write_text(json.dumps(line) + "\n")
     with pytest.raises(SpecError, match=f"{path}:1: 'fingerprint' must be a list of numbers"):
         lrcheck.diff(path, path)
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lrcheck: error:"), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_two_runs_in_one_file_exit_2_naming_the_file_and_line(tmp_path):
+    rows = [(32 * (k + 1), 0.1, 1.0) for k in range(3)]
+    ref = write(tmp_path / "ref.jsonl", rows)
+    both = tmp_path / "both.jsonl"
+    both.write_text(ref.read_text() * 2)
+    with pytest.raises(SpecError, match=f"{both}:4: 'samples_seen' goes back: 32 after 96"):
+        lrcheck.diff(ref, both)
+    line = one_line_error(invoke("diff", ref, both, "--out", tmp_path / "r"))
+    assert f"{both}:4" in line and "goes back" in line
+
+
+def test_a_reports_result_json_is_named_with_what_to_pass_instead(tmp_path, make_report):
+    from lrcheck.reports.files import result_json
+
+    ref = write(tmp_path / "ref.jsonl", [(32, 0.1, 1.0), (64, 0.1, 1.0)])
+    cand = write(tmp_path / "cand.jsonl", [(32, 0.1, 1.0), (64, 0.1, 1.0)])
+    assert invoke("diff", ref, cand, "--quiet", "--out", tmp_path / "r").exit_code == 0
+    result = tmp_path / "r" / "result.json"
+    line = one_line_error(invoke("diff", ref, result, "--out", tmp_path / "again"))
+    assert f"{result} is a report's result.json" in line and "not a Recorder file" in line
+    assert f"lrcheck diff {ref} {cand}" in line  # the files that diff compared
+    compared = tmp_path / "compare.json"
+    compared.write_text(result_json(make_report()))
+    with pytest.raises(SpecError, match="is a report's result.json") as info:
+        lrcheck.diff(compared, ref)
+    assert "lrcheck.Recorder" in str(info.value) and "LrcheckCallback" in str(info.value)
+    one_line = tmp_path / "one-line.json"  # the same report, compact, on one line
+    one_line.write_text(json.dumps(json.loads(result.read_text())))
+    with pytest.raises(SpecError, match="is a report's result.json"):
+        lrcheck.diff(ref, one_line)
+
+
+def test_a_loss_that_is_not_finite_fails_the_loss_check(tmp_path):
+    from lrcheck.recorder import Recorder
+
+    class Optimizer:
+        param_groups = [{"lr": 0.1}]
+
+    ref = write(tmp_path / "ref.jsonl", [(32 * (k + 1), 0.1, 1.0) for k in range(4)])
+    cand = tmp_path / "cand.jsonl"
+    with Recorder(cand) as rec:
+        for loss in (1.0, 1.0, float("nan"), 1.0):
+            rec.record(Optimizer(), samples=32, loss=loss)
+    assert "NaN" not in cand.read_text().replace('"NaN"', "")  # strict JSON
+    loss = lrcheck.diff(ref, cand).check("loss")
+    assert loss.status == "fail" and loss.first_divergence == 2, loss
+    assert "not finite" in loss.detail

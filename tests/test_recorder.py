@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 
@@ -82,3 +83,39 @@ def test_a_file_that_is_not_utf8_is_a_spec_error_naming_it(tmp_path):
     with pytest.raises(SpecError, match="not UTF-8 text") as info:
         read_records(path)
     assert str(path) in str(info.value) and ":2" in str(info.value)
+
+
+def strict_json(line: str):
+    """``json.loads`` refusing what is not JSON (Python's NaN, Infinity)."""
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_a_loss_that_is_not_finite_is_written_as_json_and_read_back(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with Recorder(path) as rec:
+        for loss in (1.5, float("nan"), float("inf"), -float("inf"), None):
+            rec.record(FakeOptimizer(0.1), samples=8, loss=loss)
+    lines = [strict_json(line) for line in path.read_text().splitlines()]
+    assert [line["loss"] for line in lines] == [1.5, "NaN", "Infinity", "-Infinity", None]
+    losses = [r["loss"] for r in read_records(path)]
+    assert losses[0] == 1.5 and math.isnan(losses[1]) and losses[4] is None
+    assert losses[2:4] == [math.inf, -math.inf]
+
+
+def test_two_runs_in_one_file_are_bad_input_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "both.jsonl"
+    with Recorder(path) as rec:
+        for _ in range(3):
+            rec.record(FakeOptimizer(0.1), samples=8)
+    first = path.read_text()
+    path.write_text(first + first)  # a second run's lines after the first's
+    with pytest.raises(SpecError) as info:
+        read_records(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:4: 'samples_seen' goes back: 8 after 24 on line 3")
+    assert "one run" in message
+    path.write_text(first + first.splitlines()[-1] + "\n")
+    with pytest.raises(SpecError, match=f"{path}:4: 'samples_seen' does not grow: 24 after 24"):
+        read_records(path)

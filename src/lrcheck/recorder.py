@@ -21,11 +21,17 @@ from lrcheck.errors import SpecError
 
 REQUIRED = ("step", "samples_seen", "lr")
 
+# JSON has no NaN or infinity (Python's json writes them as bare NaN and Infinity, which other
+# readers refuse): a Recorder file holds them as these strings, and read_records reads them back.
+NOT_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
 
 class Recorder:
     """Writes one JSON line per optimizer update: ``step``, ``samples_seen`` (samples behind all
     updates so far, this one included, over all processes), ``lr`` (one value per param group,
-    as the optimizer is about to use it) and ``loss``. Each line is flushed as it is written, so
+    as the optimizer is about to use it) and ``loss`` (a loss that is not finite as the string
+    "NaN", "Infinity" or "-Infinity", which ``read_records`` reads back as the float, so that
+    the file stays JSON). Each line is flushed as it is written, so
     a crash loses nothing recorded. The file is started afresh unless ``append`` (for a resumed
     run). With ``enabled=False`` (other ranks than 0, say) it records nothing."""
 
@@ -60,10 +66,11 @@ class Recorder:
             return
         self.samples_seen += count
         line = {"step": self.step, "samples_seen": self.samples_seen,
-                "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
+                "lr": [_number(v) for v in lr],
+                "loss": None if loss is None else _number(loss)}
         if fingerprint is not None:
-            line["fingerprint"] = [float(v) for v in fingerprint]
-        self._file.write(json.dumps(line) + "\n")
+            line["fingerprint"] = [_number(v) for v in fingerprint]
+        self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
         self.step += 1
 
@@ -91,6 +98,24 @@ def _samples(samples: Any) -> int:
     return count
 
 
+def _number(value: Any) -> float | str:
+    """``float(value)`` as JSON holds it: a number, or a ``NOT_FINITE`` string."""
+    number = float(value)
+    if math.isfinite(number):
+        return number
+    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+
+
+def _read_number(value: Any) -> float | None:
+    """A number of a record (a ``NOT_FINITE`` string included) as a float; None if it is not
+    one."""
+    if isinstance(value, str):
+        return NOT_FINITE.get(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def _last_record(path: Path) -> dict[str, Any] | None:
     if not path.read_text(encoding="utf-8").strip():
         return None
@@ -110,7 +135,8 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         line = raw_bytes[:exc.start].count(b"\n") + 1
         raise SpecError(f"{path}:{line}: not UTF-8 text (byte 0x{raw_bytes[exc.start]:02x}); a "
                         "Recorder file holds JSON lines written by lrcheck.Recorder") from None
-    records = []
+    records: list[dict[str, Any]] = []
+    last_line = 0
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -118,21 +144,26 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         try:
             item = json.loads(raw)
         except json.JSONDecodeError as exc:
+            if not records:
+                _not_a_recorder_file(path, text)
             raise SpecError(f"{where}: not JSON ({exc.msg}); each line must be one record "
                             "written by lrcheck.Recorder") from None
         if not isinstance(item, dict) or any(key not in item for key in REQUIRED):
+            if not records:
+                _not_a_recorder_file(path, text)
             raise SpecError(f"{where}: a record needs the keys {', '.join(REQUIRED)}")
         lr = item["lr"]
-        lr = [lr] if isinstance(lr, (int, float)) else lr
-        if (not isinstance(lr, list) or not lr
-                or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in lr)):
+        lrs = [_read_number(v) for v in (lr if isinstance(lr, list) else [lr])]
+        if not lrs or not all(v is not None and math.isfinite(v) for v in lrs):
             raise SpecError(f"{where}: 'lr' must be a number or a list of numbers, got {lr!r}")
         for key in ("step", "samples_seen"):
             if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
                 raise SpecError(f"{where}: {key!r} must be a whole number >= 0, got {item[key]!r}")
         loss = item.get("loss")
-        if loss is not None and not isinstance(loss, (int, float)):
-            raise SpecError(f"{where}: 'loss' must be a number or null, got {loss!r}")
+        loss_value = None if loss is None else _read_number(loss)
+        if loss is not None and loss_value is None:
+            raise SpecError(f"{where}: 'loss' must be a number, null, or one of "
+                            f"{', '.join(map(repr, NOT_FINITE))}, got {loss!r}")
         fingerprint = item.get("fingerprint")
         if fingerprint is not None and (
                 not isinstance(fingerprint, list) or len(fingerprint) % 2
@@ -140,11 +171,50 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                            and math.isfinite(v) for v in fingerprint)):
             raise SpecError(f"{where}: 'fingerprint' must be a list of numbers, two per "
                             f"parameter tensor (integrations.core.fingerprint), or absent")
+        if records and item["samples_seen"] <= records[-1]["samples_seen"]:
+            before = records[-1]["samples_seen"]
+            how = "goes back" if item["samples_seen"] < before else "does not grow"
+            raise SpecError(
+                f"{where}: 'samples_seen' {how}: {item['samples_seen']} after {before} on line "
+                f"{last_line}; a Recorder file holds one run, whose samples_seen grows with "
+                "every update (two runs written into one file? Record each into its own: "
+                "Recorder(path) starts the file afresh, append=True only resumes a run)")
         record = {"step": item["step"], "samples_seen": item["samples_seen"],
-                  "lr": [float(v) for v in lr], "loss": None if loss is None else float(loss)}
+                  "lr": lrs, "loss": loss_value}
         if fingerprint is not None:
             record["fingerprint"] = [float(v) for v in fingerprint]
         records.append(record)
+        last_line = number
     if not records:
         raise SpecError(f"{str(path)!r} holds no records")
     return records
+
+
+def _not_a_recorder_file(path: Path, text: str) -> None:
+    """A ``SpecError`` saying what ``path`` is instead, when it is a file lrcheck writes that
+    is not a Recorder file: a report's result.json, a suite's suite.json, a suite baseline."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return
+    if not isinstance(data, dict) or "schema_version" not in data:
+        return
+    kind = data.get("kind")
+    if isinstance(data.get("runs"), dict) and "checks" in data:
+        runs = data["runs"]
+        specs = [runs.get(side, {}).get("spec") if isinstance(runs.get(side), dict) else None
+                 for side in ("reference", "candidate")]
+        if data.get("mode") == "diff" and all(isinstance(s, str) for s in specs):
+            instead = f"the Recorder files it compared: lrcheck diff {specs[0]} {specs[1]}"
+        else:
+            instead = ("the Recorder files (JSON lines) that two runs wrote through "
+                       "lrcheck.Recorder or an integration's LrcheckCallback; this report "
+                       "already holds the comparison of its own two runs")
+        what = "a report's result.json (what lrcheck compare, trace and diff write with --out)"
+    elif kind == "lrcheck-suite":
+        what, instead = "a suite's suite.json", "the Recorder files two runs wrote"
+    elif kind == "lrcheck-baseline":
+        what, instead = "a suite baseline", "the Recorder files two runs wrote"
+    else:
+        return
+    raise SpecError(f"{path} is {what}, not a Recorder file: pass {instead}")
