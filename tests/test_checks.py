@@ -102,7 +102,7 @@ def test_metrics_tolerance_is_absolute():
 
 def test_verdict_fails_on_any_failed_check():
     results = run_checks(trace([0.1, 0.1]), trace([0.1, 0.2]), Tolerances())
-    assert [r.name for r in results] == ["updates", "data", "lr", "params", "loss",
+    assert [r.name for r in results] == ["updates", "data", "weights", "lr", "params", "loss",
                                                         "metrics"]
     assert verdict(results) == "fail"
 

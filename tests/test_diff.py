@@ -79,8 +79,8 @@ def test_plain_loop_with_accumulation_passes(loop_files):
     statuses = {c.name: c.status for c in report.checks}
     print(statuses, [c.detail for c in report.checks])
     assert report.ok and report.kind == "diff"
-    assert statuses == {"updates": "pass", "data": "skip", "lr": "pass", "params": "skip",
-                        "loss": "pass", "metrics": "skip"}
+    assert statuses == {"updates": "pass", "data": "skip", "weights": "skip", "lr": "pass",
+                        "params": "skip", "loss": "pass", "metrics": "skip"}
     assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS
     # float32 in both loops: the losses differ in their last bits only.
     assert report.check("loss").max_rel_diff < 1e-5
@@ -175,8 +175,8 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert result.exit_code == 1
     assert data == json.loads((tmp_path / "r" / "result.json").read_text())
     assert data["schema_version"] == 1 and data["verdict"] == "fail" and data["mode"] == "diff"
-    assert [c["name"] for c in data["checks"]] == ["updates", "data", "lr", "params", "loss",
-                                                        "metrics"]
+    assert [c["name"] for c in data["checks"]] == ["updates", "data", "weights", "lr", "params",
+                                                   "loss", "metrics"]
     assert data["pair"]["tolerances"]["lr"] == 0
     runs = data["runs"]
     assert runs["reference"]["spec"] == str(loop_files["ref"])

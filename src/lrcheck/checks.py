@@ -10,13 +10,17 @@ from typing import Any
 import numpy as np
 
 from lrcheck.diagnosis import data_diff, data_text, diagnose
-from lrcheck.plan.windows import fraction_text, window_ids
+from lrcheck.plan.windows import fraction_text, sample_weights, window_ids
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-CHECK_NAMES = ("updates", "data", "lr", "params", "loss", "metrics")
+CHECK_NAMES = ("updates", "data", "weights", "lr", "params", "loss", "metrics")
+# The weights check: how closely two measured weights of a sample's loss must agree, relative,
+# by the dtype the backward pass ran in. Rounding alone leaves a few units in the last place
+# (n/N then 1/n against 1/N); a real difference is at least one sample in a window: 1/E.
+WEIGHT_RTOL = {"float64": 1e-12, "float32": 1e-6}
 _TINY = 1e-300
 
 
@@ -94,6 +98,46 @@ def check_data(ref: RunTrace, cand: RunTrace) -> CheckResult:
     detail = data_text(diff, resumed=cand.resumed is not None and k == cand.resumed.update)
     # max |Δ|: how many samples differ at the first update that differs.
     return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)), k, detail)
+
+
+def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
+    """The weight each sample's loss carried in update k's gradient — measured in the backward
+    pass, summed over the micro-batches and ranks that fed it — is the same in both runs, for
+    every k, up to the rounding of the dtype (``WEIGHT_RTOL``). ``skip`` where a run has no
+    measured weights."""
+    if ref.windows is None or cand.windows is None:
+        who = "the reference" if ref.windows is None else "the candidate"
+        return CheckResult("weights", SKIP, None, None,
+                           f"not recorded: {who} has no samples per update")
+    dtype = (ref.spec or cand.spec).dtype if (ref.spec or cand.spec) else "float64"
+    tol = WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
+    n = min(len(ref.windows), len(cand.windows), len(ref.updates), len(cand.updates))
+    worst, compared = 0.0, 0
+    for k in range(n):
+        a, b = sample_weights(ref.windows[k]), sample_weights(cand.windows[k])
+        if a is None or b is None:
+            continue
+        compared += 1
+        if not np.array_equal(a[0], b[0]):
+            return CheckResult("weights", FAIL, None, k,
+                               f"first differ at update {k}, which was fed different samples "
+                               "from the reference's: see data")
+        rel = np.abs(b[1] - a[1]) / np.maximum(np.abs(a[1]), _TINY)
+        here = float(rel.max(initial=0.0))
+        worst = max(worst, here)
+        if not here <= tol:
+            i = int(np.argmax(rel))
+            return CheckResult("weights", FAIL, here, k,
+                               f"first differ at update {k}: sample {int(a[0][i])}'s loss "
+                               f"weighted {b[1][i]:.6g} in the candidate, {a[1][i]:.6g} in the "
+                               f"reference (relative {here:.3g} > {tol:g})", here)
+    if not compared:
+        return CheckResult("weights", SKIP, None, None,
+                           "not measured: no update has its weights measured in both runs")
+    return CheckResult("weights", PASS, worst, None,
+                       f"each sample's loss carried the same weight at all "
+                       f"{plural(compared, 'update')}, as measured in the backward pass (max "
+                       f"relative {worst:.3g} ≤ {tol:g})", worst)
 
 
 def skipped_updates(trace: RunTrace) -> list[SkippedStep]:
@@ -330,6 +374,7 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResu
     checks = [
         check_updates(ref, cand),
         check_data(ref, cand),
+        _diagnosed(check_weights(ref, cand), ref, cand, lr),
         lr,
         params,
         _diagnosed(check_loss(ref, cand, tol.loss, reason), ref, cand, lr, params),
@@ -547,7 +592,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                            "not recorded: no update has a loss in both files")
     lr = _explained_lr(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
-               for name in ("data", "params", "metrics")}
+               for name in ("data", "weights", "params", "metrics")}
     found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
              "loss": loss}
     if ref.fingerprints is not None and cand.fingerprints is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lrcheck.plan.windows import Window, fraction_text, rank_sizes, window_ids
+from lrcheck.plan.windows import Window, fraction_text, rank_sizes, sample_weights, window_ids
 from lrcheck.trace import UpdateRecord
 from lrcheck.words import plural
 
@@ -273,15 +273,9 @@ def _position(updates: Sequence[UpdateRecord], k: int) -> str:
 
 
 def _per_sample(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
-    """The ids of ``window`` sorted, with the weight each sample has in the update (its
-    micro-batch's weight over its size); None when a weight was not measured."""
-    if any(m.weight is None for m in window):
-        return None
-    ids = window_ids(window)
-    share = np.concatenate([np.full(len(m.ids), (m.weight or 0.0) / max(len(m.ids), 1))
-                            for m in window]) if window else np.empty(0)
-    order = np.argsort(ids, kind="stable")
-    return ids[order], share[order]
+    """The distinct ids of ``window`` sorted, with the weight each sample has in the update;
+    None when a weight was not measured (``windows.sample_weights``)."""
+    return sample_weights(window)
 
 
 def _weights(cand: Window, ref: Window, total: int) -> str:

@@ -97,7 +97,10 @@ class RunTrace:
     samples behind each update as fed, and their weights; ``plan/windows.py``) and
     ``fingerprints`` (a Recorder file with parameter fingerprints: per update, None where none
     was recorded, else per parameter tensor its sum and largest absolute value as rows of
-    shape ``(tensors, 2)``; not in JSON)."""
+    shape ``(tensors, 2)``; not in JSON), ``optimizer_states`` (a reference of lrcheck's own
+    loop: the optimizer's state after every update, ``runner.lockstep``; not in JSON) and
+    ``lockstep`` (a candidate run in lockstep with its reference: how many of its updates
+    started from the reference's state)."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -117,6 +120,8 @@ class RunTrace:
     source: str | None = None
     windows: list[Window] | None = None
     fingerprints: list[np.ndarray | None] | None = None
+    optimizer_states: np.ndarray | None = None
+    lockstep: int | None = None
 
     @property
     def metrics(self) -> dict[str, float] | None:
@@ -181,6 +186,7 @@ class RunTrace:
             launch=data.get("launch"),
             source=None if isinstance(data["spec"], dict) else data["spec"],
             windows=None if "windows" not in data else windows_from_json(data["windows"]),
+            lockstep=_maybe(int, data.get("lockstep")),
         )
 
     def to_dict(self, pinned: Iterable[int] = (), windows: bool = False) -> dict[str, Any]:
@@ -194,6 +200,7 @@ class RunTrace:
             "warnings": None if self.warnings is None else list(self.warnings),
             "wall_seconds": self.wall_seconds,
             "launch": self.launch,
+            "lockstep": self.lockstep,
         }
         return {
             # A trace read from a file has the file's path where a RunSpec would be.

@@ -47,8 +47,8 @@ def test_junit_has_a_testsuite_per_pair_and_a_testcase_per_check(result):
     def cases(name):
         return {c.get("name"): c for c in suites[name].findall("testcase")}
 
-    assert list(cases("passed")) == ["updates", "data", "lr", "params", "loss", "metrics",
-                                     "baseline"]
+    assert list(cases("passed")) == ["updates", "data", "weights", "lr", "params", "loss",
+                                     "metrics", "baseline"]
     assert all(len(c) == 0 for c in cases("passed").values())  # all passed
 
     # Expected to fail and did: checks do not fail; the expectation case passes.
@@ -71,7 +71,7 @@ def test_junit_has_a_testsuite_per_pair_and_a_testcase_per_check(result):
         for attribute in ("tests", "failures", "errors", "skipped", "time"):
             assert element.get(attribute) is not None, (element.get("name"), attribute)
     assert suites["escaped"].get("failures") == "1"
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("31", "2", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("35", "2", "1")
     assert float(root.get("time")) == 9.0
 
 
@@ -80,12 +80,13 @@ def test_summary_markdown_lists_pairs_checks_deltas_plots_and_problems(result):
     lines = text.splitlines()
     assert lines[0] == "## ❌ lrcheck suite `ci.toml`: FAIL"
     header = next(line for line in lines if line.startswith("| pair |"))
-    assert header.count("|") - header.count("\\|") == 15
+    assert header.count("|") - header.count("\\|") == 16
     assert "max \\|ΔLR\\|" in header and "Δ accuracy" in header
     rows = [line for line in lines if line.startswith("| `")]
-    assert len(rows) == 5 and all(row.count("|") - row.count("\\|") == 15 for row in rows)
+    assert len(rows) == 5 and all(row.count("|") - row.count("\\|") == 16 for row in rows)
     assert "[lr](passed/lr.png) · [loss](passed/loss.png)" in rows[0]
-    assert "| `caught` | fail | ❌ fail | ✅ ok | ✅ pass | ✅ pass | ❌ fail |" in rows[1]
+    assert ("| `caught` | fail | ❌ fail | ✅ ok | ✅ pass | ✅ pass | ✅ pass | ❌ fail |"
+            in rows[1])
     assert "| 0.01 |" in rows[1]  # max |ΔLR|
     assert "💥 error" in rows[4]
     assert "- **`escaped`** (❌ unexpected): expected fail but passed" in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from lrcheck.checks import CHECK_NAMES
 from lrcheck.suite.outcome import PairOutcome, Regression, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
 
@@ -64,8 +65,7 @@ def test_deltas_and_suite_json(make_report):
     assert data["schema_version"] == 1 and data["kind"] == "lrcheck-suite"
     pair = data["pairs"][0]
     assert pair["folder"] == "p" and pair["status"] == "unexpected"  # metrics beyond 0.01
-    assert [c["name"] for c in pair["checks"]] == ["updates", "data", "lr", "params", "loss",
-                                                        "metrics"]
+    assert [c["name"] for c in pair["checks"]] == list(CHECK_NAMES)
     assert replace(o.entry, expect="fail").expect == "fail"
 
 

@@ -25,19 +25,33 @@ from lrcheck.plan.steps import StepPlan
 class MicroBatch:
     """One micro-batch of one rank as fed: its sample ids, and the weight its mean loss had in
     the update's gradient once the ranks' gradients were averaged (None: not measured). The
-    mean over the whole window weighs it ``items / window items``."""
+    mean over the whole window weighs it ``items / window items``. ``sample_weights``, where
+    the loop measured them (lrcheck's own, in the backward pass): the weight each sample's loss
+    (all its loss items) really carried in the update's gradient, in the order of ``ids``."""
 
     rank: int
     ids: np.ndarray
     weight: float | None
+    sample_weights: np.ndarray | None = None
 
     def to_json(self) -> list[Any]:
-        return [self.rank, self.ids.tolist(), self.weight]
+        row = [self.rank, self.ids.tolist(), self.weight]
+        return row if self.sample_weights is None else [*row, self.sample_weights.tolist()]
 
     @classmethod
     def from_json(cls, data: Sequence[Any]) -> MicroBatch:
         return cls(int(data[0]), np.asarray(data[1], dtype=np.int64),
-                   None if data[2] is None else float(data[2]))
+                   None if data[2] is None else float(data[2]),
+                   None if len(data) < 4 else np.asarray(data[3], dtype=np.float64))
+
+    def per_sample(self) -> np.ndarray | None:
+        """The weight each sample's loss carried: measured, or else (a framework's window, one
+        loss item per sample) its mean's weight shared equally; None when not measured."""
+        if self.sample_weights is not None:
+            return self.sample_weights
+        if self.weight is None:
+            return None
+        return np.full(len(self.ids), self.weight / max(len(self.ids), 1))
 
 
 Window = tuple[MicroBatch, ...]
@@ -56,6 +70,47 @@ def rank_sizes(window: Window) -> dict[int, list[int]]:
     for m in window:
         sizes.setdefault(m.rank, []).append(len(m.ids))
     return dict(sorted(sizes.items()))
+
+
+def sample_weights(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
+    """The distinct sample ids behind ``window``, sorted, with the total weight each one's loss
+    carried in the update's gradient (a sample fed twice counts twice); None when a weight was
+    not measured."""
+    shares = [m.per_sample() for m in window]
+    measured = [s for s in shares if s is not None]
+    if len(measured) < len(shares):
+        return None
+    if not window:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    ids, where = np.unique(window_ids(window), return_inverse=True)
+    return ids, np.bincount(where, weights=np.concatenate(measured), minlength=len(ids))
+
+
+def with_measured(windows: Sequence[Window],
+                  measured: Sequence[Sequence[tuple[int, np.ndarray]]]) -> list[Window]:
+    """``windows`` with the per-sample weights a loop measured: ``measured[k]``, for update k,
+    (rank, weights) of each micro-batch in the order fed, matched to the window's micro-batches
+    of that rank in turn."""
+    out: list[Window] = []
+    for k, window in enumerate(windows):
+        if k >= len(measured):
+            out.append(window)
+            continue
+        by_rank: dict[int, list[np.ndarray]] = {}
+        for rank, weights in measured[k]:
+            by_rank.setdefault(rank, []).append(weights)
+        taken = dict.fromkeys(by_rank, 0)
+        rows = []
+        for m in window:
+            got = by_rank.get(m.rank, [])
+            i = taken.get(m.rank, 0)
+            if i < len(got) and len(got[i]) == len(m.ids):
+                rows.append(MicroBatch(m.rank, m.ids, m.weight, got[i]))
+                taken[m.rank] = i + 1
+            else:
+                rows.append(m)
+        out.append(tuple(rows))
+    return out
 
 
 def windows_to_json(windows: Sequence[Window]) -> list[list[list[Any]]]:

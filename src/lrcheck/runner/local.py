@@ -15,6 +15,7 @@ from lrcheck.plan.frameworks import PLAIN
 from lrcheck.runner import plain
 from lrcheck.runner.dist.fault import fault_hook
 from lrcheck.runner.frameworks import adapter
+from lrcheck.runner.lockstep import Lockstep
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 from lrcheck.version import __version__
@@ -22,17 +23,20 @@ from lrcheck.version import __version__
 
 def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: Any = None,
               on_update: OnUpdate | None = None,
-              on_start: Callable[[], None] | None = None) -> RunTrace:
+              on_start: Callable[[], None] | None = None,
+              lockstep: Lockstep | None = None) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``plain.train``. A crash inside training is a
     ``RunError`` naming the role. The test-only fault switch (``runner.dist.fault``) is armed here
-    for the ranks of a multi-process candidate."""
+    for the ranks of a multi-process candidate. A reference in lrcheck's own loop records its
+    optimizer's state too; ``lockstep``: the reference's states a candidate's updates start
+    from (``runner.lockstep``)."""
     trip = fault_hook(role, rank, os.environ) if spec.world > 1 else None
     if trip is not None:
         on_update = _then(on_update, trip)
     with cpu_threads(device):
         return _run_local(spec, role, device=device, rank=rank, group=group,
-                          on_update=on_update, on_start=on_start)
+                          on_update=on_update, on_start=on_start, lockstep=lockstep)
 
 
 def _then(first: OnUpdate | None, second: OnUpdate) -> OnUpdate:
@@ -67,7 +71,8 @@ def cpu_threads(device: str) -> Iterator[None]:
 
 
 def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
-               on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
+               on_update: OnUpdate | None, on_start: Callable[[], None] | None,
+               lockstep: Lockstep | None) -> RunTrace:
     data = load_data(spec.task, spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
     if spec.framework != PLAIN:
@@ -77,7 +82,7 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
             spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
     return guarded(f"the {role} run{where}", lambda: plain.train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,
-        on_start=on_start))
+        on_start=on_start, keep_states=role == "reference", lockstep=lockstep))
 
 
 def environment(device: str, world: int) -> dict[str, Any]:

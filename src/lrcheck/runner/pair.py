@@ -18,6 +18,7 @@ from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 if TYPE_CHECKING:
     from lrcheck.runner.dist.group import Member
+    from lrcheck.runner.lockstep import Lockstep
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
@@ -78,6 +79,35 @@ class _Tracker:
         result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
                                   self.environment, reason)
         return Interrupted(reason, result, how=stop_words(stop))
+
+
+# What two runs must share for one's state to be loaded into the other: the same model and
+# optimizer, built the same way, in the same dtype.
+SAME = ("task", "seed", "dtype", "optimizer", "samples")
+
+
+def lockstep_reason(pair: PairSpec) -> str | None:
+    """Why the pair's candidate cannot run in lockstep with its reference, or None when it can:
+    both in lrcheck's own loop, the same model, optimizer and dtype, no GradScaler (whose skipped
+    steps move the two runs' updates apart)."""
+    ref, cand = pair.reference, pair.candidate
+    if (ref.framework, cand.framework) != ("plain", "plain"):
+        return "a framework's own loop trains a run: lrcheck cannot set its state per update"
+    for name in SAME:
+        if getattr(ref, name) != getattr(cand, name):
+            return f"the runs differ in {name}: one's state does not fit the other"
+    if ref.amp != "off" or cand.amp != "off" or ref.inject_overflow or cand.inject_overflow:
+        return "a GradScaler skips steps: the runs' updates do not pair one to one"
+    return None
+
+
+def lockstep_of(pair: PairSpec, reference: RunTrace) -> Lockstep | None:
+    """The reference's states for its candidate to run in lockstep with, when it can."""
+    if lockstep_reason(pair) is not None or reference.optimizer_states is None:
+        return None
+    from lrcheck.runner.lockstep import Lockstep
+
+    return Lockstep(reference.params, reference.optimizer_states)
 
 
 def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
@@ -179,16 +209,20 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
     ref, cand = pair.reference, pair.candidate
     cached = cache.get(ref) if cache is not None else None
     traces = {} if cached is None else {"reference": tracker.done("reference", cached)}
-    if member is None and cand.world > 1 and ref.world == 1:
+    if (member is None and cand.world > 1 and ref.world == 1
+            and (lockstep_reason(pair) is not None or cached is not None and
+                 cached.optimizer_states is None)):
         traces.update(_launch_pair(pair, tracker, timeout, train_reference=cached is None))
     else:
         device, tracker.environment = preflight(cand, ref)
         if member is not None:
             return _run_in_group(pair, member, tracker)
-        for role in ROLES:
-            if role not in traces:
-                traces[role] = tracker.done(role, _run_here(getattr(pair, role), role, device,
-                                                            tracker, timeout))
+        if "reference" not in traces:
+            traces["reference"] = tracker.done("reference", _run_here(
+                ref, "reference", device, tracker, timeout))
+        traces["candidate"] = tracker.done("candidate", _run_here(
+            cand, "candidate", device, tracker, timeout,
+            lockstep_of(pair, traces["reference"])))
     if cache is not None:
         cache[ref] = traces["reference"]
     return traces
@@ -217,15 +251,16 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
 
 
 def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
-              timeout: float | None) -> RunTrace:
+              timeout: float | None, lockstep: Lockstep | None = None) -> RunTrace:
     if spec.world == 1:
         from lrcheck.runner.local import run_local
 
-        return run_local(spec, role, device=device, on_update=tracker.hook(role))
+        return run_local(spec, role, device=device, on_update=tracker.hook(role),
+                         lockstep=lockstep)
     from lrcheck.runner.dist.launch import check_gpus, launch
 
     check_gpus(spec, device)
-    return launch(spec, role, timeout=timeout, on_update=tracker.hook(role))
+    return launch(spec, role, timeout=timeout, on_update=tracker.hook(role), lockstep=lockstep)
 
 
 def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, RunTrace] | None:
@@ -237,18 +272,26 @@ def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, R
                         f"{member.world} and the reference world 1 or {member.world}; got "
                         f"{cand.world} and {ref.world}")
     traces: dict[str, RunTrace] = {}
+    in_step = lockstep_reason(pair) is None
+    lockstep = None
     if ref.world == 1:
         # Rank 0 trains the reference alone; the others wait on the default group, whose
         # collectives have no --timeout.
         if member.rank == 0:
             traces["reference"] = tracker.done("reference", run_local(
                 ref, "reference", device=member.device, on_update=tracker.hook("reference")))
+            lockstep = lockstep_of(pair, traces["reference"])
         member.barrier()
+        if in_step:  # the reference's states, from rank 0 to every rank
+            from lrcheck.runner.lockstep import broadcast
+
+            lockstep = broadcast(lockstep, member.rank, member.device, member.group)
     else:
         traces["reference"] = tracker.done("reference", run_local(
             ref, "reference", device=member.device, rank=member.rank, group=member.group,
             on_update=tracker.hook("reference")))
+        lockstep = lockstep_of(pair, traces["reference"])
     traces["candidate"] = tracker.done("candidate", run_local(
         cand, "candidate", device=member.device, rank=member.rank, group=member.group,
-        on_update=tracker.hook("candidate")))
+        on_update=tracker.hook("candidate"), lockstep=lockstep))
     return traces if member.rank == 0 else None

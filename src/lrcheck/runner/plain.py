@@ -15,21 +15,22 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from lrcheck.experiments.tasks import Dataset
+from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
 from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import plan_steps, schedule_context
-from lrcheck.plan.windows import items_each, planned_windows
+from lrcheck.plan.windows import items_each, planned_windows, with_measured
 from lrcheck.runner import resume
 from lrcheck.runner.amp import amp_autocast, make_scaler, optimizer_step
 from lrcheck.runner.build import Parts, as_input, build
+from lrcheck.runner.lockstep import Lockstep
 from lrcheck.runner.loss import item_losses, micro_batch_loss
 from lrcheck.runner.recording import Recording
 from lrcheck.runner.resume import Pause, Progress, Window, resume_point
@@ -39,7 +40,8 @@ from lrcheck.trace import OnUpdate, Resumed, RunTrace
 
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
-          on_start: Callable[[], None] | None = None) -> RunTrace:
+          on_start: Callable[[], None] | None = None, keep_states: bool = False,
+          lockstep: Lockstep | None = None) -> RunTrace:
     """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` and return what every
     update used. When ``world > 1`` the caller has set up the process group; ``group`` (default:
     the default group) is the one DDP and the loss all-reduce use. ``on_start`` is called once
@@ -48,8 +50,12 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
 
     With ``--resume-at``/``--resume-at-micro`` the run stops there, saves everything a real
     checkpoint holds, builds model, optimizer, scheduler and scaler again from scratch with the
-    same factories, loads the checkpoint and goes on (``runner.resume``)."""
-    loop = _Loop(spec, data, device, rank, group, on_update)
+    same factories, loads the checkpoint and goes on (``runner.resume``).
+
+    ``keep_states``: record the optimizer's state after every update too (a reference that a
+    candidate runs in lockstep with); ``lockstep``: the reference's states each update of this
+    run starts from (``runner.lockstep``)."""
+    loop = _Loop(spec, data, device, rank, group, on_update, keep_states, lockstep)
     pause = resume_point(spec, loop.plan)
     parts = loop.build()
     if on_start is not None:
@@ -65,21 +71,29 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
             # micro-batches trained (0: the pause came right after update N - 1).
             loop.recording.resumed = Resumed(progress.update, progress.micro_done,
                                              path.stat().st_size)
+            # That update starts from what the checkpoint restored, not the reference's state.
+            loop.restored = progress.update
         loop.run(parts, progress, None)
-    return loop.recording.finish(planned_windows(loop.plan, spec.seed, loop.items, spec.loss_norm))
+    if lockstep is not None:
+        loop.recording.lockstep = lockstep.loaded
+    planned = planned_windows(loop.plan, spec.seed, loop.items, spec.loss_norm)
+    measured = loop.gathered_weights()
+    return loop.recording.finish(planned if measured is None else with_measured(planned, measured))
 
 
 class _Loop:
     """One run's data on the device, its plan and its recording; ``run`` is the loop."""
 
     def __init__(self, spec: RunSpec, data: Dataset, device: str, rank: int,
-                 group: dist.ProcessGroup | None, on_update: OnUpdate | None) -> None:
+                 group: dist.ProcessGroup | None, on_update: OnUpdate | None,
+                 keep_states: bool = False, lockstep: Lockstep | None = None) -> None:
         self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
+        self.lockstep, self.restored = lockstep, -1
         self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
                                spec.tail)
         self.ctx = schedule_context(self.plan, spec.policy, spec.warmup, spec.framework)
         self.recording = Recording(spec, self.plan, self.ctx, data, device=device,
-                                   on_update=on_update)
+                                   on_update=on_update, keep_states=keep_states)
         self.every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
         self.dtype = getattr(torch, spec.dtype)
         self.x_train = as_input(data.x_train, self.dtype, device)
@@ -90,6 +104,14 @@ class _Loop:
         self.no_sync = contextlib.nullcontext()
         self.items_on_device = torch.as_tensor(self.items, dtype=self.dtype, device=device)
         self.autocast = amp_autocast(spec, device)
+        # The weight each sample's loss carried in the gradient, measured in the backward pass:
+        # per update, (rank, tensor) per micro-batch of this rank, and the update in progress.
+        self.weights: list[list[torch.Tensor]] = []
+        self.window_weights: list[torch.Tensor] = []
+        self.padding = (None if data.y_train.ndim == 1
+                        else torch.as_tensor(data.y_train != IGNORE_INDEX, dtype=self.dtype,
+                                             device=device))
+        self.scale = 1.0
 
     def build(self) -> Parts:
         """Model, optimizer, scheduler and scaler, from scratch (the same weights every time:
@@ -130,6 +152,12 @@ class _Loop:
         # the global batch, so this equals the all-reduce of the ranks' counts.
         n_global = (len(batch.indices) * self.items_each if self.items_each is not None
                     else int(self.items[batch.indices].sum()))
+        if progress.window is None:  # the update begins
+            self.window_weights = []
+            if self.lockstep is not None and batch.update != self.restored:
+                self.lockstep.load(parts.net, parts.optimizer, batch.update)
+        # The GradScaler's factor in the gradients of this update (it changes after a step).
+        self.scale = 1.0 if parts.scaler is None else float(parts.scaler.get_scale())
         window = progress.window = progress.window or Window(
             0, torch.zeros((), dtype=self.dtype, device=self.device), progress.scheduler_steps)
         for m in range(window.micro, len(micro) - 1):
@@ -177,7 +205,36 @@ class _Loop:
                                            lambda: self.items_on_device[idx].sum(), self.spec,
                                            n_global)
             window.loss_sum += share
+            if per_item.requires_grad:
+                per_item.register_hook(self._weigh(idx))
             (loss if parts.scaler is None else parts.scaler.scale(loss)).backward()
+
+    def _weigh(self, idx: torch.Tensor) -> Callable[[torch.Tensor], None]:
+        """A hook on a micro-batch's per-item losses: the gradient that reaches them is the
+        weight each item carries (times the GradScaler's factor, before DDP averages the
+        ranks' gradients: divided by both here); a sample's weight is its items' sum."""
+        divide = self.scale * self.spec.world
+
+        def take(grad: torch.Tensor) -> None:
+            grad = grad.detach()
+            if self.padding is not None:  # tokens: the real positions of each sample
+                grad = (grad.reshape(len(idx), -1) * self.padding[idx]).sum(dim=1)
+            self.window_weights.append(grad / divide)
+
+        return take
+
+    def gathered_weights(self) -> list[list[tuple[int, np.ndarray]]] | None:
+        """Every rank's measured weights, update by update, on rank 0 (None on the others and
+        when nothing was measured); one collective under several processes."""
+        mine = [[w.cpu().numpy().astype(np.float64) for w in update] for update in self.weights]
+        if self.spec.world == 1:
+            return [[(0, w) for w in update] for update in mine]
+        parts: list[Any] = [None] * self.spec.world if self.rank == 0 else []
+        dist.gather_object(mine, parts if self.rank == 0 else None, dst=0, group=self.group)
+        if self.rank != 0:
+            return None
+        return [[(r, w) for r, p in enumerate(parts) if k < len(p) for w in p[k]]
+                for k in range(max(len(p) for p in parts))]
 
     def _optimizer_step(self, parts: Parts, update: int, progress: Progress) -> bool:
         """``optimizer.step()``, the LR recorded just before it; True when the GradScaler
@@ -204,6 +261,7 @@ class _Loop:
         if self.spec.world > 1:
             dist.all_reduce(window.loss_sum, group=self.group)
         progress.samples_seen += len(batch.indices)
+        self.weights.append(self.window_weights)
         if skipped:
             self.recording.skipped_step(batch.update,
                                         progress.scheduler_steps - window.steps_before)

@@ -32,6 +32,7 @@ from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
 from lrcheck.plan.windows import Window
 from lrcheck.runner.build import as_input
+from lrcheck.runner.lockstep import StateSnapshots
 from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, OnUpdate, Resumed, RunTrace, SkippedStep, UpdateRecord
@@ -70,7 +71,8 @@ class Recording:
     updates. ``resumed``: where a loop that checkpointed and resumed the run did so."""
 
     def __init__(self, spec: RunSpec, plan: StepPlan, ctx: ScheduleContext, data: Dataset, *,
-                 device: Any, on_update: OnUpdate | None = None) -> None:
+                 device: Any, on_update: OnUpdate | None = None,
+                 keep_states: bool = False) -> None:
         self.started = time.perf_counter()
         self.spec, self.plan, self.ctx, self.on_update = spec, plan, ctx, on_update
         self.device, self.dtype = device, getattr(torch, spec.dtype)
@@ -86,6 +88,11 @@ class Recording:
         self._snapshots: torch.Tensor | None = None
         self._beyond: list[torch.Tensor] = []  # snapshots of updates past the plan
         self.windows: list[Window] = []  # this rank's, as fed
+        # A reference a candidate runs in lockstep with: its optimizer's state after every
+        # update too (``runner.lockstep``).
+        self._states = StateSnapshots(plan.total_updates) if keep_states else None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self.lockstep: int | None = None  # updates a lockstep candidate started from the ref's
 
     def attach(self, net: torch.nn.Module) -> None:
         """Record ``net``'s parameters from now on (again after a resume builds a new model).
@@ -108,6 +115,7 @@ class Recording:
         made so far."""
         self._lr = tuple(float(g["lr"]) for g in optimizer.param_groups)
         self._steps_at_read = scheduler_steps
+        self._optimizer = optimizer
 
     def step_scheduler(self, scheduler: Any, update: int) -> bool:
         """``scheduler.step()`` during update ``update``; False when it raised, and the run is
@@ -141,6 +149,8 @@ class Recording:
             torch.cat(self._flat, out=self._rows[row])
         else:  # a framework that ran past lrcheck's plan: its updates are kept all the same
             self._beyond.append(torch.cat(self._flat))
+        if self._states is not None and self._optimizer is not None:
+            self._states.take(self._optimizer, row)
         if self.on_update is not None:
             self.on_update(record, self.plan.total_updates)
 
@@ -162,15 +172,22 @@ class Recording:
             context=self.ctx.to_dict(), not_comparable=self.not_comparable,
             stopped=self.stopped, seconds=time.perf_counter() - self.started,
             resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None,
-            windows=windows)
+            windows=windows,
+            optimizer_states=None if self._states is None else self._states.array(
+                len(self.updates)),
+            lockstep=self.lockstep)
 
 
-def recording_bytes(spec: RunSpec, data: Dataset) -> int:
+def recording_bytes(spec: RunSpec, data: Dataset, keep_states: bool = False) -> int:
     """What a run of ``spec`` on ``data`` keeps in memory for the ``params`` check: a snapshot of
-    every parameter after every update (in ``spec.dtype``). The model is built on the meta
-    device, which allocates nothing."""
+    every parameter after every update (in ``spec.dtype``) and, for a reference a candidate runs
+    in lockstep with, of the optimizer's state (float64: a momentum buffer per parameter for
+    SGD, two moments for AdamW). The model is built on the meta device, which allocates
+    nothing."""
     plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
     with torch.device("meta"):
         net = TASKS[spec.task].build_model(data)
     size = sum(p.numel() for p in net.parameters())
-    return plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)
+    params = plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)
+    slots = 2 if spec.optimizer == "adamw" else 1
+    return params + (plan.total_updates * size * slots * 8 if keep_states else 0)

@@ -28,12 +28,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lrcheck.spec import RunSpec
 from lrcheck.trace import RunTrace, UpdateRecord
+
+if TYPE_CHECKING:  # the parent of a launch imports no torch
+    from lrcheck.runner.lockstep import Lockstep
 
 SPEC, UPDATES, ENVIRONMENT, TORCHRUN_LOG = (
     "spec.json", "updates.jsonl", "environment.json", "torchrun.log")
@@ -111,12 +114,22 @@ class LineReader:
         return [json.loads(line) for line in lines if line]
 
 
-def write_trace(folder: Path, trace: RunTrace, role: str) -> None:
-    def save_params(tmp: Path) -> None:
-        with open(tmp, "wb") as f:  # a file object: np.save would append .npy to a name
-            np.save(f, trace.params)
+def states_path(folder: Path, role: str) -> Path:
+    return folder / f"{role}-states.npy"
 
-    _replace_into(params_path(folder, role), save_params)
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.save would append .npy to a name
+            np.save(f, array)
+
+    _replace_into(path, save)
+
+
+def write_trace(folder: Path, trace: RunTrace, role: str) -> None:
+    _save_array(params_path(folder, role), trace.params)
+    if trace.optimizer_states is not None:
+        _save_array(states_path(folder, role), trace.optimizer_states)
     _write_json(trace_path(folder, role), trace.to_dict(windows=True))
 
 
@@ -126,7 +139,28 @@ def read_trace(folder: Path, role: str) -> RunTrace | None:
     if not path.exists():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
-    return RunTrace.from_dict(data, np.load(params_path(folder, role)))
+    trace = RunTrace.from_dict(data, np.load(params_path(folder, role)))
+    if states_path(folder, role).exists():
+        trace.optimizer_states = np.load(states_path(folder, role))
+    return trace
+
+
+LOCKSTEP_PARAMS, LOCKSTEP_STATES = "lockstep-params.npy", "lockstep-states.npy"
+
+
+def write_lockstep(folder: Path, lockstep: Lockstep) -> None:
+    """The reference's states a launched candidate runs in lockstep with (every rank reads
+    them: the ranks run on this machine)."""
+    _save_array(folder / LOCKSTEP_PARAMS, lockstep.params)
+    _save_array(folder / LOCKSTEP_STATES, lockstep.states)
+
+
+def read_lockstep(folder: Path) -> Lockstep | None:
+    from lrcheck.runner.lockstep import Lockstep
+
+    if not (folder / LOCKSTEP_PARAMS).exists():
+        return None
+    return Lockstep(np.load(folder / LOCKSTEP_PARAMS), np.load(folder / LOCKSTEP_STATES))
 
 
 def write_environment(folder: Path, environment: dict[str, Any]) -> None:

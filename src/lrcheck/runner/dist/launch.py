@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner.dist import handoff, procs
@@ -23,6 +23,9 @@ from lrcheck.runner.dist.torchrun import torchrun_argv
 from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
+
+if TYPE_CHECKING:
+    from lrcheck.runner.lockstep import Lockstep
 
 POLL_S = 0.05
 # Once a rank has died, how long torchrun gets to notice it, stop the others and exit, so that
@@ -44,21 +47,25 @@ def check_gpus(spec: RunSpec, device: str) -> None:
 
 
 def launch(spec: RunSpec, role: str, *, timeout: float | None = None,
-           on_update: OnUpdate | None = None) -> RunTrace:
+           on_update: OnUpdate | None = None, lockstep: Lockstep | None = None) -> RunTrace:
     """Train ``spec`` (``world > 1``) as ``spec.world`` torchrun ranks on this machine and return
     rank 0's trace: ``start(...).wait(timeout)``."""
     hooks = {} if on_update is None else {role: on_update}
-    return start(spec, role, on_update=hooks).wait(timeout)[role]
+    return start(spec, role, on_update=hooks, lockstep=lockstep).wait(timeout)[role]
 
 
 def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
-          on_update: dict[str, OnUpdate] | None = None) -> Launched:
+          on_update: dict[str, OnUpdate] | None = None,
+          lockstep: Lockstep | None = None) -> Launched:
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
     With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job.
-    ``on_update[role]`` is called here for every update rank 0 records in that run."""
+    ``on_update[role]`` is called here for every update rank 0 records in that run.
+    ``lockstep``: the reference's states every rank's updates start from."""
     release()  # this process waits now, maybe for hours (runner.startup)
     folder = Path(tempfile.mkdtemp(prefix=f"lrcheck-{role}-"))
     handoff.write_spec(folder, spec, role, reference)
+    if lockstep is not None:
+        handoff.write_lockstep(folder, lockstep)
     token = uuid.uuid4().hex
     argv = torchrun_argv(sys.executable, spec.world, [str(folder)], run_id=token)
     env = {**os.environ, procs.MARKER_ENV: token}

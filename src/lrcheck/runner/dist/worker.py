@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         member = group.join(env, spec.device)
         trace = run_local(spec, role, device=member.device, rank=env.rank,
                           on_start=on_start(role),
-                          on_update=hook(role))
+                          on_update=hook(role), lockstep=handoff.read_lockstep(folder))
         if lead:
             handoff.write_trace(folder, trace, role)
         group.leave()

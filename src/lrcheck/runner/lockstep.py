@@ -1,0 +1,135 @@
+"""Lockstep: the candidate's update k computed from exactly the state the reference's update k
+started from, so that each update is compared at the rounding level and no drift accumulates
+(DESIGN.md, "causes exactly, effects against the training's own noise").
+
+Two trainings that differ only in the order of a floating-point sum part at the last bit, and
+small batches, a high LR or AdamW amplify that by orders of magnitude over hundreds of updates:
+compared free-running, a correct configuration fails a fixed tolerance. In lockstep the
+reference records its parameters and its optimizer's state after every update; before each
+update the candidate loads them (its own scheduler, GradScaler, data and loss weights stay its
+own: those are the causes, checked exactly), then trains the update its own way. The difference
+after the update is what accumulation (and the processes) computed differently in that one
+update: the direct statement "accumulation computes the same update".
+
+The state is not loaded into the first update after a ``--resume-at``: that update starts from
+what the candidate's checkpoint restored, so whatever a resume loses shows at that update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimizer's state (momentum buffers; AdamW's moments and step counts) as flat views,
+    parameter by parameter in the param groups' order, keys sorted: the layout a snapshot row
+    and ``Lockstep.load`` share. Empty before the first ``optimizer.step()``."""
+    tensors = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key in sorted(state):
+                value = state[key]
+                if isinstance(value, torch.Tensor):
+                    tensors.append(value.detach().view(-1))
+    return tensors
+
+
+class StateSnapshots:
+    """The optimizer's state after every update of a run, one float64 row per update (a step
+    count is exact in it), allocated at the first snapshot, when the state exists."""
+
+    def __init__(self, updates: int) -> None:
+        self.updates = updates
+        self.rows: torch.Tensor | None = None
+        self.beyond: list[torch.Tensor] = []
+
+    def take(self, optimizer: torch.optim.Optimizer, row: int) -> None:
+        tensors = state_tensors(optimizer)
+        flat = (torch.cat([t.to(torch.float64) for t in tensors]) if tensors
+                else torch.empty(0, dtype=torch.float64))
+        if self.rows is None:
+            self.rows = torch.full((self.updates, len(flat)), float("nan"), dtype=torch.float64,
+                                   device=flat.device)
+        if row < self.updates and len(flat) == self.rows.shape[1]:
+            self.rows[row].copy_(flat)
+        elif row >= self.updates:
+            self.beyond.append(flat)
+
+    def array(self, done: int) -> np.ndarray:
+        """The rows of the ``done`` updates made, on the host."""
+        if self.rows is None:
+            return np.empty((0, 0))
+        rows = self.rows[:done - len(self.beyond)]
+        if self.beyond and all(len(b) == rows.shape[1] for b in self.beyond):
+            rows = torch.cat([rows, torch.stack(self.beyond)])
+        return rows.cpu().numpy()
+
+
+@dataclass
+class Lockstep:
+    """The reference's parameters (``params[k]``: after update k, flat, in the layout of
+    ``Recording``'s snapshots) and optimizer state (``states[k]``: ``state_tensors`` after
+    update k) that the candidate's updates start from. ``loaded``: how many updates did."""
+
+    params: np.ndarray
+    states: np.ndarray
+    loaded: int = 0
+
+    def load(self, net: torch.nn.Module, optimizer: torch.optim.Optimizer, update: int) -> None:
+        """Before ``update``: the reference's parameters and optimizer state after ``update - 1``
+        into ``net`` and ``optimizer`` (nothing before update 0, which every run starts from the
+        same build, nor past the reference's last update)."""
+        k = update - 1
+        if k < 0 or k >= min(len(self.params), len(self.states)):
+            return
+        targets = state_tensors(optimizer)
+        if sum(t.numel() for t in targets) != self.states.shape[1]:
+            return  # the candidate's state is not the reference's shape (no step yet, say)
+        with torch.no_grad():
+            _copy_into([p.detach().view(-1) for p in net.parameters()], self.params[k])
+            _copy_into(targets, self.states[k])
+        self.loaded += 1
+
+
+def _copy_into(targets: list[torch.Tensor], row: np.ndarray) -> None:
+    source = torch.from_numpy(np.ascontiguousarray(row))
+    offset = 0
+    for t in targets:
+        n = t.numel()
+        t.copy_(source[offset:offset + n].to(t.device, t.dtype))
+        offset += n
+
+
+def broadcast(lockstep: Lockstep | None, rank: int, device: str, group: Any = None) -> Lockstep:
+    """Rank 0's ``lockstep`` on every rank of the process group (one broadcast of the shapes,
+    two of the arrays; on ``device``, which nccl needs): the reference trained on rank 0
+    alone."""
+    import torch.distributed as dist
+
+    shapes = torch.zeros(4, dtype=torch.int64, device=device)
+    if rank == 0:
+        lockstep = lockstep or Lockstep(np.empty((0, 0)), np.empty((0, 0)))
+        shapes = torch.tensor([*lockstep.params.shape, *lockstep.states.shape],
+                              dtype=torch.int64, device=device)
+    dist.broadcast(shapes, 0, group=group)
+    p_rows, p_cols, s_rows, s_cols = (int(v) for v in shapes)
+    arrays = []
+    for rows, cols, name in ((p_rows, p_cols, "params"), (s_rows, s_cols, "states")):
+        if rank == 0:
+            assert lockstep is not None
+            t = torch.from_numpy(np.ascontiguousarray(getattr(lockstep, name),
+                                                      dtype=np.float64))
+        else:
+            t = torch.empty((rows, cols), dtype=torch.float64)
+        t = t.to(device)
+        dist.broadcast(t, 0, group=group)
+        arrays.append(t.cpu().numpy())
+    if rank == 0:
+        assert lockstep is not None
+        return lockstep
+    return Lockstep(arrays[0], arrays[1])
