@@ -334,3 +334,13 @@ def test_help_does_not_import_torch_sklearn_or_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          timeout=HANG_S)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_missing_scheduler_factory_exits_2_naming_the_suite_and_the_pair(tmp_path):
+    path = write(tmp_path, scheduler="missing_schedule.py:make")
+    result = invoke("suite", path, "--out", tmp_path / "R")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0] == (f"lrcheck: error: {path}: [[pair]] #1 ('accum'), key 'scheduler': "
+                        "'missing_schedule.py:make': no file 'missing_schedule.py'")

@@ -102,3 +102,39 @@ def test_a_suite_stopped_by_sigterm_says_terminated_not_ctrl_c(tmp_path, suite):
     assert result.interrupted == "terminated (SIGTERM) during pair 2 of 3 ('b')"
     assert result.outcomes[1].reason.startswith("terminated (SIGTERM) during the candidate run")
     assert [o.status for o in result.outcomes] == ["ok", "incomplete", "not_run"]
+
+
+MISSING_FACTORY = """
+    [defaults]
+    task = "wine"
+    epochs = 1
+
+    [[pair]]
+    name = "builtin"
+    accum = 2
+    bs = 8
+
+    [[pair]]
+    name = "mine"
+    accum = 2
+    bs = 8
+    scheduler = "{factory}"
+"""
+
+
+@pytest.mark.parametrize("factory,why", [
+    ("missing.py:make", "no file 'missing.py'"),
+    ("no_such_package_for_lrcheck.schedules:make", "cannot import"),
+    ("json:make", "'json' has no callable 'make'"),
+])
+def test_a_missing_scheduler_factory_names_the_suite_file_and_the_entry(tmp_path, factory, why):
+    from lrcheck.errors import SpecError
+    from lrcheck.suite.run import prepare
+
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(MISSING_FACTORY.format(factory=factory)))
+    with pytest.raises(SpecError) as info:
+        prepare(load_suite(path), tmp_path / "R")
+    message = str(info.value)
+    assert message.startswith(f"{path}: [[pair]] #2 ('mine'), key 'scheduler': {factory!r}: ")
+    assert why in message and "--scheduler" not in message

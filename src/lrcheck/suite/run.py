@@ -43,8 +43,17 @@ def prepare(suite: Suite, out: Path) -> None:
             raise SpecError(f"{suite.path}: {entry.origin}: the report folder of pair "
                             f"{entry.name!r}, {str(out / entry.name)!r}, is an existing file; "
                             "remove it, or give another --out or 'name'")
-    for name in sorted({e.pair.candidate.scheduler for e in suite.entries} - set(SCHEDULERS)):
-        load_factory(name)
+    loaded: set[str] = set()
+    for entry in suite.entries:
+        name = entry.pair.candidate.scheduler
+        if name in SCHEDULERS or name in loaded:
+            continue
+        try:
+            load_factory(name)
+        except SpecError as exc:  # the first entry that names it: where to fix it
+            raise SpecError(f"{suite.path}: {entry.origin} ({entry.name!r}), key 'scheduler': "
+                            f"{str(exc).removeprefix('--scheduler ')}") from None
+        loaded.add(name)
     for device in sorted({e.pair.candidate.device for e in suite.entries}):
         resolve_device(device)
 
