@@ -134,3 +134,26 @@ def test_a_warmup_that_leaves_onecycle_no_room_names_the_largest_that_works():
     assert SCHEDULERS["onecycle"].why_not(context(0.989)) is not None
     check_warmup("onecycle", 0.5, context)  # room enough: no error
     check_warmup("cosine", 0.99, context)  # the others clamp their lengths themselves
+
+
+def test_a_factory_whose_scheduler_drives_another_optimizer_is_refused(tmp_path):
+    path = tmp_path / "elsewhere.py"
+    path.write_text(
+        "import torch\n"
+        "from torch.optim.lr_scheduler import LinearLR\n\n"
+        "def make(optimizer, ctx):\n"
+        "    other = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)\n"
+        "    return LinearLR(other, start_factor=1.0, end_factor=0.0,\n"
+        "                    total_iters=ctx.total_steps)\n")
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=0.1)
+    with pytest.raises(SpecError) as info:
+        make_scheduler(f"{path}:make", opt, ctx())
+    message = str(info.value)
+    assert message.startswith(f"--scheduler '{path}:make': make(optimizer, ctx) returned a "
+                              "LinearLR on SGD at 0x")
+    assert f"not the optimizer it was passed (SGD at {id(opt):#x}, 1 param group)" in message
+    assert "\n" not in message
+    # The same factory on the optimizer it is given is fine.
+    path.write_text(path.read_text().replace("LinearLR(other", "LinearLR(optimizer"))
+    assert make_scheduler(f"{path}:make", opt, ctx()).optimizer is opt

@@ -223,7 +223,7 @@ def load_factory(ref: str) -> Factory:
 
 def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
     """The schedule ``name`` (built-in or factory) for ``optimizer``, checked to be a torch LR
-    scheduler that can step without arguments."""
+    scheduler that can step without arguments and that drives ``optimizer`` itself."""
     from torch.optim.lr_scheduler import LRScheduler
 
     factory = SCHEDULERS[name].make if name in SCHEDULERS else load_factory(name)
@@ -237,4 +237,19 @@ def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleCon
     if not isinstance(scheduler, LRScheduler):
         raise SpecError(f"--scheduler {name!r}: make(optimizer, ctx) returned "
                         f"{type(scheduler).__name__}, not a torch.optim.lr_scheduler.LRScheduler")
+    driven = getattr(scheduler, "optimizer", None)
+    if driven is not optimizer:
+        # Its steps would set another optimizer's LR: the training's would never move.
+        raise SpecError(f"--scheduler {name!r}: make(optimizer, ctx) returned a "
+                        f"{type(scheduler).__name__} on {_optimizer_words(driven)}, not the "
+                        f"optimizer it was passed ({_optimizer_words(optimizer)}); build the "
+                        "scheduler on make's optimizer argument")
     return scheduler
+
+
+def _optimizer_words(optimizer: Any) -> str:
+    """``SGD at 0x7f…, 1 param group``: which optimizer, told apart from another of its kind."""
+    groups = getattr(optimizer, "param_groups", None)
+    count = f", {len(groups)} param group{'s' if len(groups) != 1 else ''}" if isinstance(
+        groups, list) else ""
+    return f"{type(optimizer).__name__} at {id(optimizer):#x}{count}"
