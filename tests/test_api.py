@@ -221,3 +221,60 @@ def test_accumulation_trains_exactly_like_the_big_batch_over_a_few_updates():
 def test_samples_seen_counts_samples_for_token_tasks_too():
     report = lrcheck.compare(task="tokens", accum=2, bs=8, epochs=1, samples=200, lr=0.5)
     assert [u.samples_seen for u in report.candidate.updates[:2]] == [16, 32]
+
+
+def refuse_training(monkeypatch):
+    import lrcheck.runner.local as local
+    import lrcheck.runner.simulate as simulate
+
+    monkeypatch.setattr(local, "run_local", lambda *a, **k: pytest.fail("trained anyway"))
+    monkeypatch.setattr(simulate, "simulate_pair", lambda *a, **k: pytest.fail("simulated"))
+
+
+@pytest.mark.parametrize("function,own", [
+    ("compare", "ref_bs, ref_world, tolerances, ref_framework, progress, timeout, cache"),
+    ("trace_schedule", "ref_bs, ref_world, tolerances, progress"),
+])
+def test_an_unknown_keyword_is_a_spec_error_listing_the_accepted_ones(monkeypatch, function, own):
+    from lrcheck.api import CANDIDATE_KEYWORDS
+    from lrcheck.errors import SpecError
+
+    refuse_training(monkeypatch)
+    call = getattr(lrcheck, function)
+    with pytest.raises(SpecError) as info:
+        call(nonsense=1, samples=100)
+    message = str(info.value)
+    assert message.startswith(f"lrcheck.{function}: unknown keyword 'nonsense'; it takes a "
+                              "PairSpec, or the candidate's RunSpec fields: task, bs, accum,")
+    assert message.endswith(f"; and {own}")
+    assert all(name in message for name in CANDIDATE_KEYWORDS) and "twin" not in message
+    with pytest.raises(SpecError, match=r"unknown keyword 'acum' \(did you mean 'accum'\?\)"):
+        call(acum=2, samples=100)
+    with pytest.raises(SpecError, match="unknown keywords 'a', 'b'"):
+        call(a=1, b=2)
+
+
+def test_a_pair_with_candidate_fields_beside_it_is_a_spec_error(monkeypatch):
+    from lrcheck.errors import SpecError
+    from lrcheck.spec import PairSpec, RunSpec
+
+    refuse_training(monkeypatch)
+    pair = PairSpec.build(RunSpec(task="wine", bs=8, accum=2))
+    with pytest.raises(SpecError, match=r"lrcheck.compare: a PairSpec and the candidate's "
+                                        r"fields \(accum=4\) together"):
+        lrcheck.compare(pair, accum=4)
+    with pytest.raises(SpecError, match="lrcheck.trace_schedule: pair must be a PairSpec, "
+                                        "got RunSpec"):
+        lrcheck.trace_schedule(pair.candidate)
+
+
+
+def test_diff_names_a_keyword_it_does_not_take(tmp_path):
+    from lrcheck.errors import SpecError
+
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": 1.0}\n')
+    with pytest.raises(SpecError, match=r"^lrcheck.diff: unknown keyword 'tolerance' \(did you "
+                                        r"mean 'tolerances'\?\); it takes the two Recorder "
+                                        r"files and tolerances$"):
+        lrcheck.diff(path, path, tolerance=0.1)

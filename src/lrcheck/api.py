@@ -4,7 +4,10 @@ training does."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,10 @@ from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
     from lrcheck.runner.pair import Progress
+
+# The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
+# ``twin``, which lrcheck sets on a reference of its own and a user never types.
+CANDIDATE_KEYWORDS = tuple(f.name for f in fields(RunSpec) if f.name != "twin")
 
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
@@ -45,7 +52,11 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     started), every rank trains the candidate, rank 0 the reference, and ranks other than 0 get
     None instead of a report. ``cache`` (reference ``RunSpec`` → trace) lets several pairs share
     one trained reference. Ctrl-C raises ``Interrupted`` carrying what was recorded.
+
+    A keyword that is neither a ``RunSpec`` field nor one of these, or a ``pair`` given with
+    candidate fields beside it (which it would override), is a ``SpecError`` naming it.
     """
+    _check_keywords(compare, pair, candidate)
     reports: list[Report] = []
     run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate, ref_framework),
                    reports.append,
@@ -92,9 +103,11 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
     Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
     accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
-    ``Interrupted`` carrying what was simulated."""
+    ``Interrupted`` carrying what was simulated. A keyword it does not take is a ``SpecError``
+    naming it, as for ``compare``."""
     from lrcheck.runner.simulate import simulate_pair
 
+    _check_keywords(trace_schedule, pair, candidate)
     if pair is None and "samples" not in candidate:
         raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
                         "run to check (lrcheck trace --samples)")
@@ -106,12 +119,16 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
-         tolerances: Tolerances | None = None) -> Report:
+         tolerances: Tolerances | None = None, **unknown: Any) -> Report:
     """``lrcheck diff``: read two files written by ``lrcheck.Recorder``, align their updates by
     ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``, and
     ``params`` where both files carry parameter fingerprints). Trains
     nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
-    the line). Default tolerances are float32's (a file does not say its dtype)."""
+    the line). Default tolerances are float32's (a file does not say its dtype). A keyword
+    other than ``tolerances`` is a ``SpecError`` naming it."""
+    if unknown:
+        raise _unknown("diff", list(unknown), ("tolerances",),
+                       "it takes the two Recorder files and tolerances")
     from lrcheck.recorder import read_records
     from lrcheck.version import __version__
 
@@ -130,6 +147,39 @@ def save_report(report: Report, out: str | Path) -> Path:
     from lrcheck.reports.files import write_report
 
     return write_report(report, Path(out))
+
+
+def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
+                    candidate: dict[str, Any]) -> None:
+    """A ``SpecError`` for a keyword of ``function``'s ``**candidate`` that is no candidate
+    field (naming it, the nearest accepted one, and all that are accepted), and for candidate
+    fields beside a ``pair``: rather than Python's TypeError, or keywords silently unused."""
+    own = [p.name for p in inspect.signature(function).parameters.values()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    name = function.__name__
+    unknown = [key for key in candidate if key not in CANDIDATE_KEYWORDS]
+    if unknown:
+        raise _unknown(name, unknown, (*CANDIDATE_KEYWORDS, *own),
+                       f"it takes a PairSpec, or the candidate's RunSpec fields: "
+                       f"{', '.join(CANDIDATE_KEYWORDS)}; and {', '.join(own)}")
+    if pair is not None and not isinstance(pair, PairSpec):
+        raise SpecError(f"lrcheck.{name}: pair must be a PairSpec, got {type(pair).__name__}; "
+                        "PairSpec.build(candidate) makes one from a RunSpec")
+    if pair is not None and candidate:
+        raise SpecError(f"lrcheck.{name}: a PairSpec and the candidate's fields "
+                        f"({', '.join(f'{k}={v!r}' for k, v in candidate.items())}) together; "
+                        "pass one or the other (dataclasses.replace(pair.candidate, ...) and "
+                        "PairSpec.build make a pair with other fields)")
+
+def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
+             takes: str) -> SpecError:
+    """The error for the keywords ``unknown`` that ``lrcheck.name`` does not take: each named,
+    the accepted one nearest the first, and ``takes``, what it does take."""
+    close = difflib.get_close_matches(unknown[0], accepted, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    words = (f"keyword {unknown[0]!r}" if len(unknown) == 1
+             else f"keywords {', '.join(map(repr, unknown))}")
+    return SpecError(f"lrcheck.{name}: unknown {words}{hint}; {takes}")
 
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,
