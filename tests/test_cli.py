@@ -367,3 +367,58 @@ def test_a_line_comes_before_the_first_progress_bar(monkeypatch, tmp_path):
     assert first < result.stderr.index("reference updates")
     quiet = invoke("compare", "--task", "wine", *FAST, "--quiet", "--out", str(tmp_path))
     assert "loading" not in quiet.stderr
+
+
+def _one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lrcheck: error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0].removeprefix("lrcheck: error: ")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "synthetic", "--samples", "10"],
+     "--samples must be a whole number >= 16 for --task synthetic: its test split, a fifth of "
+     "the samples, holds each class; got 10"),
+    (["--task", "synthetic", "--samples", "15"], "--samples must be a whole number >= 16"),
+    (["--task", "wine", "--samples", "500"],
+     "--samples 500 does not apply to --task wine, which has a fixed size (178 samples); "
+     "--samples sizes --task synthetic or tokens"),
+    (["--task", "digits", "--samples", "2000"], "--task digits, which has a fixed size (1797"),
+    (["--task", "wine", "--accum", "100", "--bs", "16"],
+     "the training set of --task wine has 142 samples, fewer than one effective batch "
+     "(bs 16 · accum 100 · nproc 1 = 1600); lower --bs or --accum"),
+])
+def test_a_data_set_too_small_or_samples_that_would_be_ignored_are_bad_input_before_training(
+        argv, message, monkeypatch, tmp_path):
+    import lrcheck.runner.plain as plain
+
+    def trained(*args, **kwargs):
+        raise AssertionError("trained before checking --samples")
+
+    monkeypatch.setattr(plain, "train", trained)
+    monkeypatch.chdir(tmp_path)  # where the default report folder would be made
+    result = invoke("compare", *argv, *FAST)
+    assert result.exit_code == 2
+    assert message in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "--task", "wine", "--bs", "8", "--epochs", "1", "--resume-at", "50"],
+     "--resume-at 50: the run has 8 updates"),  # found once the data is loaded
+    (["trace", "--samples", "100", "--bs", "50", "--accum", "4"],
+     "the training set has 100 samples, fewer than one effective batch (bs 50 · accum 4 · "
+     "nproc 1 = 200)"),
+])
+def test_bad_input_found_after_the_report_folder_was_made_leaves_no_folder_behind(
+        argv, message, tmp_path):
+    result = invoke(*argv, "--out", str(tmp_path / "made" / "here"))
+    assert result.exit_code == 2
+    assert message in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []  # "here" and "made" above it, both made for it
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    for out in ("mine", "mine/sub"):
+        assert invoke(*argv, "--out", str(tmp_path / out)).exit_code == 2
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

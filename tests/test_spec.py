@@ -117,3 +117,45 @@ def test_ludwig_resume_is_checked_against_the_same_run_uninterrupted():
     assert pair.reference == pair.candidate.replace(resume_at=None)
     with pytest.raises(SpecError, match="--resume-at applies to lrcheck's own loop"):
         RunSpec(framework="lightning", resume_at=3)
+
+
+@pytest.mark.parametrize("samples", [10, 12, 15])
+def test_a_generated_task_needs_samples_enough_for_its_stratified_split(samples):
+    # synthetic has 4 classes: a test split of ceil(samples / 5) < 4 cannot hold each.
+    with pytest.raises(SpecError) as info:
+        RunSpec(task="synthetic", samples=samples)
+    assert str(info.value).startswith("--samples must be a whole number >= 16 for --task "
+                                      "synthetic:") and f"got {samples}" in str(info.value)
+    assert RunSpec(task="synthetic", samples=16).samples == 16
+
+
+@pytest.mark.parametrize("task", ["digits", "digits-bn", "breast-cancer", "wine"])
+def test_samples_given_to_a_task_of_a_fixed_size_is_bad_input_naming_the_task(task):
+    from lrcheck.experiments.tasks import TASKS
+
+    with pytest.raises(SpecError) as info:
+        PairSpec.build(RunSpec(task=task, samples=500))
+    assert str(info.value) == (f"--samples 500 does not apply to --task {task}, which has a "
+                               f"fixed size ({TASKS[task].size} samples); --samples sizes "
+                               "--task synthetic or tokens")
+
+
+@pytest.mark.parametrize("task", ["digits", "digits-bn", "breast-cancer", "wine", "synthetic",
+                                  "tokens"])
+def test_every_task_builds_with_the_default_samples(task):
+    from lrcheck.experiments.tasks import GENERATED_SAMPLES, TASKS
+
+    pair = PairSpec.build(RunSpec(task=task, bs=4, accum=2))
+    want = GENERATED_SAMPLES if TASKS[task].generated else None
+    assert pair.candidate.samples == pair.reference.samples == want
+    assert pair.name == f"{task}-cosine-bs4x2-vs-bs8"  # the default size is not in the name
+    assert PairSpec.build(RunSpec(**pair.candidate.to_dict())) == pair  # as result.json has it
+
+
+def test_a_batch_larger_than_a_fixed_size_task_s_training_set_names_the_candidate_s_flags():
+    with pytest.raises(SpecError) as info:
+        PairSpec.build(RunSpec(task="wine", bs=16, accum=100))
+    assert str(info.value) == ("the training set of --task wine has 142 samples, fewer than "
+                               "one effective batch (bs 16 · accum 100 · nproc 1 = 1600); "
+                               "lower --bs or --accum")
+    PairSpec.build(RunSpec(task="wine", bs=71, accum=2))  # 142: one update an epoch

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError, Stopped, stop_words
 from lrcheck.experiments.schedulers import SCHEDULERS
-from lrcheck.experiments.tasks import TASKS
+from lrcheck.experiments.tasks import GENERATED_SAMPLES, TASKS
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.plan.policies import POLICIES
 from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
@@ -321,12 +321,14 @@ def _note(text: str) -> None:
         Console(stderr=True, highlight=False, soft_wrap=True).print(escape(f"lrcheck: note: {text}"))
 
 
-def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
-             default: Path | None = None) -> Path:
+@contextlib.contextmanager
+def _prepared(pair: PairSpec, out: Path | None, *, create: bool,
+              default: Path | None = None) -> Iterator[Path]:
     """Validate what can be validated before training; the report folder (created when
-    ``create``: under torchrun only rank 0 writes)."""
+    ``create``: under torchrun only rank 0 writes), removed again when the command ends before
+    anything was written there (bad input that only the runs' data shows, a crash)."""
     from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
-    from lrcheck.reports.files import prepare_out
+    from lrcheck.reports.files import report_folder
     from lrcheck.runner.device import resolve_device
 
     if pair.candidate.scheduler not in SCHEDULERS:
@@ -334,7 +336,11 @@ def _prepare(pair: PairSpec, out: Path | None, *, create: bool,
     if pair.candidate.device == "cuda":  # the one device that can be missing; checking it
         resolve_device("cuda")           # imports torch, which the others need not wait for
     folder = out if out is not None else (default or DEFAULT_REPORTS / pair.name)
-    return prepare_out(folder) if create else folder
+    if not create:
+        yield folder
+        return
+    with report_folder(folder) as made:
+        yield made
 
 
 @app.command("compare")
@@ -347,7 +353,7 @@ def compare_command(
     timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
     epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
     task: Annotated[str, typer.Option(help=f"What is trained: {_choices(TASKS)}.")] = DEFAULT.task,
-    samples: Annotated[int, typer.Option(help="Samples generated for --task synthetic or tokens.")] = DEFAULT.samples,
+    samples: Annotated[int | None, typer.Option(help=f"Samples generated for --task {' or '.join(t.name for t in TASKS.values() if t.generated)} (the other tasks have a fixed size). [default: {GENERATED_SAMPLES}]")] = DEFAULT.samples,
     scheduler: SchedulerOpt = DEFAULT.scheduler,
     warmup: WarmupOpt = DEFAULT.warmup,
     lr: LrOpt = DEFAULT.lr,
@@ -417,8 +423,8 @@ def _compare(pair: PairSpec, out: Path | None, timeout: float, output: _Output) 
     from lrcheck.api import run_comparison
 
     output.starting(f"loading {pair.candidate.task} and building the runs")
-    folder = _prepare(pair, out, create=output.speaks)
-    with (_plots(output.speaks) as renderer, _saving_incomplete(folder, output),
+    with (_prepared(pair, out, create=output.speaks) as folder,
+          _plots(output.speaks) as renderer, _saving_incomplete(folder, output),
           _ProgressBar(output.progress) as bar):
 
         def on_report(report: Report) -> None:
@@ -473,9 +479,9 @@ def _trace(pair: PairSpec, out: Path | None, output: _Output) -> int:
     import lrcheck
 
     output.starting("building the schedules")
-    folder = _prepare(pair, out, create=True,
-                      default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}")
-    with _plots(True) as renderer:
+    with (_prepared(pair, out, create=True,
+                    default=DEFAULT_REPORTS / f"trace-{_schedule_name(pair)}") as folder,
+          _plots(True) as renderer):
         with _saving_incomplete(folder, output), _ProgressBar(output.progress) as bar:
             report = lrcheck.trace_schedule(pair, progress=bar.update)
         _save_and_show(report, folder, renderer, output)

@@ -14,7 +14,7 @@ from typing import Any
 
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
-from lrcheck.experiments.tasks import TASKS
+from lrcheck.experiments.tasks import GENERATED_SAMPLES, MIN_SAMPLES, TASKS
 from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import batch_breakdown
@@ -69,9 +69,11 @@ def _at_least(flag: str, value: int, low: int) -> None:
 @dataclass(frozen=True)
 class RunSpec:
     """One training configuration. ``world`` is the number of processes; ``device`` may still be
-    ``auto`` here and is resolved by the runner. The defaults are ``lrcheck compare``'s, which
-    ``lrcheck.compare()`` and a suite's ``[[pair]]`` share: the command line takes them from
-    here."""
+    ``auto`` here and is resolved by the runner. ``samples`` sizes a generated task's data set
+    (None: ``GENERATED_SAMPLES``); a task whose data set ships with its package has its own
+    size and keeps None, and a pair refuses one given (``PairSpec``). The defaults are
+    ``lrcheck compare``'s, which ``lrcheck.compare()`` and a suite's ``[[pair]]`` share: the
+    command line takes them from here."""
 
     task: str = "digits"
     bs: int = 16
@@ -88,7 +90,7 @@ class RunSpec:
     seed: int = 0
     dtype: str = "float64"
     device: str = "auto"
-    samples: int = 2000
+    samples: int | None = None
     amp: str = "off"
     inject_overflow: tuple[int, ...] = ()
     resume_at: int | None = None
@@ -110,7 +112,7 @@ class RunSpec:
         _at_least("--accum", self.accum, 1)
         _at_least("--nproc", self.world, 1)
         _at_least("--epochs", self.epochs, 1)
-        _at_least("--samples", self.samples, 10)
+        self._check_samples()
         _at_least("--seed", self.seed, 0)
         if not (self.scheduler in SCHEDULERS or is_factory_ref(self.scheduler)):
             raise SpecError(
@@ -144,6 +146,20 @@ class RunSpec:
         if self.inject_overflow and self.amp != "fp16":
             raise SpecError("--inject-overflow needs --amp fp16: a GradScaler is what skips the "
                             "step")
+
+    def _check_samples(self) -> None:
+        """A generated task has enough samples for its split; a task of a fixed size is left
+        with the value it was given (a suite checks ``samples`` before it knows the task)."""
+        task = TASKS[self.task]
+        if self.samples is None:
+            if task.generated:
+                object.__setattr__(self, "samples", GENERATED_SAMPLES)
+            return
+        _at_least("--samples", self.samples, MIN_SAMPLES)
+        if task.generated and self.samples < task.min_samples:
+            raise SpecError(f"--samples must be a whole number >= {task.min_samples} for --task "
+                            f"{self.task}: its test split, a fifth of the samples, holds each "
+                            f"class; got {self.samples!r}")
 
     def _check_framework(self) -> None:
         """The framework is known, its settings apply to it, and what lrcheck's own loop alone
@@ -266,6 +282,12 @@ class PairSpec:
 
     def __post_init__(self) -> None:
         ref, cand = self.reference, self.candidate
+        task = TASKS[cand.task]
+        if not task.generated and cand.samples is not None:
+            generated = " or ".join(name for name, t in TASKS.items() if t.generated)
+            raise SpecError(f"--samples {cand.samples} does not apply to --task {cand.task}, "
+                            f"which has a fixed size ({task.size} samples); --samples sizes "
+                            f"--task {generated}")
         if ref.effective_batch != cand.effective_batch:
             given = (f"--ref-bs {ref.bs} · --ref-nproc {ref.world} = {ref.effective_batch}"
                      if ref.world > 1 else f"--ref-bs {ref.bs}")
@@ -274,6 +296,13 @@ class PairSpec:
                    else f"no --ref-bs matches with --ref-nproc {ref.world}")
             raise SpecError(f"{given} differs from the candidate's effective batch, "
                             f"{batch_breakdown(cand.bs, cand.accum, cand.world)}; {fix}")
+        if not task.generated and cand.effective_batch > task.train_size():
+            # Told here, in the candidate's flags: the runner checks each run's plan against its
+            # data too, but the reference's first, whose batch the user did not type.
+            raise SpecError(f"the training set of --task {cand.task} has {task.train_size()} "
+                            "samples, fewer than one effective batch "
+                            f"({batch_breakdown(cand.bs, cand.accum, cand.world)}); lower --bs "
+                            "or --accum")
         if resumed_against_itself(cand) and ref == cand.replace(resume_at=None):
             pass  # the framework's own resume against the same run uninterrupted
         elif ref.accum != 1 or ref.policy != REFERENCE_POLICY:
@@ -347,9 +376,10 @@ class PairSpec:
                  "resume_at": "resume{}", "resume_at_micro": "resume-micro{}"}
         for field_name, mark in marks.items():
             value = getattr(cand, field_name)
-            if field_name == "samples" and "generated" not in TASKS[cand.task].source:
-                continue  # a bundled data set has its own size
-            if value != getattr(default, field_name):
+            if field_name == "samples":
+                if value is not None and value != GENERATED_SAMPLES:
+                    parts.append(mark.format(value))
+            elif value != getattr(default, field_name):
                 parts.append(mark.format(value))
         if cand.inject_overflow:
             parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
@@ -385,6 +415,12 @@ class FilePair:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
+
+
+def samples_per_epoch(spec: RunSpec) -> int:
+    """A simulated schedule's training samples per epoch (``lrcheck trace``): ``spec.samples``,
+    or the training split of a task of a fixed size, which has none."""
+    return TASKS[spec.task].train_size() if spec.samples is None else spec.samples
 
 
 def resumed_against_itself(spec: RunSpec) -> bool:

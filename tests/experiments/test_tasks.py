@@ -37,3 +37,23 @@ def test_token_sequences_vary_in_length_and_pad_with_the_ignore_index():
     lengths = (data.y_train != IGNORE_INDEX).sum(axis=1)
     assert lengths.min() >= 4 and lengths.max() <= 32 and len(set(lengths.tolist())) > 10
     assert ((data.x_train == 0) == (data.y_train == IGNORE_INDEX)).all()
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_train_size_is_the_training_split_load_makes(name):
+    task = TASKS[name]
+    assert task.train_size(400) == len(task.load(0, 400).y_train)
+
+
+def test_the_fewest_samples_a_generated_task_accepts_is_the_fewest_its_split_can_cut():
+    from lrcheck.experiments.tasks import MIN_SAMPLES
+
+    synthetic = TASKS["synthetic"]
+    assert synthetic.min_samples == 16
+    for seed in range(5):
+        data = synthetic.load(seed, 16)
+        assert set(data.y_test) == set(data.y_train) == set(range(4))
+    with pytest.raises(ValueError, match="should be greater or equal to the number of classes"):
+        synthetic.load(0, 15)
+    assert TASKS["tokens"].min_samples == MIN_SAMPLES  # not stratified: any size splits
+    assert len(TASKS["tokens"].load(0, MIN_SAMPLES).y_test) == 2

@@ -7,6 +7,7 @@ choices, the README table and the tests all iterate ``TASKS``.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
 TEST_FRACTION = 0.2
 IGNORE_INDEX = -100  # label of padding positions in token tasks (torch's cross_entropy default)
 VOCAB, TOKEN_CLASSES, MIN_LEN, MAX_LEN = 32, 8, 4, 32
+SYNTHETIC_CLASSES = 4
+# Samples a generated task makes when not told (--samples); the fewest any task accepts.
+GENERATED_SAMPLES, MIN_SAMPLES = 2000, 10
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,20 @@ class Dataset:
         return cast("np.ndarray", counts)
 
 
+def stratified_minimum(classes: int) -> int:
+    """The fewest samples of ``classes`` balanced classes that a stratified split (``Task.load``)
+    can cut, each class in both parts: scikit-learn rounds the test part up."""
+    n = max(MIN_SAMPLES, 2 * classes)
+    while min(math.ceil(TEST_FRACTION * n), n - math.ceil(TEST_FRACTION * n)) < classes:
+        n += 1
+    return n
+
+
 @dataclass(frozen=True)
 class Task:
+    """What is trained. ``size``: the samples of a data set that ships with its package; None
+    for a generated one, whose size is ``--samples`` (at least ``min_samples``)."""
+
     name: str
     description: str
     source: str
@@ -50,14 +66,28 @@ class Task:
     hidden: int = 64
     batch_norm: bool = False
     tokens: bool = False
+    size: int | None = None
+    min_samples: int = MIN_SAMPLES
 
-    def load(self, seed: int, samples: int) -> Dataset:
-        """The data set, split 80/20 (seeded by ``seed``). Tabular sets are split stratified and
-        standardised with the training split's mean and deviation; token sets keep their ids."""
+    @property
+    def generated(self) -> bool:
+        """Whether ``--samples`` sizes the data set."""
+        return self.size is None
+
+    def train_size(self, samples: int | None = None) -> int:
+        """The samples of ``load``'s training split (``samples``: a generated set's size), known
+        without loading it: scikit-learn rounds the test part up."""
+        n = self.size or (GENERATED_SAMPLES if samples is None else samples)
+        return n - math.ceil(TEST_FRACTION * n)
+
+    def load(self, seed: int, samples: int | None = None) -> Dataset:
+        """The data set, split 80/20 (seeded by ``seed``); ``samples`` sizes a generated one
+        (default ``GENERATED_SAMPLES``). Tabular sets are split stratified and standardised with
+        the training split's mean and deviation; token sets keep their ids."""
         import numpy as np
         from sklearn.model_selection import train_test_split
 
-        x, y = self.load_xy(seed, samples)
+        x, y = self.load_xy(seed, GENERATED_SAMPLES if samples is None else samples)
         x_train, x_test, y_train, y_test = train_test_split(
             x, y, test_size=TEST_FRACTION, random_state=seed,
             stratify=None if self.tokens else y)
@@ -85,7 +115,7 @@ class Task:
 
 
 @functools.lru_cache(maxsize=8)
-def load_data(task: str, seed: int, samples: int) -> Dataset:
+def load_data(task: str, seed: int, samples: int | None) -> Dataset:
     """``TASKS[task].load(seed, samples)``, loaded once per process: the check before training,
     the reference, the candidate and a suite's pairs share it (callers do not modify it)."""
     return TASKS[task].load(seed, samples)
@@ -105,7 +135,8 @@ def _synthetic(seed: int, samples: int) -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import make_classification
 
     data = make_classification(n_samples=samples, n_features=20, n_informative=10,
-                               n_redundant=4, n_classes=4, random_state=seed)
+                               n_redundant=4, n_classes=SYNTHETIC_CLASSES,
+                               random_state=seed)
     return cast("tuple[np.ndarray, np.ndarray]", data)
 
 
@@ -147,15 +178,18 @@ def _token_tagger(vocab: int, hidden: int, classes: int) -> torch.nn.Module:
 
 _TASKS = [
     Task("digits", "8x8 handwritten digits, 10 classes; MLP 64-64-10 (the default)",
-         "sklearn load_digits (1797 samples)", _bundled("load_digits")),
+         "sklearn load_digits (1797 samples)", _bundled("load_digits"), size=1797),
     Task("digits-bn", "digits with BatchNorm after the hidden layer: not comparable across bs",
-         "sklearn load_digits (1797 samples)", _bundled("load_digits"), batch_norm=True),
+         "sklearn load_digits (1797 samples)", _bundled("load_digits"), batch_norm=True,
+         size=1797),
     Task("breast-cancer", "breast cancer diagnosis, 2 classes; MLP 30-32-2",
-         "sklearn load_breast_cancer (569 samples)", _bundled("load_breast_cancer"), hidden=32),
+         "sklearn load_breast_cancer (569 samples)", _bundled("load_breast_cancer"), hidden=32,
+         size=569),
     Task("wine", "wine cultivars, 3 classes; MLP 13-16-3",
-         "sklearn load_wine (178 samples)", _bundled("load_wine"), hidden=16),
+         "sklearn load_wine (178 samples)", _bundled("load_wine"), hidden=16, size=178),
     Task("synthetic", "make_classification, 20 features, 4 classes, size set by --samples",
-         "sklearn make_classification (generated)", _synthetic),
+         "sklearn make_classification (generated)", _synthetic,
+         min_samples=stratified_minimum(SYNTHETIC_CLASSES)),
     Task("tokens", "variable-length sequences (4-32 tokens, padded), per-token loss; "
          "size set by --samples", "generated", _tokens, tokens=True),
 ]

@@ -3,9 +3,11 @@ file)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +91,26 @@ def prepare_out(out: str | Path) -> Path:
         raise SpecError(f"--out {str(out)!r}: cannot create the folder "
                         f"({exc.strerror or exc}); give another") from None
     return out
+
+
+@contextlib.contextmanager
+def report_folder(out: str | Path) -> Iterator[Path]:
+    """``prepare_out(out)`` for a command that writes its report at the end: the folders made
+    here (``out`` and any missing above it) are removed again, as long as they are empty, when
+    the block ends in an exception, such as bad input found once the data is loaded, or a
+    crash. A folder that a report was written into, even an incomplete one, stays."""
+    out = out_folder(out)
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
+    folder = prepare_out(out)
+    try:
+        yield folder
+    except BaseException:
+        for path in made:
+            try:
+                path.rmdir()
+            except OSError:  # something was written there (or the folder is gone)
+                break
+        raise
 
 
 def markdown_cell(text: str) -> str:

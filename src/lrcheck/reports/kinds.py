@@ -29,7 +29,7 @@ from lrcheck.reports.table import (
     verdict_text,
 )
 from lrcheck.result import Kind, Report
-from lrcheck.spec import RunSpec
+from lrcheck.spec import RunSpec, samples_per_epoch
 from lrcheck.words import plural
 
 MakePlot = Callable[[Report, Path], Plot]
@@ -61,7 +61,7 @@ def _task(report: Report) -> str:
 
 
 def _schedule_only(report: Report) -> str:
-    return f"schedule only, {report.specs()[1].samples:,} samples per epoch"
+    return f"schedule only, {samples_per_epoch(report.specs()[1]):,} samples per epoch"
 
 
 def _files(report: Report) -> str:

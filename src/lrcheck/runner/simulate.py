@@ -40,7 +40,7 @@ from lrcheck.runner.pair import ROLES, PairTraces, Progress
 from lrcheck.runner.preflight import check_plan
 from lrcheck.runner.recording import step_failure
 from lrcheck.runner.startup import release
-from lrcheck.spec import PairSpec, RunSpec
+from lrcheck.spec import PairSpec, RunSpec, samples_per_epoch
 from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
 
@@ -56,11 +56,11 @@ WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simula
 def simulate(spec: RunSpec, num_samples: int | None = None,
              on_update: OnUpdate | None = None) -> RunTrace:
     """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
-    ``spec.samples``) as ``plain.train`` would, recording the LR of every update."""
+    ``samples_per_epoch(spec)``) as ``plain.train`` would, recording the LR of every update."""
     _load_optimizer_code()
     started = time.perf_counter()
-    plan = plan_steps(spec.samples if num_samples is None else num_samples, spec.bs, spec.accum,
-                      spec.world, spec.epochs, spec.tail)
+    plan = plan_steps(samples_per_epoch(spec) if num_samples is None else num_samples, spec.bs,
+                      spec.accum, spec.world, spec.epochs, spec.tail)
     ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
     optimizer = make_optimizer(spec, torch.nn.Linear(1, 1))
     release()  # everything imported (runner.startup)
@@ -145,10 +145,10 @@ def simulate_one(spec: RunSpec, role: str, progress: Progress | None = None) -> 
 def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTraces:
     """Both schedules of ``pair``, over ``samples`` training samples per epoch each, after the
     checks a training run makes before it starts (``preflight.check_plan``)."""
-    for spec in (pair.reference, pair.candidate):
-        check_plan(spec, spec.samples)
-    planned = {role: plan_steps(spec.samples, spec.bs, spec.accum, spec.world, spec.epochs,
-                                spec.tail).total_updates
+    for spec in (pair.candidate, pair.reference):  # the flags the user typed told first
+        check_plan(spec, samples_per_epoch(spec))
+    planned = {role: plan_steps(samples_per_epoch(spec), spec.bs, spec.accum, spec.world,
+                                spec.epochs, spec.tail).total_updates
                for role, spec in (("reference", pair.reference), ("candidate", pair.candidate))}
     updates = sum(planned.values())
     check_fits(updates * TRACE_BYTES_PER_UPDATE,
