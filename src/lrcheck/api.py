@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.checks import recorded_checks, run_checks, schedule_checks
+from lrcheck.checks import effects_within, recorded_checks, run_checks, schedule_checks
 from lrcheck.errors import SpecError
 from lrcheck.result import Report
 from lrcheck.spec import (
@@ -75,14 +75,16 @@ def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
 
     member = join_torchrun(pair.candidate, timeout)
     try:
-        traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache)
+        traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache,
+                          needs_floor=lambda ref, cand: not effects_within(ref, cand,
+                                                                           pair.tolerances))
     except BaseException:
         if member is not None:  # a later comparison in this process joins afresh
             release_torchrun(member)
         raise
     report = None
     if traces is not None:
-        checks = run_checks(traces.reference, traces.candidate, pair.tolerances)
+        checks = run_checks(traces.reference, traces.candidate, pair.tolerances, traces.twin)
         report = Report(pair, traces.reference, traces.candidate, checks, traces.environment)
 
     def hand_over() -> None:

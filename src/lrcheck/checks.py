@@ -3,7 +3,7 @@ results. Nothing here trains, prints or writes."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -109,7 +109,8 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
         who = "the reference" if ref.windows is None else "the candidate"
         return CheckResult("weights", SKIP, None, None,
                            f"not recorded: {who} has no samples per update")
-    dtype = (ref.spec or cand.spec).dtype if (ref.spec or cand.spec) else "float64"
+    spec = ref.spec or cand.spec
+    dtype = spec.dtype if spec is not None else "float64"
     tol = WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
     n = min(len(ref.windows), len(cand.windows), len(ref.updates), len(cand.updates))
     worst, compared = 0.0, 0
@@ -203,9 +204,9 @@ def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
 
 
 def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason: str | None,
-              steps: np.ndarray | None = None) -> CheckResult:
+              steps: np.ndarray | None = None, what: str = "relative") -> CheckResult:
     """``diff[k]``, the largest absolute difference at update k, relative to ``scale[k]``;
-    ``steps[k]`` (default k) names update k."""
+    ``steps[k]`` (default k) names update k; ``what`` names the ratio in the detail."""
     n = len(diff)
     if n == 0:
         return CheckResult(name, SKIP, None, None, "no updates to compare")
@@ -215,15 +216,14 @@ def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason
     over = np.flatnonzero(~(rel <= tol))  # NaN (a run that diverged) fails too
     if not len(over):
         return CheckResult(name, PASS, worst_abs, None,
-                           f"max relative {worst_rel:.3g} ≤ {tol:g} over {plural(n, 'update')}",
+                           f"max {what} {worst_rel:.3g} ≤ {tol:g} over {plural(n, 'update')}",
                            worst_rel)
     i = int(over[0])
     k = int(steps[i])
     if not np.isfinite(rel[i]):
         measured = f"not finite (NaN or inf) at update {k}"
     else:
-        measured = (f"relative {rel[i]:.3g} > {tol:g} at update {k}; "
-                    f"max relative {worst_rel:.3g}")
+        measured = f"{what} {rel[i]:.3g} > {tol:g} at update {k}; max {what} {worst_rel:.3g}"
     if reason:
         return CheckResult(name, WARN, worst_abs, k, f"not comparable: {reason}; {measured}",
                            worst_rel)
@@ -237,8 +237,8 @@ def _relative(name: str, diff: np.ndarray, scale: np.ndarray, tol: float, reason
 PARAM_CHUNK = 1 << 18
 
 
-def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
-    """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol``."""
+def params_gap(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Per update, ``max|Δp|`` over all parameters and ``max|p_ref|``."""
     n = min(len(ref.params), len(cand.params))
     diff, scale = np.empty(n), np.empty(n)
     step = max(1, PARAM_CHUNK // max(1, ref.params.shape[1]))
@@ -251,14 +251,125 @@ def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) 
         np.abs(np.subtract(b, a, out=work), out=work)
         np.max(work, axis=1, initial=0.0, out=diff[rows])
         np.max(np.abs(a, out=work), axis=1, initial=0.0, out=scale[rows])
-    return _relative("params", diff, scale, tol, reason)
+    return diff, scale
 
 
-def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
-    """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol``."""
+def loss_gap(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Per update, ``|Δloss|`` and ``|loss_ref|``."""
     a, b = ref.losses(), cand.losses()
     n = min(len(a), len(b))
-    return _relative("loss", np.abs(b[:n] - a[:n]), np.abs(a[:n]), tol, reason)
+    return np.abs(b[:n] - a[:n]), np.abs(a[:n])
+
+
+Gap = Callable[[RunTrace, RunTrace], tuple[np.ndarray, np.ndarray]]
+
+
+def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
+                 twin: RunTrace | None = None) -> CheckResult:
+    """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol`` — or,
+    with the reference's ``twin``, within the noise floor (``check_effect``)."""
+    return check_effect("params", params_gap, ref, cand, tol, reason, twin)
+
+
+def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
+               twin: RunTrace | None = None) -> CheckResult:
+    """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol`` — or, with the
+    reference's ``twin``, within the noise floor (``check_effect``)."""
+    return check_effect("loss", loss_gap, ref, cand, tol, reason, twin)
+
+
+# Against the noise floor: the candidate's gap to the reference may be up to FLOOR_FACTOR times
+# the twin's own gap, the largest the twin's has been up to that update (drift comes in bursts).
+FLOOR_FACTOR = 10.0
+# Without a floor (recorded runs): a gap beyond the tolerance that grew by more than JUMP_FACTOR
+# in one update entered at that update; one that grew less is drift.
+JUMP_FACTOR = 100.0
+
+
+def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
+                 reason: str | None, twin: RunTrace | None) -> CheckResult:
+    """An effect (``params`` or ``loss``), per update, relative to the reference.
+
+    In lockstep (``cand.lockstep``: each candidate update started from the reference's state)
+    the gap is one update's rounding, and must be within ``tol``. Free-running, two correct
+    trainings drift apart from the rounding level at a rate the training sets; with the
+    reference's ``twin`` (the same run summed in another order), a gap beyond ``tol`` passes as
+    drift while within ``FLOOR_FACTOR`` times the twin's own, and fails where it is not."""
+    diff, scale = gap(ref, cand)
+    result = _relative(name, diff, scale, tol, reason)
+    if cand.lockstep:
+        return replace(result, detail=f"in lockstep (each of {cand.lockstep} candidate updates "
+                                      f"started from the reference's state): {result.detail}")
+    if result.status != FAIL or twin is None:
+        return result
+    rel = diff / np.maximum(scale, _TINY)
+    t_diff, t_scale = gap(ref, twin)
+    n = min(len(rel), len(t_diff))
+    floor = np.maximum.accumulate(np.nan_to_num(t_diff[:n] / np.maximum(t_scale[:n], _TINY),
+                                                nan=0.0, posinf=0.0))
+    rel = rel[:n]
+    allowed = np.maximum(tol, FLOOR_FACTOR * floor)
+    over = np.flatnonzero(~(rel <= allowed) | ~np.isfinite(rel))  # a run that diverged fails
+    beyond = np.flatnonzero(rel > tol)
+    start = int(beyond[0]) if len(beyond) else 0
+    worst = int(np.nanargmax(rel)) if len(rel) else 0
+    if not len(over):
+        ratios = rel[beyond] / np.maximum(floor[beyond], _TINY)
+        at = int(beyond[int(np.argmax(ratios))])
+        return CheckResult(name, PASS, result.max_abs_diff, None,
+                           f"numerical drift: from {rel[start]:.3g} at update {start} (the first "
+                           f"beyond {tol:g}) to {rel[worst]:.3g} at update {worst}, at most "
+                           f"{float(ratios.max()):.2g}× the twin reference's own drift (update "
+                           f"{at}: {rel[at]:.3g} against {floor[at]:.3g}; the most allowed is "
+                           f"{FLOOR_FACTOR:g}×); the twin is the reference with its samples "
+                           "summed in another order and its initial weights one unit in the "
+                           "last place apart", result.max_rel_diff)
+    k = int(over[0])
+    if not np.isfinite(rel[k]):
+        measured = f"not finite (NaN or inf) at update {k}"
+    else:
+        measured = (f"relative {rel[k]:.3g} at update {k}, {rel[k] / max(floor[k], _TINY):.3g}× "
+                    f"the twin reference's own drift there ({floor[k]:.3g}; the most allowed "
+                    f"is {FLOOR_FACTOR:g}×): more than rounding")
+    return CheckResult(name, FAIL, result.max_abs_diff, k, measured, result.max_rel_diff)
+
+
+def effects_within(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> bool:
+    """Whether ``params`` and ``loss`` are within their tolerances at every update: then no
+    noise floor is needed to judge them (``runner.pair``, which trains the twin only where it
+    is)."""
+    for gap, limit in ((params_gap, tol.params), (loss_gap, tol.loss)):
+        diff, scale = gap(ref, cand)
+        if not bool(np.all(diff / np.maximum(scale, _TINY) <= limit)):
+            return False
+    return True
+
+
+def jump_or_drift(result: CheckResult, diff: np.ndarray, scale: np.ndarray, tol: float,
+                  steps: np.ndarray) -> CheckResult:
+    """A failed effect of two runs with no noise floor (recorded files): failed where its gap
+    jumped by more than ``JUMP_FACTOR`` in one update (``steps``: the updates' names) — the
+    first such beyond ``tol`` — else a warning that it grew smoothly, as drift does."""
+    if result.status != FAIL:
+        return result
+    rel = diff / np.maximum(scale, _TINY)
+    before = np.concatenate([[0.0], rel[:-1]])
+    jumped = np.flatnonzero(~(rel <= tol) & ~(rel <= JUMP_FACTOR * np.maximum(before, _TINY)))
+    beyond = np.flatnonzero(~(rel <= tol))
+    if len(jumped):
+        i = int(jumped[0])
+        k = int(steps[i])
+        return replace(result, first_divergence=k,
+                       detail=f"{result.detail}; it jumped at update {k}, from {before[i]:.3g} "
+                              f"to {rel[i]:.3g} in one update: a difference that entered there, "
+                              "not rounding drift")
+    i, worst = int(beyond[0]), int(np.argmax(rel))
+    return replace(result, status=WARN,
+                   detail=f"numerical drift, not a failure: the gap grew smoothly, from "
+                          f"{rel[i]:.3g} at update {int(steps[i])} (the first beyond {tol:g}) to "
+                          f"{rel[worst]:.3g} at update {int(steps[worst])}, never more than "
+                          f"{JUMP_FACTOR:g}× in one update, as two trainings that differ only "
+                          "in the order of their sums do (recorded runs carry no noise floor)")
 
 
 def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
@@ -365,19 +476,23 @@ def _explain_lr(check: CheckResult, ref: RunTrace, cand: RunTrace) -> CheckResul
     return replace(check, detail=f"{check.detail}; {text}") if text else check
 
 
-def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
+               twin: RunTrace | None = None) -> list[CheckResult]:
     """Every check of the contract, in the order of ``CHECK_NAMES``; ``skipped-steps`` too when
     the runs used a GradScaler (``--amp fp16``)."""
     reason = not_comparable_reason(ref, cand)
+    data = check_data(ref, cand)
     lr = _explained_lr(_explain_lr(check_lr(ref, cand, tol.lr), ref, cand), ref, cand)
-    params = _diagnosed(check_params(ref, cand, tol.params, reason), ref, cand, lr)
+    weights = _diagnosed(check_weights(ref, cand), ref, cand, [data, lr])
+    causes = [data, weights, lr]
+    params = _diagnosed(check_params(ref, cand, tol.params, reason, twin), ref, cand, causes)
     checks = [
         check_updates(ref, cand),
-        check_data(ref, cand),
-        _diagnosed(check_weights(ref, cand), ref, cand, lr),
+        data,
+        weights,
         lr,
         params,
-        _diagnosed(check_loss(ref, cand, tol.loss, reason), ref, cand, lr, params),
+        _diagnosed(check_loss(ref, cand, tol.loss, reason, twin), ref, cand, causes, params),
         check_metrics(ref, cand, tol.metrics, reason),
     ]
     if cand.skipped is not None or ref.skipped is not None:
@@ -490,21 +605,30 @@ def _explained_lr(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = 
     return replace(lr, detail=f"{lr.detail}; {why}") if why else lr
 
 
-def _diagnosed(result: CheckResult, ref: RunTrace, cand: RunTrace, lr: CheckResult,
+def _diagnosed(result: CheckResult, ref: RunTrace, cand: RunTrace, causes: list[CheckResult],
                params: CheckResult | None = None) -> CheckResult:
-    """A failed ``params`` or ``loss`` check with what was special about the update where the
-    runs first part (``diagnosis.diagnose``), when both runs have windows. The loss of update k
-    is computed from the parameters after update k - 1: where ``params`` parted before k, that
-    is the explanation."""
+    """A failed check with what was special about the update where the runs first part
+    (``diagnosis.diagnose``), when both runs have windows. A cause (``causes``: data, weights,
+    lr) that differs at an earlier update is the explanation: the diagnosis follows the cause.
+    The loss of update k is computed from the parameters after update k - 1: where ``params``
+    parted before k, that is the explanation."""
     k = result.first_divergence
     if result.status != FAIL or k is None or ref.windows is None or cand.windows is None:
         return result
+    earlier = [c for c in causes if c.status == FAIL and c.first_divergence is not None
+               and c.first_divergence < k]
+    if earlier:
+        first = min(earlier, key=lambda c: c.first_divergence or 0)
+        return replace(result, detail=f"{result.detail}; the runs had already parted at update "
+                                      f"{first.first_divergence}, where {first.name} first "
+                                      f"differs: see {first.name}")
     if (params is not None and params.status == FAIL and params.first_divergence is not None
             and params.first_divergence < k):
         return replace(result, detail=f"{result.detail}; update {k} starts from parameters "
                                       f"that already differ: see params, which part at update "
                                       f"{params.first_divergence}")
-    lr_differs = (lr.status == FAIL and lr.first_divergence is not None
+    lr = next((c for c in causes if c.name == "lr"), None)
+    lr_differs = (lr is not None and lr.status == FAIL and lr.first_divergence is not None
                   and lr.first_divergence <= k)
     why = diagnose(ref.windows, cand.windows, ref.updates, cand.updates, k, lr_differs)
     return replace(result, detail=f"{result.detail}; {why}") if why else result
@@ -568,9 +692,13 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
                                "in the candidate: not the same model")
         diff[row] = np.max(np.abs(b[:, 0] - a[:, 0]), initial=0.0)
         scale[row] = np.max(a[:, 1], initial=0.0)
-    result = _relative("params", diff, scale, tol, None, np.array([i for i, _ in both]))
-    return replace(result, detail=f"{result.detail}, from parameter fingerprints "
-                                  "(per tensor: |Δsum| / max|p|)")
+    steps = np.array([i for i, _ in both])
+    what = "|Δsum|/max|p|"
+    result = jump_or_drift(_relative("params", diff, scale, tol, None, steps, what), diff, scale,
+                           tol, steps)
+    return replace(result, detail=f"{result.detail}; from parameter fingerprints: {what} is, "
+                                  "over the tensors, the change of a tensor's sum over the "
+                                  "largest |p| of the reference, not an element's relative gap")
 
 
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
@@ -585,8 +713,9 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                          and cand.updates[int(j)].loss is not None
                          for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
     if recorded.any():
-        loss = _relative("loss", np.abs(b[recorded] - a[recorded]), np.abs(a[recorded]),
-                         tol.loss, None, ref_at[recorded])
+        diff, scale = np.abs(b[recorded] - a[recorded]), np.abs(a[recorded])
+        loss = jump_or_drift(_relative("loss", diff, scale, tol.loss, None, ref_at[recorded]),
+                             diff, scale, tol.loss, ref_at[recorded])
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")

@@ -378,6 +378,7 @@ def compare_command(
     tol_params: Annotated[float | None, typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[float | None, typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
+    fast: Annotated[bool, typer.Option("--fast", help="Skip the noise floor: where the candidate cannot run in lockstep with the reference (a framework's own loop), params and loss are otherwise judged against a twin of the reference trained for it (one more run); with --fast, against the tolerances alone.")] = False,
     out: Annotated[Path | None, _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")] = False,
@@ -412,7 +413,7 @@ def compare_command(
     tolerances = Tolerances.for_dtype(candidate.dtype, amp, lr=tol_lr, params=tol_params,
                                       loss=tol_loss, metrics=tol_metrics)
     pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances,
-                          ref_framework=ref_framework)
+                          ref_framework=ref_framework, noise_floor=not fast)
     output = _Output(json=json_out, quiet=quiet, speaks=_speaks())
     raise typer.Exit(_compare(pair, out, timeout, output))
 

@@ -100,6 +100,10 @@ class RunSpec:
     trainer_loss: str = "mean"
     even_batches: bool = True
     lightning_sampler: str = "distributed"
+    # The noise-floor twin of a reference (never typed by a user): the same run with each
+    # update's samples fed in reverse order and every initial weight one unit in the last
+    # place higher, so it differs from the reference by rounding alone (checks.check_effect).
+    twin: bool = False
 
     def __post_init__(self) -> None:
         if self.policy == "accelerate":  # the spelling before --framework
@@ -279,6 +283,10 @@ class PairSpec:
     reference: RunSpec
     candidate: RunSpec
     tolerances: Tolerances = field(default_factory=Tolerances)
+    # Where the candidate cannot run in lockstep with the reference (a framework's own loop),
+    # its parameters and loss are judged against a twin of the reference trained for the noise
+    # floor; False (``--fast``) skips that run and judges them against the tolerances alone.
+    noise_floor: bool = True
 
     def __post_init__(self) -> None:
         ref, cand = self.reference, self.candidate
@@ -329,7 +337,7 @@ class PairSpec:
     @classmethod
     def build(cls, candidate: RunSpec, ref_bs: int | None = None, ref_world: int = 1,
               tolerances: Tolerances | None = None,
-              ref_framework: str | None = None) -> PairSpec:
+              ref_framework: str | None = None, noise_floor: bool = True) -> PairSpec:
         """The pair for ``candidate``: the reference is the same run with ``bs = ref_bs``
         (default: the candidate's effective batch over ``ref_world``), accum 1, policy
         ``per-update``, in ``ref_framework`` (default: the candidate's; ``plain`` for
@@ -351,7 +359,8 @@ class PairSpec:
                                           policy=REFERENCE_POLICY, resume_at=None,
                                           resume_at_micro=None, framework=framework, **changes)
         return cls(reference, candidate,
-                   tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp))
+                   tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp),
+                   noise_floor)
 
     @property
     def name(self) -> str:

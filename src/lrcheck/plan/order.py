@@ -39,8 +39,10 @@ class GlobalBatch:
 
 
 def global_batches(n: int, effective: int, epochs: int, seed: int,
-                   tail: str) -> Iterator[GlobalBatch]:
-    """Every update's global batch in order, for the tails of ``steps.plan_steps``."""
+                   tail: str, reverse: bool = False) -> Iterator[GlobalBatch]:
+    """Every update's global batch in order, for the tails of ``steps.plan_steps``;
+    ``reverse``: each batch's samples in reverse order (a reference's noise-floor twin: the
+    same samples behind every update, summed in another order)."""
     update = 0
     carried = np.empty(0, dtype=np.int64)
     for epoch in range(epochs):
@@ -53,7 +55,8 @@ def global_batches(n: int, effective: int, epochs: int, seed: int,
             cuts.append(order[full * effective:])
         carried = order[full * effective:] if tail == "carry" else carried
         for k, indices in enumerate(cuts):
-            yield GlobalBatch(update, epoch, indices, ends_epoch=k == len(cuts) - 1)
+            yield GlobalBatch(update, epoch, indices[::-1].copy() if reverse else indices,
+                              ends_epoch=k == len(cuts) - 1)
             update += 1
 
 

@@ -128,7 +128,7 @@ def items_each(items: np.ndarray) -> int | None:
 
 
 def planned_windows(plan: StepPlan, seed: int, items: np.ndarray,
-                    loss_norm: str) -> list[Window]:
+                    loss_norm: str, reverse: bool = False) -> list[Window]:
     """lrcheck's own loop's windows for ``plan``: ``order.py``'s micro-batches and rank shares,
     each weighted as ``runner/loss.micro_batch_loss`` weighs it (``items``: loss items per
     sample)."""
@@ -139,7 +139,7 @@ def planned_windows(plan: StepPlan, seed: int, items: np.ndarray,
 
     windows: list[Window] = []
     for batch in global_batches(plan.num_samples, plan.effective_batch, plan.epochs, seed,
-                                plan.tail):
+                                plan.tail, reverse):
         total = count(batch.indices)
         micro = micro_batches(batch.indices, plan.micro_batch_size, plan.world)
         window = []

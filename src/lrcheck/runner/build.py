@@ -61,6 +61,13 @@ def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
     once it knows its own step count)."""
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data).to(device, getattr(torch, spec.dtype))
+    if spec.twin:
+        # The noise-floor twin starts one unit in the last place away from the reference too:
+        # the smallest difference there is, which the training then amplifies as it does the
+        # candidate's rounding (its samples are also summed in another order: plan/order.py).
+        with torch.no_grad():
+            for p in net.parameters():
+                p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
     optimizer = make_optimizer(spec, net)
     return Parts(net, optimizer,
                  None if ctx is None else make_scheduler(spec.scheduler, optimizer, ctx))

@@ -22,14 +22,19 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, int, int], None]
 ROLES = ("reference", "candidate")
+TWIN = "twin"  # the reference's noise-floor twin (``twin_of``)
 IN_JOB = "rank 0 of the candidate's torchrun job"
 
 
 @dataclass
 class PairTraces:
+    """Both runs' traces and, where the pair's effects are judged against the noise floor, the
+    reference's twin's (``twin_of``)."""
+
     reference: RunTrace
     candidate: RunTrace
     environment: dict[str, Any]
+    twin: RunTrace | None = None
 
 
 class _Tracker:
@@ -38,8 +43,8 @@ class _Tracker:
 
     def __init__(self, pair: PairSpec, progress: Progress | None) -> None:
         self.pair, self.progress = pair, progress
-        self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in ROLES}
-        self.planned = dict.fromkeys(ROLES, 0)
+        self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in (*ROLES, TWIN)}
+        self.planned = dict.fromkeys((*ROLES, TWIN), 0)
         self.finished: dict[str, RunTrace] = {}
         self.environment: dict[str, Any] = {}
         self.current: str | None = None  # the run the latest update came from
@@ -101,6 +106,21 @@ def lockstep_reason(pair: PairSpec) -> str | None:
     return None
 
 
+def twin_of(pair: PairSpec) -> RunSpec | None:
+    """The reference's noise-floor twin — the same run with each update's samples fed in
+    reverse order and its initial weights one unit in the last place higher, which differs from
+    it by rounding alone — where the pair's
+    parameters and loss are judged against the training's own noise: the candidate cannot run
+    in lockstep, ``--fast`` was not asked, and lrcheck feeds the framework its data."""
+    if not pair.noise_floor or lockstep_reason(pair) is None:
+        return None
+    from lrcheck.plan.frameworks import FRAMEWORKS
+
+    if FRAMEWORKS[pair.reference.framework].own_model:
+        return None  # it orders the data itself (Ludwig)
+    return pair.reference.replace(twin=True)
+
+
 def lockstep_of(pair: PairSpec, reference: RunTrace) -> Lockstep | None:
     """The reference's states for its candidate to run in lockstep with, when it can."""
     if lockstep_reason(pair) is not None or reference.optimizer_states is None:
@@ -146,9 +166,14 @@ def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]
     return code
 
 
+# Whether two traces' effects need the noise floor to be judged (``checks.effects_within``,
+# negated): the twin is trained only then.
+NeedsFloor = Callable[[RunTrace, RunTrace], bool]
+
+
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
-             member: Any = None, cache: dict[RunSpec, RunTrace] | None = None
-             ) -> PairTraces | None:
+             member: Any = None, cache: dict[RunSpec, RunTrace] | None = None,
+             needs_floor: NeedsFloor | None = None) -> PairTraces | None:
     """The reference, then the candidate, each from scratch — or, for a multi-process candidate
     with a single-process reference, one torchrun job that trains the candidate and then the
     reference on its rank 0. With ``cache``, a reference already trained (the same frozen
@@ -158,17 +183,19 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs
     on every rank, the reference on rank 0 (or on every rank when it has the same world), and
     only rank 0 gets the traces — the others get None. Ctrl-C raises ``Interrupted`` carrying
-    what was recorded.
+    what was recorded. Where ``needs_floor(reference, candidate)`` says so, the reference's
+    noise-floor twin (``twin_of``) is trained after them.
     """
     tracker = _Tracker(pair, progress)
     try:
-        traces = _run_pair(pair, tracker, timeout, member, cache)
+        traces = _run_pair(pair, tracker, timeout, member, cache, needs_floor)
     except KeyboardInterrupt as stop:  # Ctrl-C, or a signal that lrcheck.cli turns into one
         raise tracker.interrupted(stop) from None
     if traces is None:
         return None
     tracker.environment["launch"] = {role: _how(traces[role], member) for role in ROLES}
-    return PairTraces(traces["reference"], traces["candidate"], tracker.environment)
+    return PairTraces(traces["reference"], traces["candidate"], tracker.environment,
+                      traces.get(TWIN))
 
 
 def _how(trace: RunTrace, member: Any) -> str:
@@ -205,7 +232,8 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
 
 
 def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Any,
-              cache: dict[RunSpec, RunTrace] | None) -> dict[str, RunTrace] | None:
+              cache: dict[RunSpec, RunTrace] | None,
+              needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
     ref, cand = pair.reference, pair.candidate
     cached = cache.get(ref) if cache is not None else None
     traces = {} if cached is None else {"reference": tracker.done("reference", cached)}
@@ -216,13 +244,24 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
     else:
         device, tracker.environment = preflight(cand, ref)
         if member is not None:
-            return _run_in_group(pair, member, tracker)
+            return _run_in_group(pair, member, tracker, needs_floor)
         if "reference" not in traces:
             traces["reference"] = tracker.done("reference", _run_here(
                 ref, "reference", device, tracker, timeout))
         traces["candidate"] = tracker.done("candidate", _run_here(
             cand, "candidate", device, tracker, timeout,
             lockstep_of(pair, traces["reference"])))
+    twin = twin_of(pair)
+    if twin is not None and needs_floor is not None and needs_floor(traces["reference"],
+                                                                    traces["candidate"]):
+        # Trained here, after the pair, wherever the reference trained.
+        found = cache.get(twin) if cache is not None else None
+        if found is None:
+            device, _ = preflight(twin)
+            found = _run_here(twin, TWIN, device, tracker, timeout)
+        traces[TWIN] = tracker.done(TWIN, found)
+        if cache is not None:
+            cache[twin] = found
     if cache is not None:
         cache[ref] = traces["reference"]
     return traces
@@ -263,7 +302,8 @@ def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
     return launch(spec, role, timeout=timeout, on_update=tracker.hook(role), lockstep=lockstep)
 
 
-def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, RunTrace] | None:
+def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker,
+                  needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
     from lrcheck.runner.local import run_local
 
     ref, cand = pair.reference, pair.candidate
@@ -294,4 +334,18 @@ def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker) -> dict[str, R
     traces["candidate"] = tracker.done("candidate", run_local(
         cand, "candidate", device=member.device, rank=member.rank, group=member.group,
         on_update=tracker.hook("candidate"), lockstep=lockstep))
+    twin = twin_of(pair)
+    if twin is not None:  # rank 0 decides, as it holds both traces
+        need = (member.rank == 0 and needs_floor is not None
+                and needs_floor(traces["reference"], traces["candidate"]))
+        twin = twin if member.share(int(need)) else None
+    if twin is not None and twin.world == 1:
+        if member.rank == 0:
+            traces[TWIN] = tracker.done(TWIN, run_local(twin, TWIN, device=member.device,
+                                                        on_update=tracker.hook(TWIN)))
+        member.barrier()
+    elif twin is not None:
+        traces[TWIN] = tracker.done(TWIN, run_local(
+            twin, TWIN, device=member.device, rank=member.rank, group=member.group,
+            on_update=tracker.hook(TWIN)))
     return traces if member.rank == 0 else None

@@ -76,7 +76,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         loop.run(parts, progress, None)
     if lockstep is not None:
         loop.recording.lockstep = lockstep.loaded
-    planned = planned_windows(loop.plan, spec.seed, loop.items, spec.loss_norm)
+    planned = planned_windows(loop.plan, spec.seed, loop.items, spec.loss_norm, spec.twin)
     measured = loop.gathered_weights()
     return loop.recording.finish(planned if measured is None else with_measured(planned, measured))
 
@@ -129,7 +129,8 @@ class _Loop:
         (``progress`` then says where)."""
         parts.model.train()
         for batch in global_batches(self.plan.num_samples, self.plan.effective_batch,
-                                    self.spec.epochs, self.spec.seed, self.spec.tail):
+                                    self.spec.epochs, self.spec.seed, self.spec.tail,
+                                    self.spec.twin):
             if batch.update < progress.update:
                 continue  # before the checkpoint: already trained
             if self._update(parts, batch, progress, pause):

@@ -87,7 +87,7 @@ class _Run:
         self.spec, self.accelerator, self.recording = spec, accelerator, recording
         plan = recording.plan
         self.batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
-                                           spec.seed, spec.tail))
+                                           spec.seed, spec.tail, spec.twin))
         self.items = data.items_per_sample()
         parts = build(spec, data, recording.ctx, None)  # Accelerate places the model itself
         train_set = torch.utils.data.TensorDataset(

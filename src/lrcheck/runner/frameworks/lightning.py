@@ -125,7 +125,7 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int,
     module_class, raises_ctrl_c = _classes()
     module = module_class(spec, parts.net, parts.optimizer, recording, on_start)
     batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
-                                  spec.seed, spec.tail))
+                                  spec.seed, spec.tail, spec.twin))
     own = spec.lightning_sampler == "own"
     if own and spec.world > 1:
         _same_batch_counts(spec, batches)

@@ -128,7 +128,7 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
     parts = build(spec, data, ctx, str(args.device))
     model = TaskModel(parts.net, accepts_loss_kwargs=spec.trainer_loss == "num-items")
     batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
-                                  spec.seed, spec.tail))
+                                  spec.seed, spec.tail, spec.twin))
     order = PlannedOrder(batches, spec.bs, spec.world, spec.epochs, dealt=True)
     recorder = LrcheckCallback(sink=RecordingSink(recording))
 

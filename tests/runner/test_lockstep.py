@@ -1,0 +1,74 @@
+"""runner/lockstep.py: the optimizer's state as one flat row, loaded back exactly, and a candidate
+that runs in lockstep with its reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lrcheck.runner.lockstep import Lockstep, StateSnapshots, state_tensors
+from lrcheck.runner.pair import lockstep_reason
+from lrcheck.spec import PairSpec, RunSpec
+
+
+def _net_and_optimizer(kind: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    net = net.double()
+    opt: torch.optim.Optimizer = (torch.optim.AdamW(net.parameters(), lr=0.1) if kind == "adamw"
+                                  else torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9))
+    return net, opt
+
+
+def _step(net: torch.nn.Module, opt: torch.optim.Optimizer, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 4, generator=g, dtype=torch.float64)
+    net(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_a_loaded_state_continues_exactly_like_the_run_it_was_taken_from(kind):
+    net, opt = _net_and_optimizer(kind)
+    assert state_tensors(opt) == []  # no state before the first step
+    snapshots = StateSnapshots(3)
+    params = []
+    for k in range(3):
+        _step(net, opt, k)
+        snapshots.take(opt, k)
+        params.append(torch.cat([p.detach().view(-1) for p in net.parameters()]).numpy().copy())
+    states = snapshots.array(3)
+    # SGD: a momentum buffer per parameter; AdamW: two moments and a step count per tensor.
+    size = sum(p.numel() for p in net.parameters())
+    assert states.shape == (3, size if kind == "sgd" else 2 * size + 4)
+    # Another run, trained differently, loads the state after update 1 and makes update 2.
+    other, other_opt = _net_and_optimizer(kind)
+    _step(other, other_opt, 99)
+    lockstep = Lockstep(np.stack(params), states)
+    lockstep.load(other, other_opt, 2)
+    assert lockstep.loaded == 1
+    _step(other, other_opt, 2)
+    after = torch.cat([p.detach().view(-1) for p in other.parameters()]).numpy()
+    np.testing.assert_array_equal(after, params[2])
+
+
+def test_nothing_is_loaded_before_update_0_or_past_the_reference():
+    net, opt = _net_and_optimizer("sgd")
+    _step(net, opt, 0)
+    before = [p.detach().clone() for p in net.parameters()]
+    lockstep = Lockstep(np.zeros((1, 5)), np.zeros((1, 5)))
+    lockstep.load(net, opt, 0)
+    lockstep.load(net, opt, 5)
+    assert lockstep.loaded == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+
+
+def test_which_pairs_can_run_in_lockstep():
+    plain = PairSpec.build(RunSpec(bs=16, accum=2))
+    assert lockstep_reason(plain) is None
+    framework = PairSpec.build(RunSpec(bs=16, accum=2, framework="transformers"))
+    assert "framework's own loop" in (lockstep_reason(framework) or "")
+    amp = PairSpec.build(RunSpec(bs=16, accum=2, dtype="float32", amp="fp16"))
+    assert "GradScaler" in (lockstep_reason(amp) or "")

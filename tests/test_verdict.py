@@ -1,0 +1,66 @@
+"""The verdict users can trust (DESIGN.md, "causes exactly, effects against the training's own
+noise"), through ``lrcheck.compare`` in lrcheck's own loop: correct configurations whose free
+trajectories drift apart by rounding pass; a small real difference inside such a noisy run
+fails at the update where it acts. Each prints every check on failure."""
+
+import pytest
+
+import lrcheck
+
+from .conftest import FIXTURES
+
+
+def summary(report) -> str:
+    return "\n".join(f"{c.name}: {c.status} {c.first_divergence} {c.detail}"
+                     for c in report.checks)
+
+
+# Correct by construction, and each failed before lockstep: the free-running trajectories part
+# by rounding, amplified by small micro-batches, AdamW or float32 (issue 19's table, shortened
+# where the original took longer; BENCHMARKS.md has the full commands and their figures).
+NOISY = {
+    "bs2-accum2": dict(bs=2, accum=2, epochs=2),
+    "bs1-accum2": dict(bs=1, accum=2, epochs=1),
+    "adamw-float32": dict(optimizer="adamw", dtype="float32"),
+    "adamw-float32-accum4-bs8": dict(optimizer="adamw", dtype="float32", accum=4, bs=8),
+    "tokens-adamw-bs2-accum4": dict(task="tokens", optimizer="adamw", bs=2, accum=4, epochs=2),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NOISY)
+def test_a_correct_but_noisy_configuration_passes_in_lockstep(name):
+    report = lrcheck.compare(**NOISY[name])
+    assert report.ok, summary(report)
+    updates = len(report.candidate.updates)
+    # Every update but the first (which both runs start from the same build) started from the
+    # reference's state.
+    assert report.candidate.lockstep == updates - 1
+    assert "in lockstep" in report.check("params").detail
+    assert report.check("weights").status == "pass", summary(report)
+
+
+@pytest.mark.slow
+def test_a_partial_windows_weights_fail_at_that_update_inside_a_noisy_run():
+    """The issue's example in lrcheck's own loop: AdamW in float32 with micro-batches of 4 and
+    4 accumulation steps; epoch 0's last window has 13 samples in micro-batches of 4, 4, 4 and 1,
+    each mean weighted 1/4 (--loss-norm mean): update 89, whatever the drift."""
+    report = lrcheck.compare(optimizer="adamw", dtype="float32", bs=4, accum=4, epochs=2,
+                             tail="flush", loss_norm="mean")
+    weights, params = report.check("weights"), report.check("params")
+    assert weights.status == "fail" and weights.first_divergence == 89, summary(report)
+    assert "4, 4, 4 and 1" in weights.detail
+    assert params.status == "fail" and params.first_divergence == 89, summary(report)
+    assert report.check("data").status == "pass"
+    assert report.check("lr").status == "pass"
+
+
+@pytest.mark.slow
+def test_an_lr_half_an_update_ahead_fails_at_update_0_inside_a_noisy_run():
+    report = lrcheck.compare(optimizer="adamw", dtype="float32", bs=4, accum=2, epochs=2,
+                             scheduler=f"{FIXTURES / 'schedules.py'}:half_update_ahead_with_accum")
+    lr, params = report.check("lr"), report.check("params")
+    assert lr.status == "fail" and lr.first_divergence == 0, summary(report)
+    assert "half an update ahead" in lr.detail
+    assert params.status == "fail" and params.first_divergence == 0, summary(report)
+    assert "the difference is the LR" in params.detail
