@@ -48,7 +48,8 @@ def chrome() -> Any:
 def million_update_trace() -> Report:
     """A trace report of 10⁶ updates (built from columns, not simulated): a cosine, and a
     candidate one update late from ``LATE_FROM`` on — a gap no 4,000-point picture shows."""
-    pair = PairSpec.build(RunSpec(bs=1, accum=1, samples=MILLION, epochs=1), ref_bs=1)
+    pair = PairSpec.build(RunSpec(task="synthetic", bs=1, accum=1, samples=MILLION, epochs=1),
+                          ref_bs=1)  # a trace's placeholder task, as TRACE_DEFAULTS has it
     k = np.arange(MILLION)
     ref = 0.05 * 0.5 * (1 + np.cos(np.pi * k / MILLION))
     cand = np.where(k < LATE_FROM, ref, 0.05 * 0.5 * (1 + np.cos(np.pi * (k - 1) / MILLION)))
