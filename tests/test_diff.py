@@ -186,6 +186,20 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert isinstance(first["loss"], float)
 
 
+def test_cli_into_a_folder_of_the_user_s_removes_none_of_its_files(tmp_path, monkeypatch):
+    """``lrcheck diff A B --out .`` where the user keeps a metrics.png of their own: a diff
+    report writes none, and lrcheck removes only what an earlier report of its own wrote."""
+    rows = [(32 * (k + 1), schedule(32 * (k + 1)), 1.0 / (k + 1)) for k in range(4)]
+    ref, cand = write(tmp_path / "a.jsonl", rows), write(tmp_path / "b.jsonl", rows)
+    (tmp_path / "metrics.png").write_bytes(b"the user's own plot")
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):  # into a folder with no report, then over the report written there
+        assert invoke("diff", "a.jsonl", "b.jsonl", "--quiet", "--out", ".").exit_code == 0
+        assert (tmp_path / "metrics.png").read_bytes() == b"the user's own plot"
+    assert {ref.name, cand.name, "lr.png", "loss.png", "report.html"} <= {
+        p.name for p in tmp_path.iterdir()}
+
+
 @pytest.mark.slow
 def test_diff_imports_no_torch(loop_files, tmp_path):
     code = ("import sys; sys.argv = ['lrcheck', *%r]\n"

@@ -108,10 +108,14 @@ class Recorded:
 
 def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_report, tmp_path):
     from lrcheck.reports.files import write_incomplete
+    from lrcheck.result import IncompleteResult
 
-    for name in ("lr.png", "loss.png", "metrics.png", "report.md", "report.html", "result.json",
-                 "notes.txt", "mine.png"):
-        (tmp_path / name).write_text("from an earlier run, or the user's")
+    earlier = make_report()  # a comparison: result.json, report.md, report.html, three plots
+    write_report(earlier, tmp_path, Recorded())
+    for name in ("lr.png", "loss.png", "metrics.png", "report.html"):  # as if drawn
+        (tmp_path / name).write_text("from the earlier report")
+    for name in ("notes.txt", "mine.png"):
+        (tmp_path / name).write_text("the user's")
     trace = make_report()
     trace.kind = "trace"  # draws lr.png only
     renderer = Recorded()
@@ -119,11 +123,37 @@ def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_r
     assert [p.path.name for p in renderer.plots] == ["lr.png", "report.html"]  # in this order
     assert sorted(os.listdir(tmp_path)) == ["lr.png", "mine.png", "notes.txt", "report.html",
                                             "report.md", "result.json"]
-    from lrcheck.result import IncompleteResult
-
+    assert json.loads((tmp_path / "result.json").read_text())["files"] == [
+        "lr.png", "report.html", "report.md", "result.json"]
     incomplete = IncompleteResult(trace.pair, trace.reference, trace.candidate, {}, "Ctrl-C")
     write_incomplete(incomplete, tmp_path)  # no report nor plots: none may stay from before
     assert sorted(os.listdir(tmp_path)) == ["mine.png", "notes.txt", "result.json"]
+    assert json.loads((tmp_path / "result.json").read_text())["files"] == ["result.json"]
+
+
+@pytest.mark.parametrize("before", [None, "trace", "not lrcheck's", "a list of other names"])
+def test_a_file_of_the_users_named_like_a_report_file_is_never_removed(before, make_report,
+                                                                       tmp_path):
+    """``lrcheck diff A B --out .`` writes no metrics.png: the user's own stays, whether the
+    folder held no report, one that wrote no metrics.png, or a result.json of someone else's."""
+    if before == "trace":
+        trace = make_report()
+        trace.kind = "trace"
+        write_report(trace, tmp_path, Recorded())
+    elif before == "not lrcheck's":
+        (tmp_path / "result.json").write_text('{"files": "metrics.png"}')
+    elif before == "a list of other names":
+        (tmp_path / "result.json").write_text('{"files": ["../metrics.png", "notes.txt"]}')
+        (tmp_path.parent / "metrics.png").write_text("the user's, above the folder")
+    for name in ("metrics.png", "notes.txt"):
+        (tmp_path / name).write_text("the user's")
+    diff = make_report()
+    diff.kind = "diff"  # lr.png and loss.png, no metrics.png
+    write_report(diff, tmp_path, Recorded())
+    for name in ("metrics.png", "notes.txt"):
+        assert (tmp_path / name).read_text() == "the user's"
+    if before == "a list of other names":
+        assert (tmp_path.parent / "metrics.png").exists()
 
 
 def test_report_md_says_1_epoch_not_1_epochs(make_report):

@@ -1,5 +1,10 @@
 """The files of a report and of a suite, each written atomically (a reader never sees half a
-file)."""
+file).
+
+A report's result.json lists the files the report wrote (``"files"``, beside schema 1's keys):
+a later report in the same folder removes those of them it does not write again, and nothing
+else, so a file of the user's that has a report file's name (``metrics.png``) is never lost.
+"""
 
 from __future__ import annotations
 
@@ -66,8 +71,22 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# result.json's key that lists the files of its report.
+FILES_KEY = "files"
+
+
 def result_json(report: Recorded) -> str:
-    return to_json(report.to_dict())
+    """``report``'s result.json, with the files the report writes (``FILES_KEY``)."""
+    return to_json({**report.to_dict(), FILES_KEY: sorted(report_files(report))})
+
+
+def report_files(report: Recorded) -> set[str]:
+    """The files ``report`` writes in its folder: result.json alone for an interrupted one."""
+    if not isinstance(report, Report):
+        return {"result.json"}
+    from lrcheck.reports.kinds import kind_of
+
+    return {"result.json", "report.md", "report.html", *kind_of(report).plots}
 
 
 def out_folder(text: str | Path) -> Path:
@@ -147,8 +166,7 @@ def write_report(report: Report, out: Path, renderer: Renderer | None = None) ->
 
     out = prepare_out(out)
     plots = report_plots(report, out)
-    _remove_stale(out, keep={"result.json", "report.md", "report.html",
-                             *(plot.path.name for plot in plots)})
+    _remove_stale(out, keep=report_files(report))
     write_text(out / "result.json", result_json(report))
     write_text(out / "report.md", report_markdown(report))
     html = report_page(report, out / "report.html", [plot.path for plot in plots])
@@ -160,24 +178,38 @@ def write_incomplete(result: Recorded, out: Path) -> Path:
     """result.json of an interrupted comparison (verdict ``incomplete``) in ``out``; no plots or
     report.md, which need both runs."""
     out = prepare_out(out)
-    _remove_stale(out, keep={"result.json"})
+    _remove_stale(out, keep=report_files(result))
     write_text(out / "result.json", result_json(result))
     return out / "result.json"
 
 
 def _remove_stale(out: Path, keep: set[str]) -> None:
-    """Remove from ``out`` the report files lrcheck writes (result.json, report.md, every plot
-    of every kind) that this report will not write again: left from an earlier report there,
-    they would pass for this one's. Other files are left alone."""
-    from lrcheck.reports.kinds import plot_names
-
-    owned = {"result.json", "report.md", "report.html", *plot_names()}
-    for name in sorted(owned - keep):
+    """Remove from ``out`` the files that the earlier report there wrote (``_written_before``)
+    and this one will not write again: left there, they would pass for this one's. Every other
+    file is left alone, whatever its name."""
+    for name in sorted(_written_before(out) - keep):
         try:
             (out / name).unlink(missing_ok=True)
         except OSError as exc:
             raise SpecError(f"cannot remove {str(out / name)!r}, left from an earlier report: "
                             f"{exc.strerror or exc}") from None
+
+
+def _written_before(out: Path) -> set[str]:
+    """The files that the report in ``out`` says it wrote (its result.json's ``FILES_KEY``),
+    among the names a report's files have: none where there is no result.json of lrcheck's,
+    or one from before the list was kept."""
+    from lrcheck.reports.kinds import plot_names
+
+    try:
+        data = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, unreadable, or not JSON (UnicodeDecodeError too)
+        return set()
+    listed = data.get(FILES_KEY) if isinstance(data, dict) else None
+    if not isinstance(listed, list):
+        return set()
+    names = {"result.json", "report.md", "report.html", *plot_names()}
+    return names & {name for name in listed if isinstance(name, str)}
 def write_json(path: Path, data: Any) -> None:
     write_text(path, to_json(data))
 
