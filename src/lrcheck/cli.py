@@ -12,9 +12,9 @@ import importlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 from rich.console import Console
@@ -204,15 +204,83 @@ def parse_updates(flag: str, text: str) -> tuple[int, ...]:
                         f"got {text!r}") from None
 
 
+def _flush_output() -> None:
+    """What Python and C hold buffered for stdout and stderr, written now."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            stream.flush()
+    with contextlib.suppress(AttributeError, OSError, TypeError):
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)  # every C stdio stream (printf from a library)
+
+
+class _JsonStdout:
+    """stdout that carries the JSON alone (``--json``), whatever a framework or any library
+    prints while the command runs: while ``held``, file descriptor 1, where print(), logging
+    and C libraries write and which every process started meanwhile inherits, is stderr's, and
+    ``write`` goes to the real stdout."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None  # while held: the real stdout's file descriptor, or
+        self._stream: TextIO | None = None  # sys.stdout where it was not on 1 (a CliRunner's)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        original = sys.stdout
+        _flush_output()
+        try:
+            saved = os.dup(1)
+        except OSError:  # no file descriptor 1: nothing else can write there either
+            yield
+            return
+        try:
+            on_fd_1 = original.fileno() == 1
+        except (AttributeError, OSError, ValueError):
+            on_fd_1 = False
+        self._fd, self._stream = (saved, None) if on_fd_1 else (None, original)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        try:
+            yield
+        finally:
+            _flush_output()
+            sys.stdout = original
+            os.dup2(saved, 1)
+            os.close(saved)
+            self._fd = self._stream = None
+
+    def write(self, text: str) -> None:
+        if self._fd is None:
+            stream = self._stream or sys.stdout
+            stream.write(text)
+            stream.flush()
+            return
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(self._fd, data):]
+
+
 @dataclass(frozen=True)
 class _Output:
-    """How a command shows what it did: the tables on stdout (``json``: result.json instead;
-    ``quiet``: the verdict line only), a progress bar on stderr when that is a terminal, the
-    report's folder on stderr. Under torchrun rank 0 alone shows anything (``speaks``)."""
+    """How a command shows what it did: the tables on stdout (``json``: result.json instead, and
+    nothing else on stdout while the command runs: ``running``; ``quiet``: the verdict line
+    only), a progress bar on stderr when that is a terminal, the report's folder on stderr.
+    Under torchrun rank 0 alone shows anything (``speaks``)."""
 
     json: bool = False
     quiet: bool = False
     speaks: bool = True
+    stdout: _JsonStdout = field(default_factory=_JsonStdout, compare=False, repr=False)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Where the command runs: with ``json``, stdout is held for the JSON alone."""
+        if not self.json:
+            yield
+            return
+        with self.stdout.held():
+            yield
 
     @property
     def progress(self) -> bool:
@@ -229,7 +297,7 @@ class _Output:
         """``report``, saved in ``folder``, on stdout; the folder on stderr."""
         console = _stdout_console()
         if self.json:  # the file just written, not a second serialisation of a long trace
-            sys.stdout.write((folder / "result.json").read_text(encoding="utf-8"))
+            self.stdout.write((folder / "result.json").read_text(encoding="utf-8"))
         elif self.quiet:
             from lrcheck.reports.table import verdict_text
 
@@ -415,7 +483,9 @@ def compare_command(
     pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc, tolerances=tolerances,
                           ref_framework=ref_framework, noise_floor=not fast)
     output = _Output(json=json_out, quiet=quiet, speaks=_speaks())
-    raise typer.Exit(_compare(pair, out, timeout, output))
+    with output.running():
+        code = _compare(pair, out, timeout, output)
+    raise typer.Exit(code)
 
 
 def _compare(pair: PairSpec, out: Path | None, timeout: float, output: _Output) -> int:
@@ -472,7 +542,10 @@ def trace_command(
                         optimizer=optimizer, policy=policy, tail=tail, samples=samples)
     pair = PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
                           tolerances=Tolerances.for_dtype("float64", lr=tol_lr))
-    raise typer.Exit(_trace(pair, out, _Output(json=json_out, quiet=quiet)))
+    output = _Output(json=json_out, quiet=quiet)
+    with output.running():
+        code = _trace(pair, out, output)
+    raise typer.Exit(code)
 
 
 def _trace(pair: PairSpec, out: Path | None, output: _Output) -> int:
@@ -508,10 +581,12 @@ def diff_command(
     from lrcheck.spec import DIFF_DTYPE
 
     tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
-    report = lrcheck.diff(reference, candidate, tolerances=tolerances)
-    saved = lrcheck.save_report(report, out if out is not None
-                                else DEFAULT_REPORTS / f"diff-{report.pair.name}")
-    _Output(json=json_out, quiet=quiet).show(report, saved)
+    output = _Output(json=json_out, quiet=quiet)
+    with output.running():
+        report = lrcheck.diff(reference, candidate, tolerances=tolerances)
+        saved = lrcheck.save_report(report, out if out is not None
+                                    else DEFAULT_REPORTS / f"diff-{report.pair.name}")
+        output.show(report, saved)
     raise typer.Exit(report.exit_code)
 
 
