@@ -1,15 +1,18 @@
 """The command line through typer's CliRunner: help, the happy path, and every bad input."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from lrcheck.cli import app
-from tests.helpers import HANG_S
+from tests.helpers import HANG_S, wait_for
 
 runner = CliRunner()
 FAST = ["--epochs", "1"]
@@ -457,3 +460,64 @@ def test_json_stdout_is_the_json_alone_whatever_the_run_prints(argv, tmp_path):
     for line in ("fd 1: a library's banner", "print: a framework's line",
                  "printf: held in C's buffer"):
         assert line in done.stderr
+
+
+MARKING_FACTORY = '''
+from pathlib import Path
+from torch.optim.lr_scheduler import LambdaLR
+
+def make(optimizer, ctx):
+    def constant(step):
+        if step == 3:  # stepped after three updates: the run trains
+            Path({marker!r}).touch()
+        return 1.0
+    return LambdaLR(optimizer, constant)
+'''
+
+
+def _in_session(sid: int) -> list[str]:
+    """The processes, zombies aside, of session ``sid`` (Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if entry.name.isdigit() and state[3] == str(sid) and state[0] != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
+def test_a_sighup_to_the_process_group_ends_compare_cleanly_and_leaves_no_process(tmp_path):
+    """Closing the terminal sends SIGHUP to every process of its group: lrcheck, its plot
+    helper and multiprocessing's resource tracker. lrcheck stops as on SIGTERM (128 + 1),
+    saves what was recorded, and no traceback of the tracker's follows."""
+    from lrcheck.reports.render import second_cpu
+
+    marker = tmp_path / "training"
+    factory = tmp_path / "marking.py"
+    factory.write_text(MARKING_FACTORY.format(marker=str(marker)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lrcheck", "compare", "--epochs", "200", "--scheduler",
+         f"{factory}:make", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for(marker.exists, HANG_S, "the reference to train", proc=proc)
+        group = _in_session(proc.pid)
+        assert len(group) >= (3 if second_cpu() else 1), group  # lrcheck, helper, tracker
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = proc.communicate(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    print("exit", proc.returncode, "\nstdout:\n", out, "\nstderr:\n", err)
+    left = _in_session(proc.pid)
+    assert proc.returncode == 128 + signal.SIGHUP
+    assert "Traceback" not in err and "resource_tracker" not in err
+    assert err.strip().splitlines()[-1].startswith(
+        "lrcheck: terminated (SIGHUP) during the reference run; reference interrupted after ")
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["verdict"] == "incomplete"
+    assert left == [], "processes left running"

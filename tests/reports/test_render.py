@@ -233,3 +233,50 @@ def test_a_ctrl_c_while_a_plot_is_handed_over_loses_nothing_and_finish_returns(t
     assert not waiting.is_alive(), "finish() hangs"
     assert [path.exists() for path in paths] == [True, False, True]
     renderer.close()
+
+
+def blocked_signals(pid: int) -> set[int]:
+    """The signals process ``pid`` blocks (Linux: /proc/PID/status SigBlk)."""
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("SigBlk:"))
+    mask = int(line.split()[1], 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
+def test_the_helper_and_the_tracker_leave_a_sighup_this_process_handles_to_it(tmp_path):
+    """A closed terminal sends SIGHUP to the whole process group. lrcheck stops on it (cli);
+    the helper and multiprocessing's resource tracker must not die of it first, or the
+    helper's shutdown starts a tracker again that prints a KeyError traceback per semaphore."""
+    from multiprocessing import resource_tracker
+
+    from lrcheck.reports.render import _stop_resource_tracker
+
+    def stop(signum, frame):
+        raise AssertionError("a SIGHUP reached this process")
+
+    _stop_resource_tracker()  # one an earlier test started: the helper's starts afresh
+    previous = signal.signal(signal.SIGHUP, stop)  # as cli._stop_on_signals does
+    try:
+        before = children()
+        with Renderer(background=True) as renderer:
+            helper = renderer.helper()
+            tracker = resource_tracker._resource_tracker._pid
+            for pid in (helper, tracker):
+                assert signal.SIGHUP in blocked_signals(pid)
+                os.kill(pid, signal.SIGHUP)
+            renderer.draw([loss_plot(tmp_path / "a.png")])
+            renderer.finish()
+            assert renderer.helper() == helper and alive(tracker)  # both alive still
+        assert_png(tmp_path / "a.png")
+        assert children() == before  # close() stopped and reaped both
+        assert signal.SIGHUP not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # here: lifted
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # a process that leaves SIGHUP to its default
+    try:
+        with Renderer(background=True) as renderer:  # (a rank under torchrun) lets it kill
+            assert signal.SIGHUP not in blocked_signals(renderer.helper())
+    finally:
+        signal.signal(signal.SIGHUP, previous)

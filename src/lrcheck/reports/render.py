@@ -14,8 +14,9 @@ loaded; each process gets about half the drawing time): the end of a suite waits
 pair's plots and matrix.png. So that every plot not yet begun can be taken back, the helper is
 handed one plot at a time, the next when it has drawn the last. If the
 helper cannot start or dies, the plots are drawn here instead: a report is never lost to the
-helper. The helper ignores Ctrl-C; this process handles it, and ``close()`` lets the helper
-draw what it was sent, then stops it.
+helper. The helper ignores Ctrl-C, and a SIGHUP when this process stops on it (a closed
+terminal: ``cli``); this process handles them, and ``close()`` lets the helper draw what it was
+sent, then stops it and multiprocessing's resource tracker.
 """
 
 from __future__ import annotations
@@ -86,14 +87,20 @@ class Renderer:
             return None
 
     def _start(self) -> None:
-        with _sigint_ignored():  # inherited by the helper, which Python then leaves ignored
-            try:
-                pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=warm_up)
-                pool.submit(helper_pid)  # starts the helper now, not at the first plot
-            except (OSError, RuntimeError):
-                return  # no helper: every plot is drawn here
-        self._pool = self._started = pool
+        try:
+            with _stop_signals_held():  # the helper's and the tracker's, for good
+                try:
+                    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                               initializer=warm_up)
+                    self._started = pool
+                    pool.submit(helper_pid)  # starts the helper now, not at the first plot
+                except (OSError, RuntimeError):
+                    self.close()
+                    return  # no helper: every plot is drawn here
+                self._pool = pool
+        except BaseException:  # a signal held meanwhile, told as the block ends: stop them
+            self.close()
+            raise
 
     def draw(self, plots: Iterable[Plot]) -> None:
         """Draw ``plots``: send them to the helper (and return at once), or draw them here."""
@@ -349,15 +356,32 @@ def helper_pid() -> int:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
+def _stop_signals_held() -> Iterator[None]:
+    """While the helper, and multiprocessing's resource tracker that its queues start, are
+    started: Ctrl-C ignored, which the helper inherits and Python then leaves ignored there (the
+    tracker ignores it itself); and SIGHUP blocked when this process stops on it (a Python
+    handler: ``cli``), a mask both inherit and never lift, while this process is told of a
+    SIGHUP sent meanwhile as soon as the block ends. So a signal to the whole process group
+    (Ctrl-C, a closed terminal) stops this process alone, which then stops them: a tracker that
+    the SIGHUP killed was started again by the helper's shutdown, and the new one printed a
+    KeyError traceback for every semaphore it had never seen. (SIGHUP is blocked, not ignored:
+    one that came while ignored would be lost; the tracker lifts a block of SIGINT and SIGTERM
+    as it starts, and it ignores SIGTERM itself.)"""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers; a helper started here keeps Ctrl-C
         return
+    hangup = getattr(signal, "SIGHUP", None)
+    held = ({hangup} if hangup is not None and hasattr(signal, "pthread_sigmask")
+            and callable(signal.getsignal(hangup)) else set())
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def _stop_resource_tracker() -> None:
