@@ -72,9 +72,10 @@ def test_a_suite_pair_defaults_are_the_command_line_s():
     (entry,) = parse_suite({"pair": [{}]}, "defaults.toml").entries
     candidate = entry.pair.candidate
     for name, default in cli_defaults("compare").items():
-        if name in ("timeout", "ref_bs", "ref_nproc", "ref_framework"):
+        if name in ("timeout", "ref_bs", "ref_nproc", "ref_framework", "fast"):
             continue  # not keys of a pair's run; checked below
         key = LIBRARY_NAME.get(name, name)
         assert getattr(candidate, key) == (1 if name == "nproc" else default), name
     assert entry.pair.reference.bs == candidate.effective_batch and entry.pair.reference.world == 1
     assert entry.pair.reference.framework == candidate.framework == "plain"
+    assert entry.pair.noise_floor  # fast = false

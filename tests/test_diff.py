@@ -256,13 +256,16 @@ def test_fingerprints_are_checked_as_params(tmp_path):
     params = same.check("params")
     print(params)
     assert params.status == "pass" and params.max_abs_diff == 0.0
-    assert params.detail == ("max relative 0 ≤ 1e-09 over 4 updates, from parameter "
-                             "fingerprints (per tensor: |Δsum| / max|p|)")
+    # Named for what it is: a tensor's sum moved, over the largest |p|, not a relative gap.
+    assert params.detail.startswith("max |Δsum|/max|p| 0 ≤ 1e-09 over 4 updates; from parameter "
+                                    "fingerprints")
+    assert "not an element's relative gap" in params.detail
     moved = lrcheck.diff(ref, fingerprinted(tmp_path / "moved.jsonl", perturb_at=2),
                          tolerances=lrcheck.Tolerances(params=1e-9))
     params = moved.check("params")
     print(params)
     assert params.status == "fail" and params.first_divergence == 2
+    assert "jumped at update 2" in params.detail  # from 0: not drift
     assert params.max_rel_diff is not None and 1.5e-9 < params.max_rel_diff < 2.5e-9
     assert moved.verdict == "fail"
 

@@ -126,11 +126,14 @@ class Run:
         assert _survivors(self.mark) == [], "processes left running"
 
     def wait_for_updates(self, count: int) -> Path:
-        """The candidate's launch folder once rank 0 has recorded ``count`` lines (its "started"
-        line and count - 1 updates): a condition, not a time."""
+        """The candidate's launch folder once rank 0 has recorded ``count`` lines of the
+        candidate's run (its "started" line and count - 1 updates; a reference that rank 0
+        trains in the same job has lines of its own): a condition, not a time."""
         def recorded() -> Path | None:
             for path in self.tmp.glob("lrcheck-candidate-*/updates.jsonl"):
-                if len(path.read_text().splitlines()) >= count:
+                lines = [json.loads(line) for line in path.read_text().splitlines()
+                         if line.endswith("}")]
+                if sum(line.get("role", "candidate") == "candidate" for line in lines) >= count:
                     return path.parent
             return None
 
@@ -285,8 +288,10 @@ def test_ctrl_c_stops_every_worker_and_keeps_what_was_recorded(tmp_path):
     assert "Traceback" not in run.err
     result = run.result()
     assert result["verdict"] == "incomplete" and result["checks"] == []
-    ref = result["runs"]["reference"]  # rank 0 trains it after the candidate, in the same job
-    assert ref["updates"] == [] and ref["stopped"] == "interrupted before its first update"
+    # Rank 0 trained it before the candidate, in the same job: the candidate runs in lockstep
+    # with it.
+    ref = result["runs"]["reference"]
+    assert len(ref["updates"]) == 20 and ref["stopped"] is None
     cand = result["runs"]["candidate"]
     assert [u["step"] for u in cand["updates"]] == [0, 1, 2, 3]
     assert cand["stopped"] == "interrupted after 4 of 20 updates"

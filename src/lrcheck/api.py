@@ -35,7 +35,7 @@ CANDIDATE_KEYWORDS = tuple(f.name for f in fields(RunSpec) if f.name != "twin")
 
 def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
             tolerances: Tolerances | None = None, ref_framework: str | None = None,
-            progress: Progress | None = None,
+            fast: bool = False, progress: Progress | None = None,
             timeout: float | None = DEFAULT_TIMEOUT_S,
             cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
@@ -47,6 +47,7 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     ``framework``). Every default is ``lrcheck compare``'s (``RunSpec``'s fields; bs 16 ×
     accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
     (300 s, None for no limit) is how long such a run may go without finishing an update.
+    ``fast``: no noise floor where the candidate cannot run in lockstep (``--fast``).
 
     Inside torchrun with several processes (a script or ``lrcheck compare`` that torchrun
     started), every rank trains the candidate, rank 0 the reference, and ranks other than 0 get
@@ -58,7 +59,7 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     """
     _check_keywords(compare, pair, candidate)
     reports: list[Report] = []
-    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate, ref_framework),
+    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate, ref_framework, fast),
                    reports.append,
                    progress=progress, timeout=timeout, cache=cache)
     return reports[0] if reports else None
@@ -186,10 +187,11 @@ def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
 
 def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,
           tolerances: Tolerances | None, candidate: dict[str, Any],
-          ref_framework: str | None = None) -> PairSpec:
+          ref_framework: str | None = None, fast: bool = False) -> PairSpec:
     if pair is not None:
         return pair
     return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
                           tolerances=tolerances,
                           ref_framework=reference_framework(candidate.get("policy", ""),
-                                                            ref_framework))
+                                                            ref_framework),
+                          noise_floor=not fast)

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lrcheck.trace import RunTrace
+
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The optimizer's state (momentum buffers; AdamW's moments and step counts) as flat views,
@@ -103,6 +105,13 @@ def _copy_into(targets: list[torch.Tensor], row: np.ndarray) -> None:
         n = t.numel()
         t.copy_(source[offset:offset + n].to(t.device, t.dtype))
         offset += n
+
+
+def lockstep_from(reference: RunTrace | None) -> Lockstep | None:
+    """The states a reference recorded (``keep_states``) for a candidate to load, if any."""
+    if reference is None or reference.optimizer_states is None:
+        return None
+    return Lockstep(reference.params, reference.optimizer_states)
 
 
 def broadcast(lockstep: Lockstep | None, rank: int, device: str, group: Any = None) -> Lockstep:

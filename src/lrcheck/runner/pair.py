@@ -123,11 +123,11 @@ def twin_of(pair: PairSpec) -> RunSpec | None:
 
 def lockstep_of(pair: PairSpec, reference: RunTrace) -> Lockstep | None:
     """The reference's states for its candidate to run in lockstep with, when it can."""
-    if lockstep_reason(pair) is not None or reference.optimizer_states is None:
+    if lockstep_reason(pair) is not None:
         return None
-    from lrcheck.runner.lockstep import Lockstep
+    from lrcheck.runner.lockstep import lockstep_from
 
-    return Lockstep(reference.params, reference.optimizer_states)
+    return lockstep_from(reference)
 
 
 def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
@@ -237,10 +237,8 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
     ref, cand = pair.reference, pair.candidate
     cached = cache.get(ref) if cache is not None else None
     traces = {} if cached is None else {"reference": tracker.done("reference", cached)}
-    if (member is None and cand.world > 1 and ref.world == 1
-            and (lockstep_reason(pair) is not None or cached is not None and
-                 cached.optimizer_states is None)):
-        traces.update(_launch_pair(pair, tracker, timeout, train_reference=cached is None))
+    if member is None and cand.world > 1 and ref.world == 1:
+        traces.update(_launch_pair(pair, tracker, timeout, cached))
     else:
         device, tracker.environment = preflight(cand, ref)
         if member is not None:
@@ -268,16 +266,21 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
 
 
 def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
-                 train_reference: bool) -> dict[str, RunTrace]:
+                 cached: RunTrace | None) -> dict[str, RunTrace]:
     """A multi-process candidate and its single-process reference, in one torchrun job: the
-    ranks check the plan and train the candidate, then rank 0 trains the reference, as a bare
-    torchrun script would. This process imports neither torch nor the data, so its own work
-    does not compete with the ranks for the machine's cores."""
+    ranks check the plan and train the candidate, and rank 0 trains the reference — before the
+    candidate when that runs in lockstep with it, else after it, as a bare torchrun script
+    would. This process imports neither torch nor the data, so its own work does not compete
+    with the ranks for the machine's cores. A ``cached`` reference is not trained again (its
+    states go to the ranks in the job's folder)."""
     from lrcheck.runner.dist.launch import start
 
+    train_reference = cached is None
     job = start(pair.candidate, "candidate",
                 reference=pair.reference if train_reference else None,
-                on_update={role: tracker.hook(role) for role in ROLES})
+                reference_first=lockstep_reason(pair) is None,
+                on_update={role: tracker.hook(role) for role in ROLES},
+                lockstep=None if cached is None else lockstep_of(pair, cached))
     try:
         job.wait(timeout)
     finally:  # also what an interrupted job finished, for its incomplete result

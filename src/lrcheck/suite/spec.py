@@ -33,7 +33,7 @@ EXPECTS = ("pass", "fail")
 # Suite key → RunSpec field, where they differ.
 RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"nproc": "world"}
 TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
-PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework")
+PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework", "fast")
 META_KEYS = ("name", "expect")
 KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
@@ -47,7 +47,7 @@ NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "a
          "trainer_loss": {"framework": "transformers"},
          "lightning_sampler": {"framework": "lightning"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("drop_last", "even_batches")
+BOOL_KEYS = ("drop_last", "even_batches", "fast")
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -142,7 +142,8 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
                               ref_framework=reference_framework(
                                   str(values.get("policy", "")), values.get("ref_framework")),
                               tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp,
-                                                              **tol))
+                                                              **tol),
+                              noise_floor=not values.get("fast", False))
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
@@ -222,6 +223,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     elif key == "ref_nproc":
         if not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1, got {value!r}")
+    elif key == "fast":
+        pass  # a boolean, checked above
     else:
         try:
             if key in TOLERANCE_KEYS:

@@ -66,17 +66,30 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def write_spec(folder: Path, spec: RunSpec, role: str,
-               reference: RunSpec | None = None) -> None:
+               reference: RunSpec | None = None, reference_first: bool = False) -> None:
     _write_json(folder / SPEC, {"role": role, "spec": spec.to_dict(),
-                                "reference": None if reference is None else reference.to_dict()})
+                                "reference": None if reference is None else reference.to_dict(),
+                                "reference_first": reference_first})
 
 
-def read_spec(folder: Path) -> tuple[RunSpec, str, RunSpec | None]:
-    """The run's spec, its role, and the reference rank 0 trains after it (or None)."""
+@dataclass(frozen=True)
+class JobSpec:
+    """What a launched job trains: ``spec`` as ``role`` on every rank and, maybe, a
+    single-process ``reference`` on rank 0 — after it, or (``reference_first``: the candidate
+    runs in lockstep with it) before it."""
+
+    spec: RunSpec
+    role: str
+    reference: RunSpec | None
+    reference_first: bool
+
+
+def read_spec(folder: Path) -> JobSpec:
     data = json.loads((folder / SPEC).read_text(encoding="utf-8"))
     reference = data.get("reference")
-    return (RunSpec(**data["spec"]), data["role"],
-            None if reference is None else RunSpec(**reference))
+    return JobSpec(RunSpec(**data["spec"]), data["role"],
+                   None if reference is None else RunSpec(**reference),
+                   bool(data.get("reference_first")))
 
 
 def append_line(folder: Path, entry: dict[str, Any]) -> None:

@@ -55,15 +55,17 @@ def launch(spec: RunSpec, role: str, *, timeout: float | None = None,
 
 
 def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
-          on_update: dict[str, OnUpdate] | None = None,
+          reference_first: bool = False, on_update: dict[str, OnUpdate] | None = None,
           lockstep: Lockstep | None = None) -> Launched:
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
-    With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job.
-    ``on_update[role]`` is called here for every update rank 0 records in that run.
-    ``lockstep``: the reference's states every rank's updates start from."""
+    With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job — or
+    before it (``reference_first``), when ``spec`` runs in lockstep with it: the other ranks
+    wait for rank 0 to join their process group. ``on_update[role]`` is called here for every
+    update rank 0 records in that run. ``lockstep``: the reference's states every rank's
+    updates start from (a reference trained before)."""
     release()  # this process waits now, maybe for hours (runner.startup)
     folder = Path(tempfile.mkdtemp(prefix=f"lrcheck-{role}-"))
-    handoff.write_spec(folder, spec, role, reference)
+    handoff.write_spec(folder, spec, role, reference, reference_first)
     if lockstep is not None:
         handoff.write_lockstep(folder, lockstep)
     token = uuid.uuid4().hex
@@ -73,8 +75,9 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        roles = (role,) if reference is None else (role, "reference")
-        return Launched(spec, roles, folder, proc, token, on_update or {})
+        roles = ((role,) if reference is None else
+                 ("reference", role) if reference_first else (role, "reference"))
+        return Launched(spec, role, roles, folder, proc, token, on_update or {})
     except BaseException:  # Ctrl-C (or SIGTERM) before the caller holds the job: stop it here
         procs.stop(proc, token)
         raise
@@ -86,11 +89,11 @@ class Launched:
     ``finished``, the traces rank 0 wrote (all of them after a success, those done before a
     failure or Ctrl-C otherwise), and ``environment``, where they ran as rank 0 reported it."""
 
-    def __init__(self, spec: RunSpec, roles: tuple[str, ...], folder: Path,
+    def __init__(self, spec: RunSpec, role: str, roles: tuple[str, ...], folder: Path,
                  proc: subprocess.Popen[bytes], token: str, on_update: dict[str, OnUpdate]) -> None:
-        self.spec, self.roles, self.folder, self.proc, self.token = (spec, roles, folder, proc,
-                                                                     token)
-        self.watch = _Watch(spec, roles[0], folder, on_update)
+        self.spec, self.role, self.roles, self.folder, self.proc, self.token = (
+            spec, role, roles, folder, proc, token)
+        self.watch = _Watch(spec, role, roles[0], folder, on_update)
         self.began = time.monotonic()
         self.ended = False  # wait() returned or raised, or stop() ran: nothing left to stop
         self.finished: dict[str, RunTrace] = {}
@@ -117,10 +120,12 @@ class Launched:
                            f"exit code {code}; no rank reported an error, and torchrun's log "
                            f"names none that failed: {self.folder / handoff.TORCHRUN_LOG}")
         shutil.rmtree(self.folder, ignore_errors=True)
-        first = self.finished[self.roles[0]]
-        # Until the next run's first line, when there is one: its own wall time.
-        ended = self.watch.left.get(self.roles[0], time.monotonic())
-        first.wall_seconds = round(ended - self.began, 3)
+        # The run of ``spec``'s own wall time: from the previous run's end (or the launch) to
+        # the next run's first line (or now).
+        at = self.roles.index(self.role)
+        began = self.watch.left.get(self.roles[at - 1], self.began) if at else self.began
+        ended = self.watch.left.get(self.role, time.monotonic())
+        self.finished[self.role].wall_seconds = round(ended - began, 3)
         return dict(self.finished)
 
     def stop(self, keep_logs: bool = False) -> None:
@@ -150,10 +155,10 @@ class _Watch:
     """Reads rank 0's lines as they come and turns what the ranks report into errors. ``role``:
     the run the latest line came from."""
 
-    def __init__(self, spec: RunSpec, role: str, folder: Path,
+    def __init__(self, spec: RunSpec, spec_role: str, first: str, folder: Path,
                  on_update: dict[str, OnUpdate]) -> None:
-        self.spec, self.role, self.folder, self.on_update = spec, role, folder, on_update
-        self.spec_role = role  # the run of ``spec``, on every rank (the reference: rank 0 alone)
+        self.spec, self.role, self.folder, self.on_update = spec, first, folder, on_update
+        self.spec_role = spec_role  # the run of ``spec``, on every rank (the reference: rank 0)
         self.reader = handoff.LineReader(folder)
         self.started = False
         self.last_update: tuple[int, int] | None = None

@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     hold()  # until the run is built (runner.startup): first, then the imports that load torch
     from lrcheck.runner.dist import group
     from lrcheck.runner.local import run_local
+    from lrcheck.runner.lockstep import broadcast, lockstep_from
     from lrcheck.runner.pair import preflight
 
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
@@ -65,18 +66,34 @@ def main(argv: list[str] | None = None) -> int:
         return started
 
     try:
-        spec, role, reference = handoff.read_spec(folder)
-        _, environment = preflight(spec, *([] if reference is None else [reference]))
+        job = handoff.read_spec(folder)
+        spec, reference = job.spec, job.reference
+        device, environment = preflight(spec, *([] if reference is None else [reference]))
         if lead:
             handoff.write_environment(folder, environment)
-        member = group.join(env, spec.device)
+        lockstep = handoff.read_lockstep(folder)  # a reference trained before the job
+        if reference is not None and job.reference_first:
+            # The candidate runs in lockstep with it: rank 0 trains it first, while the other
+            # ranks wait for it in the process group's rendezvous; then it hands every rank
+            # the reference's states.
+            ref_trace = None
+            if lead:
+                role = "reference"
+                ref_trace = run_local(reference, role, device=device, on_update=hook(role),
+                                      on_start=on_start(role))
+                handoff.write_trace(folder, ref_trace, role)
+            role = job.role
+            member = group.join(env, spec.device)
+            lockstep = broadcast(lockstep_from(ref_trace), env.rank, member.device)
+        else:
+            member = group.join(env, spec.device)
+        role = job.role
         trace = run_local(spec, role, device=member.device, rank=env.rank,
-                          on_start=on_start(role),
-                          on_update=hook(role), lockstep=handoff.read_lockstep(folder))
+                          on_start=on_start(role), on_update=hook(role), lockstep=lockstep)
         if lead:
             handoff.write_trace(folder, trace, role)
         group.leave()
-        if lead and reference is not None:
+        if lead and reference is not None and not job.reference_first:
             role = "reference"
             handoff.write_trace(folder, run_local(reference, role, device=member.device,
                                                   on_update=hook(role), on_start=on_start(role)),
