@@ -233,7 +233,7 @@ def refuse_training(monkeypatch):
 
 
 @pytest.mark.parametrize("function,own", [
-    ("compare", "ref_bs, ref_world, tolerances, ref_framework, progress, timeout, cache"),
+    ("compare", "ref_bs, ref_world, tolerances, ref_framework, fast, progress, timeout, cache"),
     ("trace_schedule", "ref_bs, ref_world, tolerances, progress"),
 ])
 def test_an_unknown_keyword_is_a_spec_error_listing_the_accepted_ones(monkeypatch, function, own):

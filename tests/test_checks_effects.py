@@ -11,6 +11,7 @@ from lrcheck.checks import (
     check_loss,
     check_params,
     check_weights,
+    needs_floor,
     recorded_checks,
     run_checks,
 )
@@ -18,7 +19,7 @@ from lrcheck.plan.windows import MicroBatch
 from lrcheck.spec import RunSpec, Tolerances
 from lrcheck.trace import RunTrace, UpdateRecord
 
-N = 40
+N = 60
 
 
 def _trace(params, losses=None, windows=None, lockstep=None, spec=None):
@@ -149,3 +150,14 @@ def test_recorded_runs_whose_gap_jumps_fail_where_it_jumped():
                                                Tolerances.for_dtype("float32"))}["loss"]
     assert loss.status == "fail" and loss.first_divergence == 17
     assert "jumped at update 17" in loss.detail
+
+
+def test_the_twin_is_needed_only_where_an_effect_beyond_tolerance_has_no_earlier_cause():
+    quarter = _windows([[0.25] * 4] * N)
+    ref = _trace(REF, windows=quarter)
+    tol = Tolerances()
+    assert not needs_floor(ref, _trace(1.0 + 1e-12 * np.ones((N, 3)), windows=quarter), tol)
+    drifting = _drifting(1e-16, 1.6)  # beyond 1e-9 from about update 44 on: drift to judge
+    assert needs_floor(_trace(REF, windows=quarter), _trace(drifting, windows=quarter), tol)
+    early = [[0.25] * 4] * 3 + [[0.4, 0.2, 0.2, 0.2]] * (N - 3)  # weights differ at 3
+    assert not needs_floor(ref, _trace(drifting, windows=_windows(early)), tol)

@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lrcheck.checks import effects_within, recorded_checks, run_checks, schedule_checks
+from lrcheck.checks import needs_floor, recorded_checks, run_checks, schedule_checks
 from lrcheck.errors import SpecError
 from lrcheck.result import Report
 from lrcheck.spec import (
@@ -77,8 +77,8 @@ def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
     member = join_torchrun(pair.candidate, timeout)
     try:
         traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache,
-                          needs_floor=lambda ref, cand: not effects_within(ref, cand,
-                                                                           pair.tolerances))
+                          needs_floor=lambda ref, cand: needs_floor(ref, cand,
+                                                                    pair.tolerances))
     except BaseException:
         if member is not None:  # a later comparison in this process joins afresh
             release_torchrun(member)

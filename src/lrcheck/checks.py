@@ -254,11 +254,25 @@ def params_gap(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
     return diff, scale
 
 
+# A cross-entropy near 0 is the difference of a logit and a log-sum-exp, which keeps only their
+# absolute precision: relative to a loss that has fallen to 1e-5, float32's rounding alone is
+# 1e-2 (measured: bs 2 x 2, 20 epochs). The loss check's scale is therefore the loss, or this
+# fraction of the run's first loss where the loss has fallen below that.
+LOSS_SCALE_FLOOR = 1e-2
+
+
+def loss_scale(losses: np.ndarray) -> np.ndarray:
+    """``|loss|`` per update, at least ``LOSS_SCALE_FLOOR`` times the first finite one."""
+    finite = np.abs(losses[np.isfinite(losses)])
+    floor = LOSS_SCALE_FLOOR * float(finite[0]) if len(finite) else 0.0
+    return np.asarray(np.maximum(np.abs(losses), floor))
+
+
 def loss_gap(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
-    """Per update, ``|Δloss|`` and ``|loss_ref|``."""
+    """Per update, ``|Δloss|`` and the loss's scale (``loss_scale``)."""
     a, b = ref.losses(), cand.losses()
     n = min(len(a), len(b))
-    return np.abs(b[:n] - a[:n]), np.abs(a[:n])
+    return np.abs(b[:n] - a[:n]), loss_scale(a[:n])
 
 
 Gap = Callable[[RunTrace, RunTrace], tuple[np.ndarray, np.ndarray]]
@@ -273,8 +287,9 @@ def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
 
 def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
                twin: RunTrace | None = None) -> CheckResult:
-    """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol`` — or, with the
-    reference's ``twin``, within the noise floor (``check_effect``)."""
+    """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol`` (below 1/100 of the
+    first loss, relative to that: ``loss_scale``) — or, with the reference's ``twin``, within
+    the noise floor (``check_effect``)."""
     return check_effect("loss", loss_gap, ref, cand, tol, reason, twin)
 
 
@@ -334,15 +349,23 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     return CheckResult(name, FAIL, result.max_abs_diff, k, measured, result.max_rel_diff)
 
 
-def effects_within(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> bool:
-    """Whether ``params`` and ``loss`` are within their tolerances at every update: then no
-    noise floor is needed to judge them (``runner.pair``, which trains the twin only where it
-    is)."""
+def needs_floor(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> bool:
+    """Whether judging ``params`` and ``loss`` needs the noise floor (``runner.pair`` trains the
+    reference's twin only then): an effect goes beyond its tolerance at some update, and no
+    cause (data, weights, LR) differs at or before it — where one does, the effect is put down
+    to that cause and the verdict is a failure anyway."""
+    beyond = []
     for gap, limit in ((params_gap, tol.params), (loss_gap, tol.loss)):
         diff, scale = gap(ref, cand)
-        if not bool(np.all(diff / np.maximum(scale, _TINY) <= limit)):
-            return False
-    return True
+        over = np.flatnonzero(~(diff / np.maximum(scale, _TINY) <= limit))
+        if len(over):
+            beyond.append(int(over[0]))
+    if not beyond:
+        return False
+    causes = [check_data(ref, cand), check_weights(ref, cand), check_lr(ref, cand, tol.lr)]
+    first = [c.first_divergence for c in causes
+             if c.status == FAIL and c.first_divergence is not None]
+    return not first or min(first) > min(beyond)
 
 
 def jump_or_drift(result: CheckResult, diff: np.ndarray, scale: np.ndarray, tol: float,
@@ -713,7 +736,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
                          and cand.updates[int(j)].loss is not None
                          for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
     if recorded.any():
-        diff, scale = np.abs(b[recorded] - a[recorded]), np.abs(a[recorded])
+        diff, scale = np.abs(b[recorded] - a[recorded]), loss_scale(a[recorded])
         loss = jump_or_drift(_relative("loss", diff, scale, tol.loss, None, ref_at[recorded]),
                              diff, scale, tol.loss, ref_at[recorded])
     else:

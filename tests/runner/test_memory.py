@@ -57,3 +57,20 @@ def test_the_recording_estimate_is_the_snapshots_a_run_keeps():
         spec = RunSpec(task="wine", bs=8, accum=2, epochs=2, dtype=dtype)
         data = load_data(spec.task, spec.seed, spec.samples)
         assert recording_bytes(spec, data) == train(spec, data, device="cpu").params.nbytes
+
+
+def test_a_reference_that_keeps_its_optimizer_state_is_estimated_with_it():
+    from lrcheck.experiments.tasks import load_data
+    from lrcheck.runner.plain import train
+    from lrcheck.runner.recording import recording_bytes
+    from lrcheck.spec import RunSpec
+
+    for optimizer in ("sgd", "adamw"):
+        spec = RunSpec(task="wine", bs=8, accum=1, epochs=2, optimizer=optimizer)
+        data = load_data(spec.task, spec.seed, spec.samples)
+        trace = train(spec, data, device="cpu", keep_states=True)
+        assert trace.optimizer_states is not None
+        # AdamW's step counts (one float per tensor) are not estimated: a few bytes.
+        kept = trace.params.nbytes + trace.optimizer_states.nbytes
+        assert 0 <= kept - recording_bytes(spec, data, keep_states=True) <= 8 * 4 * len(
+            trace.updates)

@@ -52,15 +52,19 @@ class StateSnapshots:
 
     def take(self, optimizer: torch.optim.Optimizer, row: int) -> None:
         tensors = state_tensors(optimizer)
-        flat = (torch.cat([t.to(torch.float64) for t in tensors]) if tensors
-                else torch.empty(0, dtype=torch.float64))
+        if not tensors:
+            return  # no step made yet (a skipped one): the row stays NaN
+        size = sum(t.numel() for t in tensors)
         if self.rows is None:
-            self.rows = torch.full((self.updates, len(flat)), float("nan"), dtype=torch.float64,
-                                   device=flat.device)
-        if row < self.updates and len(flat) == self.rows.shape[1]:
-            self.rows[row].copy_(flat)
-        elif row >= self.updates:
-            self.beyond.append(flat)
+            self.rows = torch.full((self.updates, size), float("nan"), dtype=torch.float64,
+                                   device=tensors[0].device)
+        if row >= self.updates:
+            self.beyond.append(torch.cat([t.to(torch.float64) for t in tensors]))
+        elif size == self.rows.shape[1]:
+            if all(t.dtype == torch.float64 for t in tensors):
+                torch.cat(tensors, out=self.rows[row])  # straight into the row, no temporary
+            else:  # float32 moments and step counts: one cat, converted as it is copied
+                self.rows[row].copy_(torch.cat([t.to(tensors[0].dtype) for t in tensors]))
 
     def array(self, done: int) -> np.ndarray:
         """The rows of the ``done`` updates made, on the host."""

@@ -221,9 +221,11 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
     from lrcheck.runner.local import environment
     from lrcheck.runner.preflight import check_memory, check_plan
 
-    for run in (*others, spec):
+    for run in (spec, *others):  # the candidate's first: its flags are the ones typed
         check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
-    check_memory([(run, load_data(run.task, run.seed, run.samples)) for run in (*others, spec)])
+    # A reference of lrcheck's own loop also keeps its optimizer's state (runner.lockstep).
+    check_memory([(run, load_data(run.task, run.seed, run.samples),
+                   run is not spec and run.framework == "plain") for run in (spec, *others)])
     device = resolve_device(spec.device)
     frameworks: dict[str, str] = {}
     for run in (*others, spec):  # a missing extra is bad input: say so now

@@ -29,9 +29,10 @@ def check_plan(spec: RunSpec, num_samples: int) -> None:
                         f"0..{plan.total_updates - 1}")
 
 
-def check_memory(runs: list[tuple[RunSpec, Dataset]]) -> None:
-    """Bad input when the recordings of ``runs`` (each with its data), which the checks hold
-    together, need more memory than the machine has left."""
-    check_fits(sum(recording_bytes(spec, data) for spec, data in runs),
+def check_memory(runs: list[tuple[RunSpec, Dataset, bool]]) -> None:
+    """Bad input when the recordings of ``runs`` (each with its data, and whether it keeps its
+    optimizer's state too), which the checks hold together, need more memory than the machine
+    has left."""
+    check_fits(sum(recording_bytes(spec, data, states) for spec, data, states in runs),
                "recording the runs (a snapshot of every parameter after every update)",
                "lower --epochs, or --samples for a generated task")

@@ -42,10 +42,10 @@ def test_no_trace_is_none(tmp_path):
 def test_spec_round_trip(tmp_path):
     spec = RunSpec(bs=4, accum=3, world=3, policy="per-micro-batch")
     handoff.write_spec(tmp_path, spec, "candidate")
-    assert handoff.read_spec(tmp_path) == (spec, "candidate", None)
+    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", None, False)
     reference = RunSpec(bs=24, accum=1, world=1)
-    handoff.write_spec(tmp_path, spec, "candidate", reference)
-    assert handoff.read_spec(tmp_path) == (spec, "candidate", reference)
+    handoff.write_spec(tmp_path, spec, "candidate", reference, reference_first=True)
+    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", reference, True)
 
 
 def test_line_reader_returns_only_complete_new_lines(tmp_path):

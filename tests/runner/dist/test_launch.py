@@ -36,7 +36,8 @@ def _job(tmp_path, script: str = "import time; time.sleep(600)") -> Launched:
     seen: list[tuple[str, int]] = []
     hooks = {role: (lambda record, total, role=role: seen.append((role, record.step)))
              for role in ("candidate", "reference")}
-    job = Launched(CANDIDATE, ("candidate", "reference"), tmp_path, proc, token, hooks)
+    job = Launched(CANDIDATE, "candidate", ("candidate", "reference"), tmp_path, proc, token,
+                   hooks)
     job.seen = seen  # type: ignore[attr-defined]
     return job
 
