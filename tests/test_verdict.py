@@ -36,7 +36,7 @@ def test_a_correct_but_noisy_configuration_passes_in_lockstep(name):
     # Every update but the first (which both runs start from the same build) started from the
     # reference's state.
     assert report.candidate.lockstep == updates - 1
-    assert "in lockstep" in report.check("params").detail
+    assert report.check("params").detail.startswith(f"lockstep ({updates - 1} updates started")
     assert report.check("weights").status == "pass", summary(report)
 
 

@@ -136,8 +136,8 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
         return CheckResult("weights", SKIP, None, None,
                            "not measured: no update has its weights measured in both runs")
     return CheckResult("weights", PASS, worst, None,
-                       f"each sample's loss carried the same weight at all "
-                       f"{plural(compared, 'update')}, as measured in the backward pass (max "
+                       f"the same weight on each sample's loss at all "
+                       f"{plural(compared, 'update')}, measured in the backward pass (max "
                        f"relative {worst:.3g} ≤ {tol:g})", worst)
 
 
@@ -313,8 +313,8 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     diff, scale = gap(ref, cand)
     result = _relative(name, diff, scale, tol, reason)
     if cand.lockstep:
-        return replace(result, detail=f"in lockstep (each of {cand.lockstep} candidate updates "
-                                      f"started from the reference's state): {result.detail}")
+        return replace(result, detail=f"lockstep ({cand.lockstep} updates started from the "
+                                      f"reference's state): {result.detail}")
     if result.status != FAIL or twin is None:
         return result
     rel = diff / np.maximum(scale, _TINY)
