@@ -255,9 +255,12 @@ def test_a_rank_that_raises_fails_the_run_in_seconds_naming_it(tmp_path):
     log = Path(line.rsplit("full log: ", 1)[1])
     assert log.name == "rank1.log" and "InjectedFault" in log.read_text()
     # Stopped when the rank failed, not when the run would have ended: rank 0 recorded only
-    # the updates before it (the failure comes after update 2 of 20).
-    recorded = (log.parent / "updates.jsonl").read_text().splitlines()
-    assert len(recorded) <= 1 + 4
+    # the candidate's updates before it (the failure comes after update 2 of 20), after the
+    # reference's 20 (rank 0 trains it first: the candidate runs in lockstep with it).
+    recorded = [json.loads(line) for line in
+                (log.parent / "updates.jsonl").read_text().splitlines()]
+    assert sum(line["role"] == "candidate" for line in recorded) <= 1 + 4
+    assert sum(line["role"] == "reference" for line in recorded) == 1 + 20
     assert "Traceback" not in run.err
     run.assert_no_survivors()
 
