@@ -42,6 +42,12 @@ CORRECT: dict[str, dict[str, Any]] = {
     "2 procs bs4 x2 tokens": dict(world=2, bs=4, accum=2, task="tokens", epochs=2),
     "resume mid-window, adamw float32": dict(bs=4, accum=4, optimizer="adamw", dtype="float32",
                                              resume_at_micro=301, epochs=2),
+    "amp fp16 bs2 x2 adamw": dict(amp="fp16", dtype="float32", bs=2, accum=2, optimizer="adamw",
+                                  epochs=2),
+    "amp fp16 bs4 x2, overflow at 3 and 40": dict(amp="fp16", dtype="float32", bs=4, accum=2,
+                                                  inject_overflow=(3, 40)),
+    "transformers tokens bs2 x2 num-items": dict(framework="transformers", task="tokens", bs=2,
+                                                 accum=2, epochs=1, trainer_loss="num-items"),
     "transformers synthetic bs2 x2 adamw float32": dict(
         framework="transformers", task="synthetic", bs=2, accum=2, optimizer="adamw",
         dtype="float32", epochs=4),
@@ -65,6 +71,8 @@ BUGS: dict[str, tuple[dict[str, Any], str, int]] = {
     "transformers: issue's example (update 89)": (
         dict(framework="transformers", bs=4, accum=4, dtype="float32", optimizer="adamw",
              epochs=3), "weights", 89),
+    "lightning tokens: micro-batch means weighted 1/2": (
+        dict(framework="lightning", task="tokens", bs=2, accum=2, epochs=1), "weights", 0),
     "lightning digits: last window weighted 1/2": (
         dict(framework="lightning", epochs=2), "weights", 44),
 }

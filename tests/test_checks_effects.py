@@ -15,7 +15,7 @@ from lrcheck.checks import (
     recorded_checks,
     run_checks,
 )
-from lrcheck.plan.windows import MicroBatch
+from lrcheck.plan.windows import MicroBatch, by_items
 from lrcheck.spec import RunSpec, Tolerances
 from lrcheck.trace import RunTrace, UpdateRecord
 
@@ -161,3 +161,14 @@ def test_the_twin_is_needed_only_where_an_effect_beyond_tolerance_has_no_earlier
     assert needs_floor(_trace(REF, windows=quarter), _trace(drifting, windows=quarter), tol)
     early = [[0.25] * 4] * 3 + [[0.4, 0.2, 0.2, 0.2]] * (N - 3)  # weights differ at 3
     assert not needs_floor(ref, _trace(drifting, windows=_windows(early)), tol)
+
+
+def test_a_framework_mean_s_weight_is_shared_by_its_samples_tokens():
+    """by_items: a micro-batch mean weighted 1/2 over samples of 3 and 1 tokens gives them 3/8
+    and 1/8; the measured ones stay as they are."""
+    items = np.array([3, 1, 2, 2])
+    window = (MicroBatch(0, np.array([0, 1]), 0.5), MicroBatch(0, np.array([2, 3]), 0.5,
+                                                               np.array([0.2, 0.3])))
+    (out,) = by_items([window], items)
+    np.testing.assert_allclose(out[0].sample_weights, [0.375, 0.125])
+    np.testing.assert_array_equal(out[1].sample_weights, [0.2, 0.3])

@@ -24,6 +24,10 @@ NOISY = {
     "adamw-float32": dict(optimizer="adamw", dtype="float32"),
     "adamw-float32-accum4-bs8": dict(optimizer="adamw", dtype="float32", accum=4, bs=8),
     "tokens-adamw-bs2-accum4": dict(task="tokens", optimizer="adamw", bs=2, accum=4, epochs=2),
+    # A GradScaler stays each run's own in lockstep (a second reader found this failing against
+    # a twin: fp16's rounding of small micro-batches is not the twin's).
+    "amp-fp16-adamw-bs2-accum2": dict(amp="fp16", dtype="float32", optimizer="adamw", bs=2,
+                                      accum=2, epochs=2),
 }
 
 
@@ -64,3 +68,20 @@ def test_an_lr_half_an_update_ahead_fails_at_update_0_inside_a_noisy_run():
     assert "half an update ahead" in lr.detail
     assert params.status == "fail" and params.first_divergence == 0, summary(report)
     assert "the difference is the LR" in params.detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("trainer_loss", "verdict"), [("num-items", "pass"), ("mean", "fail")])
+def test_token_weights_in_the_trainer_are_per_sample_by_items(trainer_loss, verdict):
+    """A framework measures each micro-batch mean's weight; a sample's share of it is its share
+    of the tokens. The Trainer counting the window's tokens (num-items) trains like the big
+    batch; a per-micro-batch mean over variable-length sequences does not, from update 0."""
+    report = lrcheck.compare(framework="transformers", task="tokens", bs=2, accum=2, epochs=1,
+                             trainer_loss=trainer_loss)
+    weights = report.check("weights")
+    assert report.verdict == verdict, summary(report)
+    if verdict == "pass":
+        assert weights.status == "pass"
+    else:
+        assert weights.status == "fail" and weights.first_divergence == 0, summary(report)
+        assert "the same weights" not in report.check("params").detail

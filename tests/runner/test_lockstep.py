@@ -33,7 +33,7 @@ def _step(net: torch.nn.Module, opt: torch.optim.Optimizer, seed: int) -> None:
 def test_a_loaded_state_continues_exactly_like_the_run_it_was_taken_from(kind):
     net, opt = _net_and_optimizer(kind)
     assert state_tensors(opt) == []  # no state before the first step
-    snapshots = StateSnapshots(3)
+    snapshots = StateSnapshots(3, torch.float64, "cpu")
     params = []
     for k in range(3):
         _step(net, opt, k)
@@ -70,5 +70,23 @@ def test_which_pairs_can_run_in_lockstep():
     assert lockstep_reason(plain) is None
     framework = PairSpec.build(RunSpec(bs=16, accum=2, framework="transformers"))
     assert "framework's own loop" in (lockstep_reason(framework) or "")
+    # A GradScaler stays each run's own: its skipped steps are checked by skipped-steps.
     amp = PairSpec.build(RunSpec(bs=16, accum=2, dtype="float32", amp="fp16"))
-    assert "GradScaler" in (lockstep_reason(amp) or "")
+    assert lockstep_reason(amp) is None
+
+
+def test_adamws_step_counts_on_the_cpu_beside_moments_elsewhere_are_joined():
+    """On a GPU, AdamW (neither capturable nor fused) keeps its step counts on the CPU beside
+    moments on the device: the snapshot moves each to the row's device (the meta device stands
+    in for a GPU here)."""
+    net = torch.nn.Linear(3, 2, device="meta", dtype=torch.float32)
+    opt = torch.optim.AdamW(net.parameters(), lr=0.1)
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    devices = {t.device.type for t in state_tensors(opt)}
+    assert devices == {"cpu", "meta"}
+    snapshots = StateSnapshots(2, torch.float32, "meta")
+    snapshots.take(opt, 0)
+    assert snapshots.rows is not None and snapshots.rows.device.type == "meta"
+    assert snapshots.rows.shape == (2, 2 * (3 * 2 + 2) + 2)

@@ -86,6 +86,20 @@ def sample_weights(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
     return ids, np.bincount(where, weights=np.concatenate(measured), minlength=len(ids))
 
 
+def by_items(windows: Sequence[Window], items: np.ndarray) -> list[Window]:
+    """``windows`` with each sample's weight where only its micro-batch mean's was measured (a
+    framework's): the mean's weight shared by the loss items, ``weight · items_i / Σ items``
+    (``items``: loss items per sample, by id — tokens differ from sample to sample)."""
+    def weighed(m: MicroBatch) -> MicroBatch:
+        if m.sample_weights is not None or m.weight is None or not len(m.ids):
+            return m
+        counts = items[m.ids].astype(np.float64)
+        return MicroBatch(m.rank, m.ids, m.weight,
+                          m.weight * counts / max(float(counts.sum()), 1.0))
+
+    return [tuple(weighed(m) for m in w) for w in windows]
+
+
 def with_measured(windows: Sequence[Window],
                   measured: Sequence[Sequence[tuple[int, np.ndarray]]]) -> list[Window]:
     """``windows`` with the per-sample weights a loop measured: ``measured[k]``, for update k,

@@ -42,11 +42,13 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 class StateSnapshots:
-    """The optimizer's state after every update of a run, one float64 row per update (a step
-    count is exact in it), allocated at the first snapshot, when the state exists."""
+    """The optimizer's state after every update of a run, one row per update in the run's
+    ``dtype`` (a float32 step count is exact to 2^24 updates), on ``device``, allocated at the
+    first snapshot, when the state exists. A state whose size changes is an error: the rows
+    would not fit the candidate's."""
 
-    def __init__(self, updates: int) -> None:
-        self.updates = updates
+    def __init__(self, updates: int, dtype: torch.dtype, device: Any) -> None:
+        self.updates, self.dtype, self.device = updates, dtype, device
         self.rows: torch.Tensor | None = None
         self.beyond: list[torch.Tensor] = []
 
@@ -56,22 +58,30 @@ class StateSnapshots:
             return  # no step made yet (a skipped one): the row stays NaN
         size = sum(t.numel() for t in tensors)
         if self.rows is None:
-            self.rows = torch.full((self.updates, size), float("nan"), dtype=torch.float64,
-                                   device=tensors[0].device)
-        if row >= self.updates:
-            self.beyond.append(torch.cat([t.to(torch.float64) for t in tensors]))
-        elif size == self.rows.shape[1]:
-            if all(t.dtype == torch.float64 for t in tensors):
-                torch.cat(tensors, out=self.rows[row])  # straight into the row, no temporary
-            else:  # float32 moments and step counts: one cat, converted as it is copied
-                self.rows[row].copy_(torch.cat([t.to(tensors[0].dtype) for t in tensors]))
+            self.rows = torch.full((self.updates, size), float("nan"), dtype=self.dtype,
+                                   device=self.device)
+        if size != self.rows.shape[1]:
+            raise RuntimeError(f"the optimizer's state changed size at update {row}: "
+                               f"{self.rows.shape[1]} values, now {size}")
+        if all(t.dtype == self.dtype and t.device == self.rows.device for t in tensors):
+            flat = self.rows[row] if row < self.updates else None
+            if flat is not None:
+                torch.cat(tensors, out=flat)  # straight into the row, no temporary
+                return
+        # AdamW's step counts stay on the CPU beside moments on a GPU (unless capturable or
+        # fused), and may be of another dtype: each is moved and cast as it is joined.
+        joined = torch.cat([t.to(self.rows.device, self.dtype) for t in tensors])
+        if row < self.updates:
+            self.rows[row].copy_(joined)
+        else:
+            self.beyond.append(joined)
 
     def array(self, done: int) -> np.ndarray:
         """The rows of the ``done`` updates made, on the host."""
         if self.rows is None:
             return np.empty((0, 0))
         rows = self.rows[:done - len(self.beyond)]
-        if self.beyond and all(len(b) == rows.shape[1] for b in self.beyond):
+        if self.beyond:
             rows = torch.cat([rows, torch.stack(self.beyond)])
         return rows.cpu().numpy()
 

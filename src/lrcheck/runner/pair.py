@@ -93,16 +93,14 @@ SAME = ("task", "seed", "dtype", "optimizer", "samples")
 
 def lockstep_reason(pair: PairSpec) -> str | None:
     """Why the pair's candidate cannot run in lockstep with its reference, or None when it can:
-    both in lrcheck's own loop, the same model, optimizer and dtype, no GradScaler (whose skipped
-    steps move the two runs' updates apart)."""
+    both in lrcheck's own loop, with the same model, optimizer and dtype. (A GradScaler stays
+    each run's own: its skipped steps are checked exactly, by ``skipped-steps``.)"""
     ref, cand = pair.reference, pair.candidate
     if (ref.framework, cand.framework) != ("plain", "plain"):
         return "a framework's own loop trains a run: lrcheck cannot set its state per update"
     for name in SAME:
         if getattr(ref, name) != getattr(cand, name):
             return f"the runs differ in {name}: one's state does not fit the other"
-    if ref.amp != "off" or cand.amp != "off" or ref.inject_overflow or cand.inject_overflow:
-        return "a GradScaler skips steps: the runs' updates do not pair one to one"
     return None
 
 

@@ -30,7 +30,7 @@ import torch
 
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
-from lrcheck.plan.windows import Window
+from lrcheck.plan.windows import Window, by_items
 from lrcheck.runner.build import as_input
 from lrcheck.runner.lockstep import StateSnapshots
 from lrcheck.runner.startup import release
@@ -77,6 +77,7 @@ class Recording:
         self.spec, self.plan, self.ctx, self.on_update = spec, plan, ctx, on_update
         self.device, self.dtype = device, getattr(torch, spec.dtype)
         self.x_test, self.y_test = as_input(data.x_test, self.dtype, device), data.y_test
+        self.items = data.items_per_sample()
         self.updates: list[UpdateRecord] = []
         self.epochs: list[EpochMetrics] = []
         self.skipped: list[SkippedStep] = []
@@ -90,7 +91,8 @@ class Recording:
         self.windows: list[Window] = []  # this rank's, as fed
         # A reference a candidate runs in lockstep with: its optimizer's state after every
         # update too (``runner.lockstep``).
-        self._states = StateSnapshots(plan.total_updates) if keep_states else None
+        self._states = (StateSnapshots(plan.total_updates, self.dtype, device) if keep_states
+                        else None)
         self._optimizer: torch.optim.Optimizer | None = None
         self.lockstep: int | None = None  # updates a lockstep candidate started from the ref's
 
@@ -172,7 +174,7 @@ class Recording:
             context=self.ctx.to_dict(), not_comparable=self.not_comparable,
             stopped=self.stopped, seconds=time.perf_counter() - self.started,
             resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None,
-            windows=windows,
+            windows=None if windows is None else by_items(windows, self.items),
             optimizer_states=None if self._states is None else self._states.array(
                 len(self.updates)),
             lockstep=self.lockstep)
@@ -181,13 +183,17 @@ class Recording:
 def recording_bytes(spec: RunSpec, data: Dataset, keep_states: bool = False) -> int:
     """What a run of ``spec`` on ``data`` keeps in memory for the ``params`` check: a snapshot of
     every parameter after every update (in ``spec.dtype``) and, for a reference a candidate runs
-    in lockstep with, of the optimizer's state (float64: a momentum buffer per parameter for
-    SGD, two moments for AdamW). The model is built on the meta device, which allocates
-    nothing."""
+    in lockstep with, of the optimizer's state (a momentum buffer per parameter for SGD, two
+    moments for AdamW, and its step counts). The model is built on the meta device, which
+    allocates nothing."""
     plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
     with torch.device("meta"):
         net = TASKS[spec.task].build_model(data)
     size = sum(p.numel() for p in net.parameters())
-    params = plan.total_updates * size * int(getattr(torch, spec.dtype).itemsize)
-    slots = 2 if spec.optimizer == "adamw" else 1
-    return params + (plan.total_updates * size * slots * 8 if keep_states else 0)
+    itemsize = int(getattr(torch, spec.dtype).itemsize)
+    params = plan.total_updates * size * itemsize
+    if not keep_states:
+        return params
+    tensors = sum(1 for _ in net.parameters())
+    state = size if spec.optimizer == "sgd" else 2 * size + tensors  # moments and step counts
+    return params + plan.total_updates * state * itemsize
