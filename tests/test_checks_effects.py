@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from lrcheck.checks import (
+    DECORRELATED,
     FLOOR_FACTOR,
     JUMP_FACTOR,
     check_loss,
+    check_metrics,
     check_params,
     check_weights,
     needs_floor,
@@ -17,7 +19,7 @@ from lrcheck.checks import (
 )
 from lrcheck.plan.windows import MicroBatch, by_items
 from lrcheck.spec import RunSpec, Tolerances
-from lrcheck.trace import RunTrace, UpdateRecord
+from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 
 N = 60
 
@@ -172,3 +174,30 @@ def test_a_framework_mean_s_weight_is_shared_by_its_samples_tokens():
     (out,) = by_items([window], items)
     np.testing.assert_allclose(out[0].sample_weights, [0.375, 0.125])
     np.testing.assert_array_equal(out[1].sample_weights, [0.2, 0.3])
+
+
+def test_once_the_twin_has_decorrelated_later_gaps_are_not_judged_and_say_so():
+    ref = _trace(REF)
+    twin = _trace(1.0 + np.minimum(1e-16 * 2.5 ** np.arange(N), 0.5)[:, None] * np.ones((N, 3)))
+    cand = _trace(1.0 + np.minimum(3e-16 * 2.5 ** np.arange(N), 0.9)[:, None] * np.ones((N, 3)))
+    result = check_params(ref, cand, 1e-9, None, twin)
+    first = int(np.argmax(1e-16 * 2.5 ** np.arange(N) >= DECORRELATED))
+    assert result.status == "warn" and result.first_divergence == first, result.detail
+    assert "decorrelated" in result.detail
+
+
+def test_metrics_against_the_twin_reference_s_own_gap():
+    def with_metrics(trace, acc):
+        trace.epochs = [EpochMetrics(0, N - 1, acc, acc)]
+        return trace
+
+    ref = with_metrics(_trace(REF), 0.90)
+    near_twin = with_metrics(_trace(_drifting(1e-16, 1.6)), 0.89)
+    cand = with_metrics(_trace(_drifting(3e-16, 1.6)), 0.87)  # 0.03 off: beyond 0.01
+    assert check_metrics(ref, cand, 0.01, None).status == "fail"
+    assert check_metrics(ref, cand, 0.01, None, near_twin).status == "pass"  # 3x the twin's
+    same_twin = with_metrics(_trace(_drifting(1e-16, 1.6)), 0.90)
+    assert check_metrics(ref, cand, 0.01, None, same_twin).status == "fail"  # twin's params close
+    far_twin = with_metrics(_trace(np.full((N, 3), 1.5)), 0.90)  # its parameters 50 % apart
+    result = check_metrics(ref, cand, 0.01, None, far_twin)
+    assert result.status == "warn" and "decorrelated" in result.detail

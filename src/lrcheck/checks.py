@@ -296,6 +296,9 @@ def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
 # Against the noise floor: the candidate's gap to the reference may be up to FLOOR_FACTOR times
 # the twin's own gap, the largest the twin's has been up to that update (drift comes in bursts).
 FLOOR_FACTOR = 10.0
+# A twin's gap beyond this: the two trainings have decorrelated, and what they do from there on
+# (the gaps of later updates, the final metrics) tells nothing about the candidate.
+DECORRELATED = 0.1
 # Without a floor (recorded runs): a gap beyond the tolerance that grew by more than JUMP_FACTOR
 # in one update entered at that update; one that grew less is drift.
 JUMP_FACTOR = 100.0
@@ -331,6 +334,19 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     if not len(over):
         ratios = rel[beyond] / np.maximum(floor[beyond], _TINY)
         at = int(beyond[int(np.argmax(ratios))])
+        lost = np.flatnonzero(floor >= DECORRELATED)
+        if len(lost):
+            j = int(lost[0])
+            early = beyond[beyond < j]
+            ratio = (float(np.max(rel[early] / np.maximum(floor[early], _TINY)))
+                     if len(early) else 0.0)
+            return CheckResult(name, WARN, result.max_abs_diff, j,
+                               f"not comparable from update {j} on: the twin reference (summed "
+                               "in another order, initial weights one ulp apart) drifted "
+                               f"{floor[j]:.3g} apart there, so drift has decorrelated the "
+                               f"trainings and later gaps cannot be judged; up to there the "
+                               f"candidate drifted at most {ratio:.2g}× the twin's own (the "
+                               f"most allowed is {FLOOR_FACTOR:g}×)", result.max_rel_diff)
         return CheckResult(name, PASS, result.max_abs_diff, None,
                            f"numerical drift: from {rel[start]:.3g} at update {start} (the first "
                            f"beyond {tol:g}) to {rel[worst]:.3g} at update {worst}, at most "
@@ -395,19 +411,47 @@ def jump_or_drift(result: CheckResult, diff: np.ndarray, scale: np.ndarray, tol:
                           "in the order of their sums do (recorded runs carry no noise floor)")
 
 
-def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None) -> CheckResult:
-    """Final eval accuracy and macro-F1 within ``tol`` (absolute)."""
-    r, c = ref.metrics, cand.metrics
+def _metrics_gap(ref: RunTrace, other: RunTrace) -> float | None:
+    r, c = ref.metrics, other.metrics
     if r is None or c is None:
+        return None
+    return max(abs(c["accuracy"] - r["accuracy"]), abs(c["f1_macro"] - r["f1_macro"]))
+
+
+def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
+                  twin: RunTrace | None = None) -> CheckResult:
+    """Final eval accuracy and macro-F1 within ``tol`` (absolute). In lockstep the candidate's
+    final model is the reference's before its last update plus that update (every update's
+    effect is judged by ``params`` and ``loss``). With the reference's ``twin``, a gap within
+    ``FLOOR_FACTOR`` times the twin's own passes; beyond it, where the twin's parameters drifted
+    ``DECORRELATED`` apart, the metrics of two decorrelated trainings are not comparable."""
+    r, c = ref.metrics, cand.metrics
+    worst = _metrics_gap(ref, cand)
+    if r is None or c is None or worst is None:
         return CheckResult("metrics", SKIP, None, None, "a run has no evaluation")
     d_acc, d_f1 = c["accuracy"] - r["accuracy"], c["f1_macro"] - r["f1_macro"]
-    worst = max(abs(d_acc), abs(d_f1))
     text = (f"accuracy {r['accuracy']:.4f} → {c['accuracy']:.4f} ({d_acc:+.4f}), "
             f"macro-F1 {r['f1_macro']:.4f} → {c['f1_macro']:.4f} ({d_f1:+.4f})")
+    if cand.lockstep:
+        text = ("lockstep (the candidate's final model is the reference's before the last "
+                f"update, plus the candidate's last update): {text}")
     if worst <= tol:
         return CheckResult("metrics", PASS, worst, None, f"{text}; ≤ {tol:g}")
     if reason:
         return CheckResult("metrics", WARN, worst, None, f"not comparable: {reason}; {text}")
+    floor = None if twin is None else _metrics_gap(ref, twin)
+    if twin is not None and floor is not None:
+        if worst <= FLOOR_FACTOR * floor:
+            return CheckResult("metrics", PASS, worst, None,
+                               f"{text}; within {worst / floor:.2g}× of the twin reference's "
+                               f"own ({floor:.4f}; the most allowed is {FLOOR_FACTOR:g}×)")
+        diff, scale = params_gap(ref, twin)
+        drift = float(np.max(diff / np.maximum(scale, _TINY), initial=0.0))
+        if drift >= DECORRELATED:
+            return CheckResult("metrics", WARN, worst, None,
+                               f"not comparable: drift decorrelated the trainings (the twin "
+                               f"reference's parameters drifted {drift:.2g} apart, its metrics "
+                               f"{floor:.4f}); {text}")
     return CheckResult("metrics", FAIL, worst, None, f"{text}; beyond tolerance {tol:g}")
 
 
@@ -516,7 +560,7 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
         lr,
         params,
         _diagnosed(check_loss(ref, cand, tol.loss, reason, twin), ref, cand, causes, params),
-        check_metrics(ref, cand, tol.metrics, reason),
+        check_metrics(ref, cand, tol.metrics, reason, twin),
     ]
     if cand.skipped is not None or ref.skipped is not None:
         checks.append(check_skipped_steps(ref, cand))

@@ -444,7 +444,7 @@ def compare_command(
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
     tol_lr: TolLrOpt = None,
     tol_params: Annotated[float | None, typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
-    tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-9 float64, 1e-3 float32]")] = None,
+    tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update (below 1/100 of the first loss, relative to that). [default: 1e-9 float64, 1e-3 float32]")] = None,
     tol_metrics: Annotated[float | None, typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
     fast: Annotated[bool, typer.Option("--fast", help="Skip the noise floor: where the candidate cannot run in lockstep with the reference (a framework's own loop), params and loss are otherwise judged against a twin of the reference trained for it (one more run); with --fast, against the tolerances alone.")] = False,
     out: Annotated[Path | None, _out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,

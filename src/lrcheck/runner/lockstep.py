@@ -7,7 +7,8 @@ small batches, a high LR or AdamW amplify that by orders of magnitude over hundr
 compared free-running, a correct configuration fails a fixed tolerance. In lockstep the
 reference records its parameters and its optimizer's state after every update; before each
 update the candidate loads them (its own scheduler, GradScaler, data and loss weights stay its
-own: those are the causes, checked exactly), then trains the update its own way. The difference
+own: the causes, checked exactly, and the skipped steps, checked by ``skipped-steps``), then
+trains the update its own way. The difference
 after the update is what accumulation (and the processes) computed differently in that one
 update: the direct statement "accumulation computes the same update".
 

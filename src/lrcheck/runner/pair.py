@@ -164,8 +164,8 @@ def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]
     return code
 
 
-# Whether two traces' effects need the noise floor to be judged (``checks.effects_within``,
-# negated): the twin is trained only then.
+# Whether two traces' effects need the noise floor to be judged (``checks.needs_floor``): the
+# twin is trained only then.
 NeedsFloor = Callable[[RunTrace, RunTrace], bool]
 
 
@@ -173,9 +173,10 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
              member: Any = None, cache: dict[RunSpec, RunTrace] | None = None,
              needs_floor: NeedsFloor | None = None) -> PairTraces | None:
     """The reference, then the candidate, each from scratch — or, for a multi-process candidate
-    with a single-process reference, one torchrun job that trains the candidate and then the
-    reference on its rank 0. With ``cache``, a reference already trained (the same frozen
-    ``RunSpec``) is taken from it and a new one is added.
+    with a single-process reference, one torchrun job whose rank 0 trains the reference (first,
+    when the candidate runs in lockstep with it; else after the candidate). With ``cache``, a
+    reference already trained (the same frozen ``RunSpec``) is taken from it and a new one is
+    added.
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
     included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs

@@ -3,8 +3,10 @@ started by torchrun with the argv of ``torchrun.torchrun_argv``.
 
 Every rank checks the plan (bad input is told before anything trains) and trains; rank 0
 records (``handoff``: a line per update as it goes, the whole trace at the end). When the job
-carries a single-process reference, rank 0 trains it afterwards, the other ranks having left —
-as a bare torchrun script would — so the parent process imports neither torch nor the data. A
+carries a single-process reference, rank 0 trains it — so the parent process imports neither
+torch nor the data: first when the candidate runs in lockstep with it (the other ranks wait in
+the process group's rendezvous, then get its states by broadcast), else afterwards, the other
+ranks having left, as a bare torchrun script would. A
 rank that raises writes its error in one line before it leaves, so the parent can name the rank
 and the cause while the other ranks are still failing because they lost it.
 """
