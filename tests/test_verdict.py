@@ -85,3 +85,21 @@ def test_token_weights_in_the_trainer_are_per_sample_by_items(trainer_loss, verd
     else:
         assert weights.status == "fail" and weights.first_divergence == 0, summary(report)
         assert "the same weights" not in report.check("params").detail
+
+
+@pytest.mark.slow
+def test_a_framework_s_drift_passes_against_the_twin_and_fast_skips_it():
+    """The Transformers Trainer cannot run in lockstep: at bs 2 x 2, AdamW in float32 for 4
+    epochs, its parameters drift beyond the 1e-4 tolerance (at update 650). A twin of the
+    reference is trained and the drift passes against it; --fast skips the twin and says the
+    failure may be drift."""
+    keywords = dict(framework="transformers", task="synthetic", bs=2, accum=2,
+                    optimizer="adamw", dtype="float32", epochs=4)
+    floor = lrcheck.compare(**keywords)
+    assert floor.ok, summary(floor)
+    assert "numerical drift" in floor.check("params").detail
+    assert "twin" in floor.environment["noise_floor"]
+    fast = lrcheck.compare(fast=True, **keywords)
+    params = fast.check("params")
+    assert params.status == "fail" and "no noise floor measured (--fast" in params.detail
+    assert "noise_floor" not in fast.environment

@@ -318,8 +318,15 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     if cand.lockstep:
         return replace(result, detail=f"lockstep ({cand.lockstep} updates started from the "
                                       f"reference's state): {result.detail}")
-    if result.status != FAIL or twin is None:
+    if result.status != FAIL:
         return result
+    if twin is None:
+        if ref.spec is None or cand.spec is None:
+            return result
+        return replace(result, detail=f"{result.detail}; free-running, with no noise floor "
+                                      "measured (--fast, or a framework that orders its data "
+                                      "itself), so this may be rounding drift: without --fast "
+                                      "a twin of the reference tells")
     rel = diff / np.maximum(scale, _TINY)
     t_diff, t_scale = gap(ref, twin)
     n = min(len(rel), len(t_diff))

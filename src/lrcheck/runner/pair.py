@@ -119,6 +119,12 @@ def twin_of(pair: PairSpec) -> RunSpec | None:
     return pair.reference.replace(twin=True)
 
 
+def _floor_note(twin: RunTrace) -> str:
+    """What ``result.json``'s environment says of a twin trained for the noise floor."""
+    return (f"a twin of the reference (its samples summed in reverse order, its initial weights "
+            f"one ulp apart) trained for the noise floor in {twin.seconds:.1f} s")
+
+
 def lockstep_of(pair: PairSpec, reference: RunTrace) -> Lockstep | None:
     """The reference's states for its candidate to run in lockstep with, when it can."""
     if lockstep_reason(pair) is not None:
@@ -259,6 +265,7 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
             device, _ = preflight(twin)
             found = _run_here(twin, TWIN, device, tracker, timeout)
         traces[TWIN] = tracker.done(TWIN, found)
+        tracker.environment["noise_floor"] = _floor_note(found)
         if cache is not None:
             cache[twin] = found
     if cache is not None:
@@ -352,4 +359,6 @@ def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker,
         traces[TWIN] = tracker.done(TWIN, run_local(
             twin, TWIN, device=member.device, rank=member.rank, group=member.group,
             on_update=tracker.hook(TWIN)))
+    if TWIN in traces:
+        tracker.environment["noise_floor"] = _floor_note(traces[TWIN])
     return traces if member.rank == 0 else None
