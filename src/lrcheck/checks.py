@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.diagnosis import data_diff, data_text, diagnose
-from lrcheck.plan.windows import fraction_text, sample_weights, window_ids
+from lrcheck.plan.windows import Window, fraction_text, window_ids
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
@@ -113,32 +113,73 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
     dtype = spec.dtype if spec is not None else "float64"
     tol = WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
     n = min(len(ref.windows), len(cand.windows), len(ref.updates), len(cand.updates))
-    worst, compared = 0.0, 0
-    for k in range(n):
-        a, b = sample_weights(ref.windows[k]), sample_weights(cand.windows[k])
-        if a is None or b is None:
-            continue
-        compared += 1
-        if not np.array_equal(a[0], b[0]):
-            return CheckResult("weights", FAIL, None, k,
-                               f"first differ at update {k}, which was fed different samples "
-                               "from the reference's: see data")
-        rel = np.abs(b[1] - a[1]) / np.maximum(np.abs(a[1]), _TINY)
-        here = float(rel.max(initial=0.0))
-        worst = max(worst, here)
-        if not here <= tol:
-            i = int(np.argmax(rel))
-            return CheckResult("weights", FAIL, here, k,
-                               f"first differ at update {k}: sample {int(a[0][i])}'s loss "
-                               f"weighted {b[1][i]:.6g} in the candidate, {a[1][i]:.6g} in the "
-                               f"reference (relative {here:.3g} > {tol:g})", here)
+    # Every (update, sample) of both runs at once, on the updates both measured; only the first
+    # update that differs is looked at one by one, for its message.
+    a, b = _flat_weights(ref.windows[:n]), _flat_weights(cand.windows[:n])
+    common = a[2] & b[2]
+    a_keys, a_w = _keep(a, common)
+    b_keys, b_w = _keep(b, common)
+    compared = int(common.sum())
     if not compared:
         return CheckResult("weights", SKIP, None, None,
                            "not measured: no update has its weights measured in both runs")
+    if not np.array_equal(a_keys, b_keys):
+        m = min(len(a_keys), len(b_keys))
+        at = np.flatnonzero(a_keys[:m] != b_keys[:m])
+        i = int(at[0]) if len(at) else m
+        k = int(min(a_keys[min(i, len(a_keys) - 1)], b_keys[min(i, len(b_keys) - 1)]) // _SLOTS)
+        return CheckResult("weights", FAIL, None, k,
+                           f"first differ at update {k}, which was fed different samples "
+                           "from the reference's: see data")
+    rel = np.abs(b_w - a_w) / np.maximum(np.abs(a_w), _TINY)
+    worst = float(rel.max(initial=0.0))
+    bad = np.flatnonzero(~(rel <= tol))
+    if len(bad):
+        i = int(bad[0])
+        k, sample = int(a_keys[i] // _SLOTS), int(a_keys[i] % _SLOTS)
+        here = float(rel[a_keys // _SLOTS == k].max())
+        return CheckResult("weights", FAIL, here, k,
+                           f"first differ at update {k}: sample {sample}'s loss weighted "
+                           f"{b_w[i]:.6g} in the candidate, {a_w[i]:.6g} in the reference "
+                           f"(relative {rel[i]:.3g} > {tol:g})", here)
     return CheckResult("weights", PASS, worst, None,
                        f"the same weight on each sample's loss at all "
                        f"{plural(compared, 'update')}, measured in the backward pass (max "
                        f"relative {worst:.3g} ≤ {tol:g})", worst)
+
+
+# (update, sample id) as one key: update · _SLOTS + id.
+_SLOTS = 1 << 32
+
+
+def _flat_weights(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sample fed in ``windows``: the key (update, id), sorted and distinct, with the total
+    weight of its loss; and per update whether all its weights were measured."""
+    ids, weights, updates = [], [], []
+    measured = np.ones(len(windows), dtype=bool)
+    for k, window in enumerate(windows):
+        shares = [m.per_sample() for m in window]
+        got = [w for w in shares if w is not None]
+        if len(got) < len(shares):
+            measured[k] = False
+            continue
+        for m, w in zip(window, got, strict=True):
+            ids.append(m.ids)
+            weights.append(w)
+            updates.append(np.full(len(m.ids), k, dtype=np.int64))
+    if not ids:
+        return np.empty(0, dtype=np.int64), np.empty(0), measured
+    keys = np.concatenate(updates) * _SLOTS + np.concatenate(ids).astype(np.int64)
+    distinct, where = np.unique(keys, return_inverse=True)
+    return distinct, np.bincount(where, weights=np.concatenate(weights)), measured
+
+
+def _keep(flat: tuple[np.ndarray, np.ndarray, np.ndarray],
+          updates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The keys and weights of ``flat`` on the ``updates`` (a mask) given."""
+    keys, weights, _ = flat
+    keep = updates[keys // _SLOTS] if len(keys) else np.empty(0, dtype=bool)
+    return keys[keep], weights[keep]
 
 
 def skipped_updates(trace: RunTrace) -> list[SkippedStep]:

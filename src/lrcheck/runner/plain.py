@@ -106,8 +106,9 @@ class _Loop:
         self.autocast = amp_autocast(spec, device)
         # The weight each sample's loss carried in the gradient, measured in the backward pass:
         # per update, (rank, tensor) per micro-batch of this rank, and the update in progress.
-        self.weights: list[list[torch.Tensor]] = []
-        self.window_weights: list[torch.Tensor] = []
+        self.weights: list[list[tuple[torch.Tensor, float]]] = []
+        # (gradient, what to divide it by: the GradScaler's factor times world) per micro-batch.
+        self.window_weights: list[tuple[torch.Tensor, float]] = []
         self.padding = (None if data.y_train.ndim == 1
                         else torch.as_tensor(data.y_train != IGNORE_INDEX, dtype=self.dtype,
                                              device=device))
@@ -217,17 +218,24 @@ class _Loop:
         divide = self.scale * self.spec.world
 
         def take(grad: torch.Tensor) -> None:
-            grad = grad.detach()
             if self.padding is not None:  # tokens: the real positions of each sample
                 grad = (grad.reshape(len(idx), -1) * self.padding[idx]).sum(dim=1)
-            self.window_weights.append(grad / divide)
+            self.window_weights.append((grad.detach(), divide))  # divided at the end, at once
 
         return take
 
     def gathered_weights(self) -> list[list[tuple[int, np.ndarray]]] | None:
         """Every rank's measured weights, update by update, on rank 0 (None on the others and
         when nothing was measured); one collective under several processes."""
-        mine = [[w.cpu().numpy().astype(np.float64) for w in update] for update in self.weights]
+        sizes = [len(w) for update in self.weights for w, _ in update]
+        if sizes:
+            flat = torch.cat([w for update in self.weights for w, _ in update]).cpu().numpy()
+            divisors = [d for update in self.weights for _, d in update]
+            flat = flat.astype(np.float64) / np.repeat(np.asarray(divisors), sizes)
+            pieces = iter(np.split(flat, np.cumsum(sizes)[:-1]))
+            mine = [[next(pieces) for _ in update] for update in self.weights]
+        else:
+            mine = [[] for _ in self.weights]
         if self.spec.world == 1:
             return [[(0, w) for w in update] for update in mine]
         parts: list[Any] = [None] * self.spec.world if self.rank == 0 else []
