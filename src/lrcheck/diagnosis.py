@@ -272,16 +272,10 @@ def _position(updates: Sequence[UpdateRecord], k: int) -> str:
     return f"update {k} (epoch {epoch})"
 
 
-def _per_sample(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
-    """The distinct ids of ``window`` sorted, with the weight each sample has in the update;
-    None when a weight was not measured (``windows.sample_weights``)."""
-    return sample_weights(window)
-
-
 def _weights(cand: Window, ref: Window, total: int) -> str:
     """How ``cand``'s micro-batch means were weighted against what would give each sample the
     weight it has in ``ref`` (both measured, the same samples)."""
-    ref_ids, ref_share = _per_sample(ref) or (np.empty(0), np.empty(0))
+    ref_ids, ref_share = sample_weights(ref) or (np.empty(0), np.empty(0))
     weights = [float(m.weight or 0.0) for m in cand]
     wanted = [float(ref_share[np.searchsorted(ref_ids, m.ids)].sum()) for m in cand]
     close = all(abs(w - x) <= WEIGHT_RTOL * max(1.0, abs(x))
@@ -331,7 +325,7 @@ def diagnose(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
     if not np.array_equal(np.sort(window_ids(cand)), np.sort(window_ids(ref))):
         return f"{where}; it was fed different samples from the reference's: see data"
     lr = ", so the difference is the LR: see lr" if lr_differs else ""
-    if _per_sample(cand) is None or _per_sample(ref) is None:
+    if sample_weights(cand) is None or sample_weights(ref) is None:
         return (f"{where}; the same samples as the reference (`data` passes there; their "
                 f"weights were not measured){lr}")
     weights = _weights(cand, ref, total)

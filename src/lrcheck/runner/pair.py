@@ -107,9 +107,9 @@ def lockstep_reason(pair: PairSpec) -> str | None:
 def twin_of(pair: PairSpec) -> RunSpec | None:
     """The reference's noise-floor twin — the same run with each update's samples fed in
     reverse order and its initial weights one unit in the last place higher, which differs from
-    it by rounding alone — where the pair's
-    parameters and loss are judged against the training's own noise: the candidate cannot run
-    in lockstep, ``--fast`` was not asked, and lrcheck feeds the framework its data."""
+    it by rounding alone — where the pair's parameters and loss are judged against the
+    training's own noise: the candidate cannot run in lockstep, ``--fast`` was not asked, and
+    lrcheck feeds the framework its data."""
     if not pair.noise_floor or lockstep_reason(pair) is None:
         return None
     from lrcheck.plan.frameworks import FRAMEWORKS
