@@ -1,9 +1,11 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
 # environment first when it is missing. `make test` runs the linters first (`make lint`: ruff and
-# mypy), then every test; `make test-fast` leaves out the tests marked slow (training beyond a few
-# updates, starting processes) and the linters: under a minute. The report.html tests drive a
-# headless Chromium: scripts/browser.sh installs Debian's when none is there, and `make test`
-# then requires it (a test that cannot find it fails rather than skips).
+# mypy), then every test, then builds the docs site (`make docs`: a broken link fails it);
+# `make test-fast` leaves out the tests marked slow (training beyond a few updates, starting
+# processes), the linters and the site: under a minute. The report.html tests drive a headless
+# Chromium: `make test` (not `make venv`, so not `make demo`, which opens no browser) runs
+# scripts/browser.sh, which installs Debian's when none is there, and then requires it (a test
+# that cannot find it fails rather than skips).
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU build of torch for this machine (its pip finds it on local disk); elsewhere pass e.g.
@@ -18,7 +20,7 @@ LUDWIG_VENV ?= .venv-ludwig
 LUDWIG_BIN := $(LUDWIG_VENV)/bin
 LUDWIG_STAMP := $(LUDWIG_VENV)/.lrcheck-installed
 
-.PHONY: demo test test-fast test-ludwig lint bench venv venv-ludwig clean screenshots
+.PHONY: demo test test-fast test-ludwig lint docs bench venv venv-ludwig clean screenshots
 
 venv: $(STAMP)
 
@@ -26,8 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev,accelerate,transformers,lightning]"
-	scripts/browser.sh >/dev/null
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning]"
 	touch $(STAMP)
 
 venv-ludwig: $(LUDWIG_STAMP)
@@ -49,13 +50,21 @@ demo: $(STAMP)
 	$(BIN)/lrcheck compare --accum 2 --bs 16 --ref-bs 32
 
 lint: $(STAMP)
-	$(BIN)/python -m ruff check src tests
+	$(BIN)/python -m ruff check src tests docs/hooks
 	$(BIN)/python -m mypy src/lrcheck
 
 test: lint test-ludwig
 	@required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
 	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q"; \
 	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q
+	$(MAKE) --no-print-directory docs
+
+# The docs site (mkdocs.yml), offline, into site/; --strict: a broken link or anchor, or a page
+# left out of the nav, fails. The reference pages are generated from the code as it builds. Not
+# --quiet: it hides the warnings from --strict too, and the build passes with a broken link.
+# NO_MKDOCS_2_WARNING silences Material's banner about MkDocs 2.0 (nothing to act on here).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # The tests that train through Ludwig, in its environment (the main one leaves tests/ludwig/ out).
 test-ludwig: $(LUDWIG_STAMP)
@@ -77,4 +86,4 @@ screenshots: $(STAMP)
 	$(BIN)/python scripts/screenshots.py docs/img
 
 clean:
-	rm -rf $(VENV) $(LUDWIG_VENV) lrcheck-reports .pytest_cache
+	rm -rf $(VENV) $(LUDWIG_VENV) lrcheck-reports .pytest_cache site
