@@ -6,6 +6,7 @@ import pytest
 import lrcheck
 from lrcheck.reports.atomic import atomic_path
 from lrcheck.reports.files import result_json, write_report
+from lrcheck.result import Kind
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_r
     for name in ("notes.txt", "mine.png"):
         (tmp_path / name).write_text("the user's")
     trace = make_report()
-    trace.kind = "trace"  # draws lr.png only
+    trace.kind = Kind.TRACE  # draws lr.png only
     renderer = Recorded()
     write_report(trace, tmp_path, renderer)
     assert [p.path.name for p in renderer.plots] == ["lr.png", "report.html"]  # in this order
@@ -138,7 +139,7 @@ def test_a_file_of_the_users_named_like_a_report_file_is_never_removed(before, m
     folder held no report, one that wrote no metrics.png, or a result.json of someone else's."""
     if before == "trace":
         trace = make_report()
-        trace.kind = "trace"
+        trace.kind = Kind.TRACE
         write_report(trace, tmp_path, Recorded())
     elif before == "not lrcheck's":
         (tmp_path / "result.json").write_text('{"files": "metrics.png"}')
@@ -148,7 +149,7 @@ def test_a_file_of_the_users_named_like_a_report_file_is_never_removed(before, m
     for name in ("metrics.png", "notes.txt"):
         (tmp_path / name).write_text("the user's")
     diff = make_report()
-    diff.kind = "diff"  # lr.png and loss.png, no metrics.png
+    diff.kind = Kind.DIFF  # lr.png and loss.png, no metrics.png
     write_report(diff, tmp_path, Recorded())
     for name in ("metrics.png", "notes.txt"):
         assert (tmp_path / name).read_text() == "the user's"

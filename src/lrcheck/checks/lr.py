@@ -124,7 +124,7 @@ def schedule_steps_detail(ref: RunTrace, cand: RunTrace, k: int) -> str | None:
     rates = _steps_per_update(ref), _steps_per_update(cand)
     if rates[0] and rates[1] and rates[0] != rates[1]:
         text += f" ({rates[1]:.3g} steps per update against {rates[0]:.3g})"
-    lengths = ref.context.get("total_steps"), cand.context.get("total_steps")
+    lengths = [None if t.context is None else t.context.total_steps for t in (ref, cand)]
     if lengths[0] and lengths[1]:
         ahead = (steps / lengths[1] - before / lengths[0]) * len(ref.updates)
         text += (f"; over schedules of {lengths[1]} and {lengths[0]} steps that puts the "

@@ -113,7 +113,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
     columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
                             counters.samples_seen, counters.steps_at_read, counters.epoch)
     trace = simulated_trace(spec, columns, steps, planned_updates=plan.total_updates,
-                            context=ctx.to_dict(), stopped=stopped,
+                            context=ctx, stopped=stopped,
                             seconds=time.perf_counter() - started)
     if interrupted:
         trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"
