@@ -7,17 +7,17 @@ add beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
+from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
 
 
-class Verdict(str, Enum):
+class Verdict(Word):
     """result.json's ``verdict``: ``fail`` if any check failed, else ``pass``; ``incomplete``
     for what an interrupted comparison had recorded."""
 
@@ -25,14 +25,11 @@ class Verdict(str, Enum):
     FAIL = "fail"
     INCOMPLETE = "incomplete"
 
-    def __str__(self) -> str:
-        return self.value
-
 
 INCOMPLETE = Verdict.INCOMPLETE
 
 
-class Kind(str, Enum):
+class Kind(Word):
     """What a report compares, and so how it is shown (``reports.kinds.KINDS``): two trained
     runs, two schedules stepped without a model, or two Recorder files; result.json's
     ``mode``."""
@@ -40,9 +37,6 @@ class Kind(str, Enum):
     COMPARE = "compare"
     TRACE = "trace"
     DIFF = "diff"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from lrcheck.words import Word
 
-class Status(str, Enum):
+
+class Status(Word):
     """How a check ended (DESIGN.md): its value is what result.json and the reports write."""
 
     PASS = "pass"
     FAIL = "fail"
     WARN = "warn"
     SKIP = "skip"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 PASS, FAIL, WARN, SKIP = Status.PASS, Status.FAIL, Status.WARN, Status.SKIP

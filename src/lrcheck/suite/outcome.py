@@ -8,17 +8,17 @@ beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from lrcheck.checks import FAIL
 from lrcheck.result import Report, Verdict
 from lrcheck.suite.spec import Suite, SuiteEntry
+from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
 
 
-class PairStatus(str, Enum):
+class PairStatus(Word):
     """What became of a pair of a suite: ``ok`` (it met its expectation, no regression),
     ``unexpected``, ``regression``, ``error`` (no report); after Ctrl-C, ``incomplete`` (the
     pair that was running, its partial result.json saved) and ``not_run`` (those after it)."""
@@ -29,9 +29,6 @@ class PairStatus(str, Enum):
     ERROR = "error"
     INCOMPLETE = "incomplete"
     NOT_RUN = "not_run"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 OK, UNEXPECTED, REGRESSION, ERROR = (PairStatus.OK, PairStatus.UNEXPECTED,
