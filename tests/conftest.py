@@ -48,7 +48,7 @@ def fake_trace(spec: RunSpec, lrs: list[float], accuracy: float = 0.9,
                for k, lr in enumerate(lrs)]
     params = np.arange(len(lrs), dtype=np.float64)[:, None] + 1.0
     return RunTrace(spec, updates, [EpochMetrics(0, len(lrs) - 1, accuracy, f1)], params,
-                    len(lrs), {}, windows=fake_windows(spec, len(lrs)))
+                    len(lrs), None, windows=fake_windows(spec, len(lrs)))
 
 
 def fake_report(lr_shift: float = 0.0, accuracy: float = 0.9, f1: float = 0.88,

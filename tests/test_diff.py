@@ -345,7 +345,11 @@ def test_a_loss_that_is_not_finite_fails_the_loss_check(tmp_path):
     with Recorder(cand) as rec:
         for loss in (1.0, 1.0, float("nan"), 1.0):
             rec.record(Optimizer(), samples=32, loss=loss)
-    assert "NaN" not in cand.read_text().replace('"NaN"', "")  # strict JSON
+    def refuse(constant):
+        raise AssertionError(f"{constant} in a Recorder line: not strict JSON")
+
+    lines = [json.loads(line, parse_constant=refuse) for line in cand.read_text().splitlines()]
+    assert [line["loss"] for line in lines] == [1.0, 1.0, "NaN", 1.0]  # the NaN as a string
     loss = lrcheck.diff(ref, cand).check("loss")
     assert loss.status == "fail" and loss.first_divergence == 2, loss
     assert "not finite" in loss.detail

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from lrcheck.checks import needs_floor, recorded_checks, run_checks, schedule_checks
 from lrcheck.errors import SpecError
-from lrcheck.result import Report
+from lrcheck.result import Kind, Report
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     TRACE_DEFAULTS,
@@ -118,7 +118,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
-                  kind="trace")
+                  kind=Kind.TRACE)
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
@@ -141,7 +141,7 @@ def diff(reference: str | Path, candidate: str | Path, *,
                  for path in (reference, candidate))
     checks = recorded_checks(ref, cand, pair.tolerances)
     return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
-                  kind="diff")
+                  kind=Kind.DIFF)
 
 
 def save_report(report: Report, out: str | Path) -> Path:

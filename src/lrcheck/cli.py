@@ -641,6 +641,7 @@ def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | 
     """Every pair of ``suite``, shown as a live table, or (not ``quiet``) a line per pair."""
     import time
 
+    from lrcheck.reports.files import ReportFiles
     from lrcheck.reports.suite_table import SuiteBoard
     from lrcheck.suite.outcome import NOT_RUN
     from lrcheck.suite.run import run_suite
@@ -658,9 +659,9 @@ def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | 
                       f"{outcome.status}, {time.perf_counter() - started:.1f} s", markup=False)
 
     def run() -> SuiteResult:
-        return run_suite(suite, folder, baseline=records, baseline_path=baseline_path,
-                         on_progress=board.progress if live else None, on_done=done,
-                         renderer=renderer)
+        return run_suite(suite, folder, files=ReportFiles(renderer), baseline=records,
+                         baseline_path=baseline_path,
+                         on_progress=board.progress if live else None, on_done=done)
 
     if not live:
         return run()

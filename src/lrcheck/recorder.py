@@ -152,25 +152,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             if not records:
                 _not_a_recorder_file(path, text)
             raise SpecError(f"{where}: a record needs the keys {', '.join(REQUIRED)}")
-        lr = item["lr"]
-        lrs = [_read_number(v) for v in (lr if isinstance(lr, list) else [lr])]
-        if not lrs or not all(v is not None and math.isfinite(v) for v in lrs):
-            raise SpecError(f"{where}: 'lr' must be a number or a list of numbers, got {lr!r}")
-        for key in ("step", "samples_seen"):
-            if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
-                raise SpecError(f"{where}: {key!r} must be a whole number >= 0, got {item[key]!r}")
-        loss = item.get("loss")
-        loss_value = None if loss is None else _read_number(loss)
-        if loss is not None and loss_value is None:
-            raise SpecError(f"{where}: 'loss' must be a number, null, or one of "
-                            f"{', '.join(map(repr, NOT_FINITE))}, got {loss!r}")
-        fingerprint = item.get("fingerprint")
-        if fingerprint is not None and (
-                not isinstance(fingerprint, list) or len(fingerprint) % 2
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                           and math.isfinite(v) for v in fingerprint)):
-            raise SpecError(f"{where}: 'fingerprint' must be a list of numbers, two per "
-                            f"parameter tensor (integrations.core.fingerprint), or absent")
+        record = _record(item, where)
         if records and item["samples_seen"] <= records[-1]["samples_seen"]:
             before = records[-1]["samples_seen"]
             how = "goes back" if item["samples_seen"] < before else "does not grow"
@@ -179,15 +161,39 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
                 f"{last_line}; a Recorder file holds one run, whose samples_seen grows with "
                 "every update (two runs written into one file? Record each into its own: "
                 "Recorder(path) starts the file afresh, append=True only resumes a run)")
-        record = {"step": item["step"], "samples_seen": item["samples_seen"],
-                  "lr": lrs, "loss": loss_value}
-        if fingerprint is not None:
-            record["fingerprint"] = [float(v) for v in fingerprint]
         records.append(record)
         last_line = number
     if not records:
         raise SpecError(f"{str(path)!r} holds no records")
     return records
+
+
+def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """One line's record, its values checked (``where``: the file and line, for the error)."""
+    lr = item["lr"]
+    lrs = [_read_number(v) for v in (lr if isinstance(lr, list) else [lr])]
+    if not lrs or not all(v is not None and math.isfinite(v) for v in lrs):
+        raise SpecError(f"{where}: 'lr' must be a number or a list of numbers, got {lr!r}")
+    for key in ("step", "samples_seen"):
+        if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
+            raise SpecError(f"{where}: {key!r} must be a whole number >= 0, got {item[key]!r}")
+    loss = item.get("loss")
+    loss_value = None if loss is None else _read_number(loss)
+    if loss is not None and loss_value is None:
+        raise SpecError(f"{where}: 'loss' must be a number, null, or one of "
+                        f"{', '.join(map(repr, NOT_FINITE))}, got {loss!r}")
+    fingerprint = item.get("fingerprint")
+    if fingerprint is not None and (
+            not isinstance(fingerprint, list) or len(fingerprint) % 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                       and math.isfinite(v) for v in fingerprint)):
+        raise SpecError(f"{where}: 'fingerprint' must be a list of numbers, two per "
+                        f"parameter tensor (integrations.core.fingerprint), or absent")
+    record = {"step": item["step"], "samples_seen": item["samples_seen"],
+              "lr": lrs, "loss": loss_value}
+    if fingerprint is not None:
+        record["fingerprint"] = [float(v) for v in fingerprint]
+    return record
 
 
 def _not_a_recorder_file(path: Path, text: str) -> None:

@@ -7,15 +7,36 @@ add beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from lrcheck.checks import PASS, CheckResult, verdict
+from lrcheck.checks import CheckResult, verdict
 from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
+from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
-INCOMPLETE = "incomplete"
-Kind = Literal["compare", "trace", "diff"]
+
+
+class Verdict(Word):
+    """result.json's ``verdict``: ``fail`` if any check failed, else ``pass``; ``incomplete``
+    for what an interrupted comparison had recorded."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    INCOMPLETE = "incomplete"
+
+
+INCOMPLETE = Verdict.INCOMPLETE
+
+
+class Kind(Word):
+    """What a report compares, and so how it is shown (``reports.kinds.KINDS``): two trained
+    runs, two schedules stepped without a model, or two Recorder files; result.json's
+    ``mode``."""
+
+    COMPARE = "compare"
+    TRACE = "trace"
+    DIFF = "diff"
 
 
 @dataclass
@@ -25,17 +46,16 @@ class Report:
     candidate: RunTrace
     checks: list[CheckResult]
     environment: dict[str, Any]
-    # How it is shown: ``reports.kinds.KINDS[kind]``; result.json's "mode". A "diff" report's
-    # ``pair`` is a ``FilePair``.
-    kind: Kind = "compare"
+    # A diff report's ``pair`` is a ``FilePair``.
+    kind: Kind = Kind.COMPARE
 
     @property
-    def verdict(self) -> str:
-        return verdict(self.checks)
+    def verdict(self) -> Verdict:
+        return Verdict(verdict(self.checks))
 
     @property
     def ok(self) -> bool:
-        return self.verdict == PASS
+        return self.verdict == Verdict.PASS
 
     @property
     def exit_code(self) -> int:
@@ -54,7 +74,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
-                "mode": self.kind}
+                "mode": self.kind.value}
 
 
 @dataclass
@@ -78,14 +98,14 @@ class IncompleteResult:
                 "incomplete": self.reason}
 
 
-def _result(verdict: str, pair: PairSpec | FilePair, checks: list[CheckResult],
+def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResult],
             reference: RunTrace, candidate: RunTrace, environment: dict[str, Any]
             ) -> dict[str, Any]:
     # A long simulated schedule is thinned in JSON: it keeps the updates where the runs part.
     pinned = [c.first_divergence for c in checks if c.first_divergence is not None]
     return {
         "schema_version": SCHEMA_VERSION,
-        "verdict": verdict,
+        "verdict": verdict.value,
         "pair": {"name": pair.name, **pair.to_dict()},
         "checks": [c.to_dict() for c in checks],
         "runs": {"reference": reference.to_dict(pinned), "candidate": candidate.to_dict(pinned)},

@@ -15,6 +15,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from lrcheck.plan.steps import ScheduleContext
 from lrcheck.plan.windows import Window, windows_from_json, windows_to_json
 from lrcheck.spec import RunSpec
 
@@ -86,7 +87,9 @@ class Resumed:
 class RunTrace:
     """Everything one run recorded. ``stopped`` holds the reason when the run ended before its
     planned ``planned_updates`` (a scheduler that refused to step, say). A run lrcheck did not
-    train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from.
+    train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from, and
+    no ``context`` (the ``ScheduleContext`` its schedule was built with; ``{}`` in JSON), nor has
+    a run interrupted before it finished (``partial``).
 
     What only some runs have is None in the others, and then absent from ``to_dict``:
     ``warnings`` (what torch warned while lrcheck ran it), ``resumed`` (``--resume-at``),
@@ -107,7 +110,7 @@ class RunTrace:
     epochs: list[EpochMetrics]
     params: np.ndarray
     planned_updates: int
-    context: dict[str, int]
+    context: ScheduleContext | None
     not_comparable: tuple[str, ...] = ()
     stopped: str | None = None
     seconds: float = 0.0
@@ -142,7 +145,7 @@ class RunTrace:
                             np.asarray(r["fingerprint"], dtype=np.float64).reshape(-1, 2)
                             for r in records]
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
-                   planned_updates=len(updates), context={}, source=source,
+                   planned_updates=len(updates), context=None, source=source,
                    fingerprints=fingerprints)
 
     def lrs(self) -> np.ndarray:
@@ -162,7 +165,7 @@ class RunTrace:
                 stopped: str) -> RunTrace:
         """What an interrupted run had recorded: its updates, no parameters, no evaluation."""
         return cls(spec=spec, updates=list(updates), epochs=[], params=np.empty((0, 0)),
-                   planned_updates=planned_updates, context={}, stopped=stopped)
+                   planned_updates=planned_updates, context=None, stopped=stopped)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: np.ndarray) -> RunTrace:
@@ -175,7 +178,8 @@ class RunTrace:
             epochs=[EpochMetrics(**e) for e in data["epochs"]],
             params=params,
             planned_updates=int(data["planned_updates"]),
-            context=dict(data["schedule_context"]),
+            context=(ScheduleContext(**data["schedule_context"]) if data["schedule_context"]
+                     else None),
             not_comparable=tuple(data["not_comparable"]),
             stopped=data["stopped"],
             seconds=float(data["seconds"]),
@@ -210,7 +214,7 @@ class RunTrace:
             "metrics": self.metrics,
             "epochs": [asdict(e) for e in self.epochs],
             "planned_updates": self.planned_updates,
-            "schedule_context": self.context,
+            "schedule_context": {} if self.context is None else self.context.to_dict(),
             "not_comparable": list(self.not_comparable),
             "stopped": self.stopped,
             "seconds": round(self.seconds, 3),
@@ -312,7 +316,7 @@ class ScheduleTrace:
 
 
 def simulated_trace(spec: RunSpec, columns: UpdateColumns, scheduler_steps: int, *,
-                    planned_updates: int, context: dict[str, int], stopped: str | None,
+                    planned_updates: int, context: ScheduleContext | None, stopped: str | None,
                     seconds: float) -> RunTrace:
     """The ``RunTrace`` of a schedule stepped without a model: ``columns`` as its updates, no
     parameters, no evaluation."""

@@ -45,8 +45,8 @@ def test_accum_2_steps_ludwigs_schedule_on_every_micro_batch():
     ref, cand = report.reference, report.candidate
     assert [u.scheduler_steps for u in cand.updates[:3]] == [1, 3, 5]
     assert [u.scheduler_steps for u in ref.updates[:3]] == [0, 1, 2]
-    assert (cand.context["total_steps"], ref.context["total_steps"]) == (180, 90)
-    assert (cand.context["warmup_steps"], ref.context["warmup_steps"]) == (18, 9)
+    assert (cand.context.total_steps, ref.context.total_steps) == (180, 90)
+    assert (cand.context.warmup_steps, ref.context.warmup_steps) == (18, 9)
     # Linear warmup in Ludwig's steps: 0.05 · steps / warmup steps.
     assert cand.updates[1].lr[0] == pytest.approx(0.05 * 3 / 18)
     assert ref.updates[1].lr[0] == pytest.approx(0.05 * 1 / 9)

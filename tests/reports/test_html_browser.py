@@ -19,7 +19,7 @@ import pytest
 import lrcheck
 from lrcheck.checks import schedule_checks
 from lrcheck.reports.files import write_report, write_suite
-from lrcheck.result import Report
+from lrcheck.result import Kind, Report
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
@@ -56,13 +56,13 @@ def million_update_trace() -> Report:
 
     def run(spec: RunSpec, lr: np.ndarray) -> Any:
         columns = UpdateColumns(np.stack([lr, lr], axis=1), k + 1, k, np.zeros(MILLION))
-        return simulated_trace(spec, columns, MILLION, planned_updates=MILLION, context={},
+        return simulated_trace(spec, columns, MILLION, planned_updates=MILLION, context=None,
                                stopped=None, seconds=1.0)
 
     reference, candidate = run(pair.reference, ref), run(pair.candidate, cand)
     checks = schedule_checks(reference, candidate, pair.tolerances)
     return Report(pair, reference, candidate, checks, {"torch": "test", "device": "cpu"},
-                  kind="trace")
+                  kind=Kind.TRACE)
 
 
 def recorder_file(path: Path, per_micro_batch: bool) -> Path:

@@ -27,7 +27,7 @@ CASES = [
 def test_simulated_trace_equals_the_trained_one(case):
     report = lrcheck.compare(task="wine", bs=4, accum=3, epochs=2, **case)
     for trained in (report.reference, report.candidate):
-        simulated = simulate_one(trained.spec.replace(samples=trained.context["num_samples"]),
+        simulated = simulate_one(trained.spec.replace(samples=trained.context.num_samples),
                                  "candidate")
         got, want = simulated.lrs(), trained.lrs()
         assert got.shape == want.shape, f"updates: trained {want.shape}, simulated {got.shape}"

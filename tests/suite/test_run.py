@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from lrcheck.errors import Stopped
+from lrcheck.reports.files import ReportFiles
 from lrcheck.suite.run import run_suite
 from lrcheck.suite.spec import load_suite
 
@@ -53,7 +54,7 @@ def test_ctrl_c_stops_the_suite_keeps_the_running_pair_and_lists_the_rest(tmp_pa
             raise KeyboardInterrupt
 
     ended = []
-    result = run_suite(suite, tmp_path / "R", on_progress=progress,
+    result = run_suite(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress,
                        on_done=lambda i, o: ended.append((i, o.status)))
     assert max(seen) == 1  # "c" never started
     assert result.interrupted == "interrupted (Ctrl-C) during pair 2 of 3 ('b')"
@@ -72,7 +73,7 @@ def test_ctrl_c_stops_the_suite_keeps_the_running_pair_and_lists_the_rest(tmp_pa
 @pytest.mark.slow
 def test_a_pair_whose_report_cannot_be_saved_is_an_error_not_a_pass(tmp_path, suite):
     (tmp_path / "R" / "b" / "result.json").mkdir(parents=True)  # result.json cannot be written
-    result = run_suite(suite, tmp_path / "R")
+    result = run_suite(suite, tmp_path / "R", files=ReportFiles())
     assert [o.status for o in result.outcomes] == ["ok", "error", "ok"]
     b = result.outcomes[1]
     assert b.reason == (f"no result: its report could not be saved: cannot write "
@@ -84,7 +85,7 @@ def test_a_pair_whose_report_cannot_be_saved_is_an_error_not_a_pass(tmp_path, su
 @pytest.mark.slow
 def test_a_finished_pair_keeps_no_candidate_snapshots_so_memory_does_not_grow_per_pair(
         tmp_path, suite):
-    result = run_suite(suite, tmp_path / "R")
+    result = run_suite(suite, tmp_path / "R", files=ReportFiles())
     for outcome in result.outcomes:
         params = outcome.report.candidate.params
         # Empty, and not a view of the snapshots (a view would keep all of them in memory).
@@ -98,7 +99,7 @@ def test_a_suite_stopped_by_sigterm_says_terminated_not_ctrl_c(tmp_path, suite):
         if index == 1 and done == 2:  # what lrcheck's SIGTERM handler raises, during pair "b"
             raise Stopped(signal.SIGTERM)
 
-    result = run_suite(suite, tmp_path / "R", on_progress=progress)
+    result = run_suite(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress)
     assert result.interrupted == "terminated (SIGTERM) during pair 2 of 3 ('b')"
     assert result.outcomes[1].reason.startswith("terminated (SIGTERM) during the candidate run")
     assert [o.status for o in result.outcomes] == ["ok", "incomplete", "not_run"]

@@ -13,6 +13,7 @@ import json
 import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +182,20 @@ def write_incomplete(result: Recorded, out: Path) -> Path:
     _remove_stale(out, keep=report_files(result))
     write_text(out / "result.json", result_json(result))
     return out / "result.json"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """A suite's pair reports, each written as its pair ends (``suite.run.PairFiles``), its
+    plots drawn by ``renderer`` when given."""
+
+    renderer: Renderer | None = None
+
+    def report(self, report: Report, out: Path) -> Path:
+        return write_report(report, out, self.renderer)
+
+    def incomplete(self, result: Recorded, out: Path) -> Path:
+        return write_incomplete(result, out)
 
 
 def _remove_stale(out: Path, keep: set[str]) -> None:

@@ -34,7 +34,7 @@ from lrcheck.reports.html import (
     tag,
 )
 from lrcheck.reports.plots import Plot
-from lrcheck.result import Report
+from lrcheck.result import Kind, Report
 
 # The plots that are interactive, by PNG: (id, y-axis label).
 LIVE = {"lr.png": ("lr", "learning rate (group 0)"), "loss.png": ("loss", "training loss")}
@@ -68,7 +68,7 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
                             "divergence": _first(report, check),
                             "diff_label": "cand − ref"}})
     before = join([_verdict(report, kind.title(report, subject)), _checks(report)])
-    after = join([_settings(report), rich_grid(kind.table(report)) if report.kind != "diff"
+    after = join([_settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
                   else "", _environment(report.environment)])
     return Plot(path, write_page, {
         "title": f"lrcheck {report.verdict.upper()}: {report.pair.name}",
@@ -95,7 +95,7 @@ def _series(report: Report, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     n = max(len(ref), len(cand))
     out = np.full((3, n), np.nan)
     out[0, :len(ref)], out[1, :len(cand)] = ref, cand
-    if report.kind == "diff":
+    if report.kind == Kind.DIFF:
         from lrcheck.checks import align
 
         ref_at, cand_at = align(report.reference, report.candidate)
@@ -156,7 +156,7 @@ def _settings(report: Report) -> Html:
     tolerances = report.pair.tolerances
     note = tag("p", "Tolerances: " + ", ".join(
         f"{k} {v:g}" for k, v in vars(tolerances).items()) + ".")
-    if report.kind == "diff":
+    if report.kind == Kind.DIFF:
         return join([title, rich_grid(kind_table(report)), note])
     ref, cand = (s.to_dict() for s in report.specs())
     keys = list(dict.fromkeys([*ref, *cand]))

@@ -18,8 +18,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from lrcheck.checks import FAIL, SKIP, WARN
-from lrcheck.result import INCOMPLETE
-from lrcheck.suite.outcome import NOT_RUN, PairOutcome, SuiteResult
+from lrcheck.suite.outcome import INCOMPLETE, NOT_RUN, PairOutcome, SuiteResult
 
 
 def _case(suite: ET.Element, pair: str, name: str, seconds: float = 0.0) -> ET.Element:

@@ -113,15 +113,15 @@ def run_settings(report: Report, subject: str) -> list[str]:
     ]
 
 
-KINDS: dict[str, ReportKind] = {kind.name: kind for kind in (
-    ReportKind("compare", _task, pair_title, run_settings, metrics_table,
+KINDS: dict[Kind, ReportKind] = {kind.name: kind for kind in (
+    ReportKind(Kind.COMPARE, _task, pair_title, run_settings, metrics_table,
                {"lr.png": lr_plot, "loss.png": loss_plot, "metrics.png": metrics_plot},
                metrics_markdown),
     # A schedule has no model: only its LR is drawn.
-    ReportKind("trace", _schedule_only, pair_title, run_settings, trace_table,
+    ReportKind(Kind.TRACE, _schedule_only, pair_title, run_settings, trace_table,
                {"lr.png": lr_plot}),
     # A Recorder file records no evaluation.
-    ReportKind("diff", _files, files_title, file_settings, files_table,
+    ReportKind(Kind.DIFF, _files, files_title, file_settings, files_table,
                {"lr.png": aligned_lr_plot, "loss.png": loss_plot}),
 )}
 

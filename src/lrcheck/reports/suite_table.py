@@ -8,9 +8,9 @@ from rich.table import Table
 from rich.text import Text
 
 from lrcheck.reports.table import STATUS_STYLE, status_text
-from lrcheck.result import INCOMPLETE
 from lrcheck.suite.outcome import (
     ERROR,
+    INCOMPLETE,
     NOT_RUN,
     OK,
     REGRESSION,

@@ -171,7 +171,7 @@ class Recording:
         return RunTrace(
             spec=self.spec, updates=self.updates, epochs=self.epochs,
             params=params.cpu().numpy(), planned_updates=self.plan.total_updates,
-            context=self.ctx.to_dict(), not_comparable=self.not_comparable,
+            context=self.ctx, not_comparable=self.not_comparable,
             stopped=self.stopped, seconds=time.perf_counter() - self.started,
             resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None,
             windows=None if windows is None else by_items(windows, self.items),

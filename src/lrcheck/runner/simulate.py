@@ -28,11 +28,19 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.lr_scheduler import LRScheduler
 
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.plan.policies import POLICIES
-from lrcheck.plan.steps import plan_steps, schedule_context, update_counters, update_runs
+from lrcheck.plan.steps import (
+    ScheduleContext,
+    StepPlan,
+    plan_steps,
+    schedule_context,
+    update_counters,
+    update_runs,
+)
 from lrcheck.runner.build import make_optimizer
 from lrcheck.runner.local import environment, guarded
 from lrcheck.runner.memory import check_fits
@@ -44,7 +52,9 @@ from lrcheck.spec import PairSpec, RunSpec, samples_per_epoch
 from lrcheck.trace import RunTrace, UpdateColumns, simulated_trace
 from lrcheck.words import plural
 
-OnUpdate = Callable[[int, int], None]
+# Called every PROGRESS_EVERY updates with the updates simulated so far and those planned (not
+# trace.OnUpdate: no record is made per update).
+OnSimulated = Callable[[int, int], None]
 PROGRESS_EVERY = 4096
 # Memory per update of one simulated run, at its peak (the LRs of the loop's two param groups as
 # Python floats while the run is stepped, then as numpy columns with its counters; the checks,
@@ -53,18 +63,25 @@ TRACE_BYTES_PER_UPDATE = 100
 WINDOW, READ, AFTER = "window", "read", "after"  # where in an update the simulation is
 
 
-def simulate(spec: RunSpec, num_samples: int | None = None,
-             on_update: OnUpdate | None = None) -> RunTrace:
-    """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
-    ``samples_per_epoch(spec)``) as ``plain.train`` would, recording the LR of every update."""
-    _load_optimizer_code()
-    started = time.perf_counter()
+def _schedule(spec: RunSpec, num_samples: int | None
+              ) -> tuple[StepPlan, ScheduleContext, torch.optim.Optimizer, LRScheduler]:
+    """The plan, the schedule's context, an optimizer of one parameter and ``spec``'s
+    scheduler on it, as ``plain.train`` builds them."""
     plan = plan_steps(samples_per_epoch(spec) if num_samples is None else num_samples, spec.bs,
                       spec.accum, spec.world, spec.epochs, spec.tail)
     ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
     optimizer = make_optimizer(spec, torch.nn.Linear(1, 1))
     release()  # everything imported (runner.startup)
-    scheduler = make_scheduler(spec.scheduler, optimizer, ctx)
+    return plan, ctx, optimizer, make_scheduler(spec.scheduler, optimizer, ctx)
+
+
+def simulate(spec: RunSpec, num_samples: int | None = None,
+             on_update: OnSimulated | None = None) -> RunTrace:
+    """Step ``spec``'s schedule over ``num_samples`` training samples per epoch (default
+    ``samples_per_epoch(spec)``) as ``plain.train`` would, recording the LR of every update."""
+    _load_optimizer_code()
+    started = time.perf_counter()
+    plan, ctx, optimizer, scheduler = _schedule(spec, num_samples)
     every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
     runs = update_runs(plan)
 
@@ -73,8 +90,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
     groups, step, lr_of = optimizer.param_groups, scheduler.step, operator.itemgetter("lr")
     lrs: list[float] = []
     record = lrs.extend
-    phase, first = WINDOW, True
-    stepped_in_window = 0
+    phase, first, stepped_in_window = WINDOW, True, 0
     stopped: str | None = None
     interrupted = False
     try:
@@ -113,7 +129,7 @@ def simulate(spec: RunSpec, num_samples: int | None = None,
     columns = UpdateColumns(np.fromiter(map(float, lrs), np.float64, len(lrs)).reshape(made, -1),
                             counters.samples_seen, counters.steps_at_read, counters.epoch)
     trace = simulated_trace(spec, columns, steps, planned_updates=plan.total_updates,
-                            context=ctx.to_dict(), stopped=stopped,
+                            context=ctx, stopped=stopped,
                             seconds=time.perf_counter() - started)
     if interrupted:
         trace.stopped = f"interrupted after {made} of {plural(plan.total_updates, 'update')}"

@@ -10,15 +10,31 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lrcheck.checks import FAIL, PASS
-from lrcheck.result import INCOMPLETE, Report
+from lrcheck.checks import FAIL
+from lrcheck.result import Report, Verdict
 from lrcheck.suite.spec import Suite, SuiteEntry
+from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
-OK, UNEXPECTED, REGRESSION, ERROR = "ok", "unexpected", "regression", "error"
-# After Ctrl-C: the pair that was running (its partial result.json saved), and those after it.
-NOT_RUN = "not_run"
-STATUSES = (OK, UNEXPECTED, REGRESSION, ERROR, INCOMPLETE, NOT_RUN)
+
+
+class PairStatus(Word):
+    """What became of a pair of a suite: ``ok`` (it met its expectation, no regression),
+    ``unexpected``, ``regression``, ``error`` (no report); after Ctrl-C, ``incomplete`` (the
+    pair that was running, its partial result.json saved) and ``not_run`` (those after it)."""
+
+    OK = "ok"
+    UNEXPECTED = "unexpected"
+    REGRESSION = "regression"
+    ERROR = "error"
+    INCOMPLETE = "incomplete"
+    NOT_RUN = "not_run"
+
+
+OK, UNEXPECTED, REGRESSION, ERROR = (PairStatus.OK, PairStatus.UNEXPECTED,
+                                     PairStatus.REGRESSION, PairStatus.ERROR)
+INCOMPLETE, NOT_RUN = PairStatus.INCOMPLETE, PairStatus.NOT_RUN
+STATUSES = tuple(PairStatus)
 INTERRUPTED_EXIT = 130
 
 
@@ -55,7 +71,7 @@ class PairOutcome:
     seconds: float = 0.0
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict | PairStatus:
         """The report's verdict, or ``incomplete``, ``not_run`` or ``error``."""
         if self.report is not None:
             return self.report.verdict
@@ -66,7 +82,7 @@ class PairOutcome:
         return self.report is not None and self.verdict == self.entry.expect
 
     @property
-    def status(self) -> str:
+    def status(self) -> PairStatus:
         """``ok``; ``not_run`` or ``incomplete`` after Ctrl-C; else the worst of ``error``,
         ``unexpected`` and ``regression``."""
         if self.not_run:
@@ -107,7 +123,7 @@ class PairOutcome:
             return f"no result: {self.error}"
         parts = []
         if self.met and not self.regressions:
-            parts.append("passed as expected" if self.verdict == PASS else
+            parts.append("passed as expected" if self.verdict == Verdict.PASS else
                          f"failed as expected ({', '.join(self.failed_checks)})")
         elif not self.met and self.entry.expect == FAIL:
             parts.append("expected fail but passed: every check passed, so this known-bad "
@@ -135,8 +151,8 @@ class PairOutcome:
             "name": self.entry.name,
             "origin": self.entry.origin,
             "expect": self.entry.expect,
-            "verdict": self.verdict,
-            "status": self.status,
+            "verdict": self.verdict.value,
+            "status": self.status.value,
             "met": self.met,
             "reason": self.reason,
             "folder": self.folder,
@@ -173,21 +189,21 @@ class SuiteResult:
         return max((o.exit_code for o in self.outcomes), default=0)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         if self.interrupted is not None:
-            return INCOMPLETE
-        return PASS if self.exit_code == 0 else FAIL
+            return Verdict.INCOMPLETE
+        return Verdict.PASS if self.exit_code == 0 else Verdict.FAIL
 
     def counts(self) -> dict[str, int]:
         statuses = [o.status for o in self.outcomes]
-        return {"pairs": len(statuses), **{s: statuses.count(s) for s in STATUSES}}
+        return {"pairs": len(statuses), **{s.value: statuses.count(s) for s in STATUSES}}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "lrcheck-suite",
             "suite": self.suite.path,
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "exit_code": self.exit_code,
             "interrupted": self.interrupted,
             "counts": self.counts(),

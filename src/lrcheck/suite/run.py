@@ -12,11 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from lrcheck.errors import Interrupted, LrcheckError, SpecError, stop_words
+from lrcheck.errors import Interrupted, LrcheckError, Recorded, SpecError, stop_words
+from lrcheck.result import Report
 from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec
 from lrcheck.suite.baseline import regressions
@@ -25,11 +26,23 @@ from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
-    from lrcheck.reports.render import Renderer
+    from lrcheck.runner.pair import Progress
 
+# Called with the pair's index, the run's role, its updates done and planned.
 OnProgress = Callable[[int, str, int, int], None]
 OnDone = Callable[[int, PairOutcome], None]
-Progress = Callable[[str, int, int], None]
+
+
+class PairFiles(Protocol):
+    """Where each pair's report is saved as the pair ends (``reports.files.ReportFiles``). The
+    suite writes through what it is given, so that it imports nothing of ``reports``, which
+    shows the suite's outcome."""
+
+    def report(self, report: Report, out: Path) -> object:
+        """Save a finished pair's report into ``out``."""
+
+    def incomplete(self, result: Recorded, out: Path) -> object:
+        """Save what an interrupted pair had recorded into ``out``."""
 
 
 def prepare(suite: Suite, out: Path) -> None:
@@ -58,13 +71,15 @@ def prepare(suite: Suite, out: Path) -> None:
         resolve_device(device)
 
 
-def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | None = None,
-              baseline_path: str | None = None, on_progress: OnProgress | None = None,
-              on_done: OnDone | None = None, renderer: Renderer | None = None) -> SuiteResult:
+def run_suite(suite: Suite, out: Path, *, files: PairFiles,
+              baseline: dict[str, dict[str, Any]] | None = None, baseline_path: str | None = None,
+              on_progress: OnProgress | None = None,
+              on_done: OnDone | None = None) -> SuiteResult:
     """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
     ``on_progress(index, role, done, total)`` follows the updates of the pair being trained;
-    ``on_done(index, outcome)`` is called as each pair ends. Each pair's plots are drawn by
-    ``renderer`` when given (in a helper, while the next pair trains), else here.
+    ``on_done(index, outcome)`` is called as each pair ends. Each pair's report is saved
+    through ``files`` into ``out/<name>`` (``reports.files.ReportFiles``, whose renderer may draw
+    its plots in a helper while the next pair trains).
 
     Ctrl-C stops the suite rather than the pair: the pair that was running is ``incomplete``
     (what it recorded is saved in its folder, as ``lrcheck compare`` does), the pairs after it
@@ -80,7 +95,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
         for index, entry in enumerate(suite.entries):
             progress = ((lambda role, done, total, i=index: on_progress(i, role, done, total))
                         if on_progress else None)
-            outcomes.append(_run_pair(entry, out, references, progress, renderer, baseline))
+            outcomes.append(_run_pair(entry, out, references, progress, files, baseline))
             if outcomes[-1].interrupted is not None:
                 stopped = _where(suite, index, outcomes[-1].stopped_by)
             if on_done is not None:
@@ -106,12 +121,11 @@ def run_suite(suite: Suite, out: Path, *, baseline: dict[str, dict[str, Any]] | 
 
 
 def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
-              progress: Progress | None, renderer: Renderer | None,
+              progress: Progress | None, files: PairFiles,
               baseline: dict[str, dict[str, Any]] | None) -> PairOutcome:
     """One pair, compared and saved into ``out/<name>``. A pair that crashes, is bad input or
     whose report cannot be saved gets its error; one stopped by Ctrl-C is ``interrupted``."""
     import lrcheck
-    from lrcheck.reports.files import write_incomplete, write_report
 
     began = time.perf_counter()
     outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
@@ -120,14 +134,14 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
                                                   cache=references)
         assert report is not None  # every comparison has one outside torchrun
         try:
-            write_report(report, out / entry.name, renderer)
+            files.report(report, out / entry.name)
         except LrcheckError as exc:
             outcome.report = None  # a report that is not there is not a pass
             raise SpecError(f"its report could not be saved: {exc}") from None
     except Interrupted as exc:
         outcome.interrupted, outcome.stopped_by = str(exc), exc.how
         try:
-            write_incomplete(exc.result, out / entry.name)
+            files.incomplete(exc.result, out / entry.name)
             outcome.partial_saved = True
         except LrcheckError as error:
             outcome.interrupted += f"; what it recorded could not be saved: {error}"

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.runner.dist import handoff
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, Resumed, RunTrace, SkippedStep, UpdateRecord
@@ -16,7 +17,8 @@ def _trace() -> RunTrace:
     updates = [UpdateRecord(k, (0.1 * k, 0.2), 1.5 - k, 32 * (k + 1), k, 0) for k in range(3)]
     trace = RunTrace(spec, updates, [EpochMetrics(0, 2, 0.75, 0.7)],
                      np.arange(12, dtype=np.float64).reshape(3, 4), 3,
-                     {"total_updates": 3}, ("Dropout",), None, 1.25)
+                     schedule_context(plan_steps(96, 8, 2, 2, 1, "drop"), "per-update", 0.1),
+                     ("Dropout",), None, 1.25)
     trace.warnings = ("UserWarning: something",)
     trace.resumed = Resumed(update=1, micro_batches_done=2, checkpoint_bytes=1024)
     trace.skipped = [SkippedStep(update=2, scheduler_steps=0)]
@@ -30,7 +32,7 @@ def test_a_trace_and_its_typed_fields_survive_the_hand_off_files(tmp_path):
     assert handoff.read_trace(tmp_path, "reference") is None  # each run has its own files
     back = handoff.read_trace(tmp_path, "candidate")
     assert back.to_dict() == trace.to_dict()
-    assert back.spec == trace.spec
+    assert back.spec == trace.spec and back.context == trace.context  # a ScheduleContext again
     np.testing.assert_array_equal(back.params, trace.params)
     assert back.params.dtype == np.float64
 

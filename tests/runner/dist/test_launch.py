@@ -26,7 +26,7 @@ REFERENCE = RunSpec(task="wine", bs=32, accum=1, world=1)
 def _trace(spec: RunSpec, n: int) -> RunTrace:
     updates = [UpdateRecord(k, (0.1,), 1.0, 32 * (k + 1), k, 0) for k in range(n)]
     return RunTrace(spec, updates, [EpochMetrics(0, n - 1, 0.9, 0.9)], np.zeros((n, 3)), n,
-                    {"total_updates": n}, (), None, 0.5)
+                    None, (), None, 0.5)
 
 
 def _job(tmp_path, script: str = "import time; time.sleep(600)") -> Launched:

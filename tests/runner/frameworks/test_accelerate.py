@@ -36,7 +36,7 @@ def test_accum_trains_exactly_like_bs_32(accum):
     # scheduler.step() is called after every micro-batch; AcceleratedScheduler moved it once
     # per optimizer update.
     assert [u.scheduler_steps for u in report.candidate.updates[:3]] == [0, 1, 2]
-    assert report.candidate.context["total_steps"] == UPDATES
+    assert report.candidate.context.total_steps == UPDATES
     assert report.environment["accelerate"] == accelerate.__version__
 
 

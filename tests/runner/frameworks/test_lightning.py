@@ -47,7 +47,7 @@ def test_whole_windows_train_exactly_like_bs_32():
     assert report.check("params").max_rel_diff <= 1e-9
     assert report.check("lr").max_abs_diff == 0.0
     # configure_optimizers sized the schedule by trainer.estimated_stepping_batches.
-    assert report.candidate.context["total_steps"] == 40 * EPOCHS
+    assert report.candidate.context.total_steps == 40 * EPOCHS
     # Lightning divides each micro-batch's mean by accumulate_grad_batches: measured, 1/2 each.
     assert shapes(report.candidate.windows[0]) == [(0, 16, 0.5), (0, 16, 0.5)]
     assert report.environment["lightning"] == pl.__version__

@@ -37,8 +37,8 @@ def test_accum_trains_exactly_like_bs_32_on_whole_windows():
     assert len(cand.updates) == 40 * EPOCHS
     # The Trainer steps its scheduler once per update; the context is the schedule it made.
     assert [u.scheduler_steps for u in cand.updates[:3]] == [0, 1, 2]
-    assert cand.context["total_steps"] == 40 * EPOCHS
-    assert cand.context["warmup_steps"] == 8  # ceil(0.1 · 80)
+    assert cand.context.total_steps == 40 * EPOCHS
+    assert cand.context.warmup_steps == 8  # ceil(0.1 · 80)
     # Each micro-batch's mean was divided by the 2 micro-batches of its window.
     assert {m.weight for w in cand.windows for m in w} == {0.5}
     assert [len(m.ids) for m in cand.windows[0]] == [16, 16]
@@ -199,5 +199,5 @@ def test_drop_last_keeps_a_lone_micro_batch_with_the_whole_gradient():
     assert (len(report.reference.updates), len(report.candidate.updates)) == (88, 90)
     assert report.check("lr").first_divergence == 10
     assert [(len(m.ids), m.weight) for m in report.candidate.windows[44]] == [(16, 1.0)]
-    assert report.candidate.context["micro_batches_per_epoch"] == 89
-    assert report.reference.context["total_steps"] == 88
+    assert report.candidate.context.micro_batches_per_epoch == 89
+    assert report.reference.context.total_steps == 88

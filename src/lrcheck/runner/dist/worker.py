@@ -37,6 +37,36 @@ def _send_output_to(path: Path) -> None:
     os.close(fd)
 
 
+class _Lines:
+    """The lines rank 0 appends to the hand-off as a run goes (``handoff``): its start and each
+    update; the other ranks write none."""
+
+    def __init__(self, folder: Path, lead: bool) -> None:
+        self.folder, self.lead = folder, lead
+
+    def on_update(self, run: str) -> OnUpdate:
+        def on_update(record: UpdateRecord, total: int) -> None:
+            if self.lead:
+                handoff.append_line(self.folder, handoff.update_line(record, total, run))
+
+        return on_update
+
+    def on_start(self, run: str) -> Callable[[], None]:
+        def started() -> None:
+            if self.lead:
+                handoff.append_line(self.folder, handoff.started_line(run))
+
+        return started
+
+
+def _write_error(folder: Path, rank: int, exc: BaseException, role: str) -> None:
+    """The error that ended this rank, in one line (the cause of a ``RunError``)."""
+    traceback.print_exc()
+    cause = exc.__cause__ if isinstance(exc, RunError) and exc.__cause__ else exc
+    line = str(cause) if isinstance(cause, LrcheckError) else f"{type(cause).__name__}: {cause}"
+    handoff.write_error(folder, rank, line, role, bad_input=isinstance(cause, SpecError))
+
+
 def main(argv: list[str] | None = None) -> int:
     hold()  # until the run is built (runner.startup): first, then the imports that load torch
     from lrcheck.runner.dist import group
@@ -52,21 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     _send_output_to(handoff.log_path(folder, env.rank))
     handoff.write_pid(folder, env.rank)
     lead, role = env.rank == 0, "candidate"
-
-    def hook(run: str) -> OnUpdate:
-        def on_update(record: UpdateRecord, total: int) -> None:
-            if lead:
-                handoff.append_line(folder, handoff.update_line(record, total, run))
-
-        return on_update
-
-    def on_start(run: str) -> Callable[[], None]:
-        def started() -> None:
-            if lead:
-                handoff.append_line(folder, handoff.started_line(run))
-
-        return started
-
+    lines = _Lines(folder, lead)
+    hook, on_start = lines.on_update, lines.on_start
     try:
         job = handoff.read_spec(folder)
         spec, reference = job.spec, job.reference
@@ -101,10 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   on_update=hook(role), on_start=on_start(role)),
                                 role)
     except BaseException as exc:  # noqa: BLE001 - every way out is reported, Ctrl-C included
-        traceback.print_exc()
-        cause = exc.__cause__ if isinstance(exc, RunError) and exc.__cause__ else exc
-        line = str(cause) if isinstance(cause, LrcheckError) else f"{type(cause).__name__}: {cause}"
-        handoff.write_error(folder, env.rank, line, role, bad_input=isinstance(cause, SpecError))
+        _write_error(folder, env.rank, exc, role)
         return 1
     finally:
         sys.stdout.flush()

@@ -132,7 +132,7 @@ def test_an_effect_after_an_earlier_cause_is_put_down_to_that_cause():
 def _recorded(losses):
     updates = [UpdateRecord(k, (0.1,), float(v), 8 * (k + 1), None, None)
                for k, v in enumerate(losses)]
-    return RunTrace(None, updates, [], np.empty((0, 0)), len(updates), {}, source="f.jsonl")
+    return RunTrace(None, updates, [], np.empty((0, 0)), len(updates), None, source="f.jsonl")
 
 
 @pytest.mark.parametrize("rate", [1.3, 2.0])

@@ -23,7 +23,7 @@ def trace(lrs, *, params=None, losses=None, spec=None, acc=0.9, f1=0.9, layers=(
                for k, lr in enumerate(lrs)]
     params = np.asarray(params if params is not None else np.ones((n, 3)), dtype=np.float64)
     return RunTrace(spec or RunSpec(bs=32, accum=1), updates,
-                    [EpochMetrics(0, n - 1, acc, f1)], params, n, {}, tuple(layers),
+                    [EpochMetrics(0, n - 1, acc, f1)], params, n, None, tuple(layers),
                     stopped=stopped)
 
 

@@ -67,7 +67,7 @@ def test_the_compare_lr_detail_names_the_offset_or_the_pace():
         n = len(lrs)
         updates = [UpdateRecord(k, (float(lr),), 1.0, 32 * (k + 1), k, 0)
                    for k, lr in enumerate(lrs)]
-        return RunTrace(RunSpec(), updates, [], np.ones((n, 2)), n, {})
+        return RunTrace(RunSpec(), updates, [], np.ones((n, 2)), n, None)
 
     ref = traced(shifted_cosine(225, 0))
     found = {c.name: c for c in run_checks(ref, traced(shifted_cosine(225, 0.5)), Tolerances())}

@@ -28,7 +28,7 @@ def run(windows: list[Window], *, lrs=None, params=None, epochs=None) -> RunTrac
     seen = np.cumsum([sum(len(m.ids) for m in w) for w in windows])
     updates = [UpdateRecord(k, (lrs[k],), 1.0, int(seen[k]), k, epochs[k]) for k in range(n)]
     params = np.asarray(params if params is not None else np.ones((n, 3)), dtype=np.float64)
-    return RunTrace(RunSpec(), updates, [EpochMetrics(0, n - 1, 0.9, 0.9)], params, n, {},
+    return RunTrace(RunSpec(), updates, [EpochMetrics(0, n - 1, 0.9, 0.9)], params, n, None,
                     windows=list(windows))
 
 

@@ -1,0 +1,245 @@
+"""The ``lr`` check and what a failed one says about the candidate's schedule: an offset of a
+fraction of an update, how much faster or slower it runs, a resume that restarted it, or
+schedules that stepped differently."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from lrcheck.checks.causes import skipped_updates
+from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
+from lrcheck.plan.windows import fraction_text, window_ids
+from lrcheck.trace import RunTrace
+from lrcheck.words import plural
+
+
+def _applied(trace: RunTrace) -> np.ndarray:
+    """Indices of the updates whose optimizer step was applied."""
+    skipped = {s.update for s in skipped_updates(trace)}
+    return np.array([k for k in range(len(trace.updates)) if k not in skipped], dtype=np.int64)
+
+
+def check_lr(ref: RunTrace, cand: RunTrace, tol: float,
+             pairs: tuple[np.ndarray, np.ndarray] | None = None) -> CheckResult:
+    """LR of update k, every group, within ``tol·max(1, |lr_ref|)``. ``pairs`` (reference
+    indices, candidate indices) compares those updates with each other instead of update k with
+    update k, and names updates by their reference index (``lrcheck diff``). Runs with skipped
+    optimizer steps are aligned by applied updates, named by the candidate's index."""
+    lengths = (len(ref.updates), len(cand.updates))
+    if pairs is not None:
+        ref_at, cand_at = pairs
+        named, lengths = ref_at, (len(ref_at), len(ref_at))
+    elif skipped_updates(ref) or skipped_updates(cand):
+        ref_at, cand_at = _applied(ref), _applied(cand)
+        lengths = (len(ref_at), len(cand_at))
+        n = min(lengths)
+        ref_at, cand_at = ref_at[:n], cand_at[:n]
+        named = cand_at
+    else:
+        n = min(lengths)
+        ref_at = cand_at = named = np.arange(n)
+    n = len(ref_at)
+    if n == 0:
+        return CheckResult("lr", SKIP, None, None, "no updates to compare")
+    a, b = ref.lrs()[ref_at], cand.lrs()[cand_at]
+    if a.shape != b.shape:
+        return CheckResult("lr", FAIL, None, 0,
+                           f"reference has {plural(a.shape[1], 'param group')}, "
+                           f"candidate {b.shape[1]}")
+    diff = np.abs(b - a)
+    bad = np.argwhere(~(diff <= tol * np.maximum(1.0, np.abs(a))))  # NaN fails too
+    worst = float(diff.max())
+    if len(bad):
+        i, g = (int(v) for v in bad[0])
+        k = int(named[i])
+        group = f" (param group {g})" if a.shape[1] > 1 else ""
+        if not (np.isfinite(a[i, g]) or np.isfinite(b[i, g])):
+            return CheckResult("lr", FAIL, worst, k,
+                               f"the LR is not finite in both runs from update {k}{group}: "
+                               f"{a[i, g]:.10g} in the reference, {b[i, g]:.10g} in the candidate")
+        return CheckResult("lr", FAIL, worst, k,
+                           f"first differs at update {k}{group}: reference {a[i, g]:.10g}, "
+                           f"candidate {b[i, g]:.10g}; max |ΔLR| {worst:.3g}")
+    if lengths[0] != lengths[1]:
+        return CheckResult("lr", FAIL, worst, n,
+                           f"equal for the first {plural(n, 'update')}, then only one run goes "
+                           f"on ({lengths[0]} vs {lengths[1]} updates)")
+    return CheckResult("lr", PASS, worst, None,
+                       f"equal at all {plural(n, 'update')} "
+                       f"({plural(a.shape[1], 'param group')})")
+
+
+def resume_detail(ref: RunTrace, cand: RunTrace, k: int) -> str | None:
+    """What the candidate's resume did, when a check first fails at ``k``, the first update after
+    it (None otherwise): whether its schedule went on where it stopped (the ``scheduler.step()``
+    calls made before update ``k`` in both runs), and whether it was fed the samples the
+    uninterrupted run was."""
+    if cand.resumed is None or k != cand.resumed.update or k >= min(len(ref.updates),
+                                                                    len(cand.updates)):
+        return None
+    before, steps, first = (ref.updates[k].scheduler_steps, cand.updates[k].scheduler_steps,
+                            cand.updates[0].scheduler_steps)
+    if before is None or steps is None or first is None:
+        return None
+    text = f"the candidate resumed before update {k}: "
+    if steps == before:
+        text += f"its schedule went on where it stopped ({plural(steps, 'scheduler step')})"
+    elif steps <= first:
+        text += (f"its schedule started again from the beginning ({plural(steps, 'step')} made "
+                 f"at update {k}, {before} in the uninterrupted run)")
+    else:
+        text += (f"its schedule did not go on where it stopped ({plural(steps, 'step')} made at "
+                 f"update {k}, {before} in the uninterrupted run)")
+    if ref.windows is not None and cand.windows is not None and k < min(len(ref.windows),
+                                                                         len(cand.windows)):
+        fed = [np.sort(window_ids(w[k])) for w in (ref.windows, cand.windows)]
+        if not np.array_equal(fed[0], fed[1]):
+            text += ("; it was fed other samples than the uninterrupted run from there (its "
+                     "data order did not go on where it stopped either)")
+    return text
+
+
+def _steps_per_update(trace: RunTrace) -> float | None:
+    steps = [u.scheduler_steps for u in trace.updates]
+    if len(steps) < 2 or steps[0] is None or steps[-1] is None:
+        return None
+    return (steps[-1] - steps[0]) / (len(steps) - 1)
+
+
+def schedule_steps_detail(ref: RunTrace, cand: RunTrace, k: int) -> str | None:
+    """Why the LRs part at update ``k`` when the schedules stepped differently (None when they
+    stepped alike): the ``scheduler.step()`` calls made before update ``k`` in each run, per
+    update, and where that puts each run in its schedule's length (the trace's context
+    ``total_steps``), in updates."""
+    if k >= min(len(ref.updates), len(cand.updates)):
+        return None
+    before, steps = ref.updates[k].scheduler_steps, cand.updates[k].scheduler_steps
+    if before is None or steps is None or before == steps:
+        return None
+    text = (f"before update {k} the candidate's schedule had stepped "
+            f"{plural(steps, 'time')}, the reference's {before}")
+    rates = _steps_per_update(ref), _steps_per_update(cand)
+    if rates[0] and rates[1] and rates[0] != rates[1]:
+        text += f" ({rates[1]:.3g} steps per update against {rates[0]:.3g})"
+    lengths = [None if t.context is None else t.context.total_steps for t in (ref, cand)]
+    if lengths[0] and lengths[1]:
+        ahead = (steps / lengths[1] - before / lengths[0]) * len(ref.updates)
+        text += (f"; over schedules of {lengths[1]} and {lengths[0]} steps that puts the "
+                 f"candidate {abs(ahead):.3g} update{'' if abs(ahead) == 1 else 's'} "
+                 f"{'ahead' if ahead > 0 else 'behind'}")
+    return text
+
+
+def lr_with_cause(check: CheckResult, ref: RunTrace, cand: RunTrace) -> CheckResult:
+    """A failed ``lr`` check with what its first differing update had behind it: the
+    candidate's resume, or schedules that stepped differently."""
+    if check.status != FAIL or check.first_divergence is None:
+        return check
+    k = check.first_divergence
+    text = resume_detail(ref, cand, k) or schedule_steps_detail(ref, cand, k)
+    return replace(check, detail=f"{check.detail}; {text}") if text else check
+
+
+def _crossing(lrs: np.ndarray, level: float, start: float = 0,
+              rising: bool = True) -> float | None:
+    """Where, from update ``start`` on, the LR first reaches (``rising``) or falls below
+    ``level``, interpolated between updates; None if it never does."""
+    first = int(np.ceil(start))
+    hits = np.flatnonzero(lrs[first:] >= level if rising else lrs[first:] < level)
+    if not len(hits):
+        return None
+    k = first + int(hits[0])
+    if k == first:
+        return float(k)
+    before, after = lrs[k - 1], lrs[k]
+    return k - 1 + float((level - before) / (after - before)) if after != before else float(k)
+
+
+def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
+    """How many times faster or slower the candidate's schedule (group 0) runs, from when each
+    LR trace first reaches half the lower of the two peaks — during warmup, where there is one —
+    or else first falls below it; None when that cannot tell."""
+    if len(ref) == 0 or len(cand) == 0 or min(ref.max(), cand.max()) <= 0:
+        return None
+    level = 0.5 * min(float(ref.max()), float(cand.max()))
+    k_ref, k_cand = _crossing(ref, level), _crossing(cand, level)
+    edge = "reaches"
+    if not k_ref or k_cand is None:  # no warmup: the LR starts at its peak; watch it fall
+        edge = "falls below"
+        k_ref = _crossing(ref, level, k_ref or 0, rising=False)
+        k_cand = _crossing(cand, level, _crossing(cand, level) or 0, rising=False)
+        if not k_ref:
+            return None
+        if k_cand is None:
+            return (f"the reference's LR falls below {level:.3g} at update {k_ref:.0f}, the "
+                    f"candidate's never does in its {plural(len(cand), 'update')}: its "
+                    f"schedule runs at least {len(cand) / k_ref:.2g}× too slow")
+    ratio = (k_ref + 1) / (k_cand + 1)  # updates it took each to get there
+    if abs(ratio - 1) < 0.01:
+        return None
+    pace = f"≈{ratio:.3g}× too fast" if ratio > 1 else f"≈{1 / ratio:.3g}× too slow"
+    return (f"the LR {edge} {level:.3g} at update {k_cand:.0f} in the candidate, {k_ref:.0f} in "
+            f"the reference: its schedule runs {pace}")
+
+
+# Offsets of a fraction of an update the ``lr`` detail looks for: -4 to 4 updates by 1/16.
+OFFSETS = np.array([d / 16 for d in range(-64, 65) if d])
+# The residual it accepts (90th percentile over the updates, relative to the peak LR; linear
+# interpolation between updates leaves about this much on a short cosine) and by how much it
+# must beat the offset 0.
+OFFSET_RTOL, OFFSET_GAIN = 2e-3, 10.0
+# Updates the offset search looks at, evenly spaced, however long the schedule.
+OFFSET_POINTS = 2000
+
+
+def lr_offset(ref: np.ndarray, cand: np.ndarray) -> float | None:
+    """The constant ``d`` (a multiple of 1/16 within ±4, not 0) such that the candidate's LR at
+    update k is the reference's at ``k + d``, linearly interpolated between updates; None when
+    no such offset fits (group 0 traces)."""
+    n = min(len(ref), len(cand))
+    peak = max(float(np.abs(ref).max(initial=0.0)), float(np.abs(cand).max(initial=0.0)))
+    if n < 8 or not peak > 0 or not (np.isfinite(ref).all() and np.isfinite(cand).all()):
+        return None
+    ks = np.unique(np.linspace(0, n - 1, min(n, OFFSET_POINTS)).astype(np.int64))
+    at = ks[None, :] + OFFSETS[:, None]
+    inside = (at >= 0) & (at <= len(ref) - 1)
+    shifted = np.interp(at.ravel(), np.arange(len(ref)), ref).reshape(at.shape)
+    residual = np.where(inside, np.abs(cand[ks][None, :] - shifted), np.nan)
+    enough = inside.sum(axis=1) >= len(ks) // 2
+    if not enough.any():
+        return None
+    spread = np.full(len(OFFSETS), np.inf)
+    spread[enough] = np.nanquantile(residual[enough], 0.9, axis=1)
+    best = int(np.argmin(spread))
+    base = float(np.quantile(np.abs(cand[ks] - ref[ks]), 0.9))
+    if spread[best] <= OFFSET_RTOL * peak and base > OFFSET_GAIN * spread[best]:
+        return float(OFFSETS[best])
+    return None
+
+
+def offset_text(d: float) -> str:
+    """``the candidate's LR at update k is the reference's at k + 1/2 …``."""
+    size = abs(d)
+    amount = ("half an update" if size == 0.5 else "one update" if size == 1
+              else f"{fraction_text(size)} of an update" if size < 1
+              else f"{fraction_text(size)} updates")
+    sign = "+" if d > 0 else "−"
+    return (f"the candidate's LR at update k is the reference's at k {sign} "
+            f"{fraction_text(size)} (interpolated between updates): its schedule runs "
+            f"{amount} {'ahead' if d > 0 else 'behind'}")
+
+
+def lr_with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = slice(None),
+                  cand_at: Any = slice(None)) -> CheckResult:
+    """A failed ``lr`` check with what the candidate's schedule does (group 0; ``ref_at``/
+    ``cand_at``: the updates aligned): an offset of a fraction of an update, or how much faster
+    or slower it runs, when that can be told."""
+    if lr.status != FAIL:
+        return lr
+    a, b = ref.lrs()[ref_at, 0], cand.lrs()[cand_at, 0]
+    d = lr_offset(a, b)
+    why = offset_text(d) if d is not None else schedule_pace(a, b)
+    return replace(lr, detail=f"{lr.detail}; {why}") if why else lr

@@ -1,0 +1,105 @@
+"""``lrcheck diff``: the checks of two runs read from Recorder files, their updates aligned by
+``samples_seen``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from lrcheck.checks.effects import jump_or_drift, loss_scale, relative
+from lrcheck.checks.lr import check_lr, lr_with_pace
+from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, CheckResult
+from lrcheck.spec import Tolerances
+from lrcheck.trace import RunTrace
+from lrcheck.words import plural
+
+
+def align(ref: RunTrace, cand: RunTrace) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (reference, candidate) of the updates that ended at the same ``samples_seen``."""
+    a = np.array([u.samples_seen for u in ref.updates], dtype=np.int64)
+    b = np.array([u.samples_seen for u in cand.updates], dtype=np.int64)
+    _, ref_at, cand_at = np.intersect1d(a, b, assume_unique=False, return_indices=True)
+    return ref_at, cand_at
+
+
+def check_aligned_updates(ref: RunTrace, cand: RunTrace,
+                          pairs: tuple[np.ndarray, np.ndarray]) -> CheckResult:
+    """Every update of each run has one in the other at the same ``samples_seen``."""
+    for who, trace, matched, other in (("reference", ref, pairs[0], "candidate"),
+                                       ("candidate", cand, pairs[1], "reference")):
+        alone = np.setdiff1d(np.arange(len(trace.updates)), matched)
+        if len(alone):
+            k = int(alone[0])
+            return CheckResult(
+                "updates", FAIL, float(abs(len(ref.updates) - len(cand.updates))), k,
+                f"{who} update {k} (samples_seen {trace.updates[k].samples_seen:,}) has no "
+                f"{other} update at the same samples_seen; {len(alone)} such in the {who}, "
+                f"{len(ref.updates)} reference and {plural(len(cand.updates), 'candidate update')}")
+    return CheckResult("updates", PASS, 0.0, None,
+                       f"{len(ref.updates)} in both files, at the same samples_seen")
+
+
+def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarray | None],
+                       pairs: tuple[np.ndarray, np.ndarray], tol: float) -> CheckResult:
+    """``params`` from parameter fingerprints (``integrations.core.fingerprint``: per tensor its
+    sum and largest absolute value, rows of ``(tensors, 2)``) on the aligned updates where both
+    files have one: ``max |Δsum| / max maxabs_ref`` over the tensors, at most ``tol``."""
+    both = [(int(i), int(j)) for i, j in zip(*pairs, strict=True)
+            if ref[i] is not None and cand[j] is not None]
+    if not both:
+        return CheckResult("params", SKIP, None, None,
+                           "not recorded: no update has a parameter fingerprint in both files")
+    diff, scale = np.empty(len(both)), np.empty(len(both))
+    for row, (i, j) in enumerate(both):
+        a, b = ref[i], cand[j]
+        assert a is not None and b is not None
+        if a.shape != b.shape:
+            return CheckResult("params", FAIL, None, i,
+                               f"the fingerprints at update {i} cover "
+                               f"{plural(len(a), 'parameter tensor')} in the reference, {len(b)} "
+                               "in the candidate: not the same model")
+        diff[row] = np.max(np.abs(b[:, 0] - a[:, 0]), initial=0.0)
+        scale[row] = np.max(a[:, 1], initial=0.0)
+    steps = np.array([i for i, _ in both])
+    what = "|Δsum|/max|p|"
+    result = jump_or_drift(relative("params", diff, scale, tol, None, steps, what), diff, scale,
+                           tol, steps)
+    return replace(result, detail=f"{result.detail}; from parameter fingerprints: {what} is, "
+                                  "over the tensors, the change of a tensor's sum over the "
+                                  "largest |p| of the reference, not an element's relative gap")
+
+
+def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+    """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
+    ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
+    ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
+    are not recorded."""
+    pairs = align(ref, cand)
+    ref_at, cand_at = pairs
+    a, b = ref.losses()[ref_at], cand.losses()[cand_at]
+    recorded = np.array([ref.updates[int(i)].loss is not None
+                         and cand.updates[int(j)].loss is not None
+                         for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
+    if recorded.any():
+        diff, scale = np.abs(b[recorded] - a[recorded]), loss_scale(a[recorded])
+        loss = jump_or_drift(relative("loss", diff, scale, tol.loss, None, ref_at[recorded]),
+                             diff, scale, tol.loss, ref_at[recorded])
+    else:
+        loss = CheckResult("loss", SKIP, None, None,
+                           "not recorded: no update has a loss in both files")
+    lr = lr_with_pace(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
+    skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
+               for name in ("data", "weights", "params", "metrics")}
+    found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
+             "loss": loss}
+    if ref.fingerprints is not None and cand.fingerprints is not None:
+        found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
+                                             tol.params)
+    elif ref.fingerprints is not None or cand.fingerprints is not None:
+        who = "reference" if ref.fingerprints is not None else "candidate"
+        found["params"] = CheckResult("params", SKIP, None, None,
+                                      f"not recorded: only the {who} file has parameter "
+                                      "fingerprints")
+    return [found[name] for name in CHECK_NAMES]
