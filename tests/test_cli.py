@@ -317,12 +317,12 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
 
 def test_ctrl_c_in_any_command_is_told_in_one_line_and_exits_130(monkeypatch, tmp_path):
     # typer alone would exit 130 without a word.
-    import lrcheck
+    from lrcheck import api
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lrcheck, "diff", stopped)
+    monkeypatch.setattr(api, "diff", stopped)
     result = invoke("diff", "ref.jsonl", "cand.jsonl", "--out", str(tmp_path))
     assert result.exit_code == 130
     assert result.stderr.strip() == "lrcheck: interrupted (Ctrl-C)" and result.stdout == ""
