@@ -33,7 +33,8 @@ def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
 def test_per_micro_batch_fails_lr_at_an_early_update():
     report = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
     lr = report.check("lr")
-    assert lr.status == "fail" and lr.first_divergence is not None and lr.first_divergence <= 2
+    # The scheduler has stepped once, after micro-batch 0, before update 0's optimizer.step().
+    assert lr.status == "fail" and lr.first_divergence == 0, summary(report)
     assert f"update {lr.first_divergence}" in lr.detail
     assert report.candidate.updates[1].scheduler_steps == 3  # stepped on every micro-batch
     assert report.exit_code == 1
@@ -279,3 +280,96 @@ def test_diff_names_a_keyword_it_does_not_take(tmp_path):
                                         r"mean 'tolerances'\?\); it takes the two Recorder "
                                         r"files and tolerances$"):
         lrcheck.diff(path, path, tolerance=0.1)
+
+
+# The library refuses what the command refuses, with the same message: lrcheck.compare(), a
+# suite's [[pair]] and lrcheck compare check the same things in one place (api, spec).
+
+TORCHRUN_4 = {"TORCHELASTIC_RUN_ID": "job", "WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0",
+              "LOCAL_WORLD_SIZE": "4"}
+
+
+def _inside_torchrun(monkeypatch):
+    for name, value in TORCHRUN_4.items():
+        monkeypatch.setenv(name, value)
+
+
+def _command_error(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from lrcheck.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    return " ".join(result.stderr.split())
+
+
+def _suite_error(tmp_path, pair: str) -> str:
+    from lrcheck.api import load_suite
+    from lrcheck.reports.files import ReportFiles
+    from lrcheck.suite.run import run_suite
+
+    (tmp_path / "s.toml").write_text(f"[[pair]]\nepochs = 1\n{pair}\n", encoding="utf-8")
+    result = run_suite(load_suite(tmp_path / "s.toml"), tmp_path / "out", files=ReportFiles())
+    (outcome,) = result.outcomes
+    assert outcome.report is None and outcome.error_code == 2, outcome.error
+    return str(outcome.error)
+
+
+@pytest.mark.parametrize("keywords,flags,says", [
+    ({"timeout": 0}, ["--timeout", "0"], "--timeout must be a number of seconds > 0, got 0"),
+    ({"timeout": -1.5}, ["--timeout", "-1.5"],
+     "--timeout must be a number of seconds > 0, got -1.5"),
+    ({"timeout": float("nan")}, ["--timeout", "nan"],
+     "--timeout must be a number of seconds > 0, got nan"),
+])
+def test_compare_refuses_a_timeout_as_the_command_does(monkeypatch, keywords, flags, says):
+    from lrcheck.errors import SpecError
+
+    refuse_training(monkeypatch)
+    with pytest.raises(SpecError) as raised:
+        lrcheck.compare(epochs=1, **keywords)
+    assert str(raised.value).startswith(says)
+    assert f"lrcheck: error: {says}" in _command_error("compare", "--epochs", "1", *flags)
+    # A pair given whole is checked too (a suite's pairs are).
+    pair = lrcheck.PairSpec.build(lrcheck.RunSpec(epochs=1))
+    with pytest.raises(SpecError, match="--timeout must be a number of seconds > 0"):
+        lrcheck.compare(pair, **keywords)
+
+
+@pytest.mark.parametrize("keywords,flags,pair,says", [
+    ({"ref_world": 2}, ["--ref-nproc", "2"], "ref_nproc = 2",
+     "--ref-nproc 2 inside torchrun, whose world size is 4: use --ref-nproc 1 or 4"),
+    ({"world": 2}, ["--nproc", "2"], "nproc = 2",
+     "--nproc 2 inside torchrun, whose world size is 4: drop --nproc"),
+])
+def test_compare_and_a_suite_pair_refuse_processes_as_the_command_does(
+        monkeypatch, tmp_path, keywords, flags, pair, says):
+    from lrcheck.errors import SpecError
+
+    refuse_training(monkeypatch)
+    _inside_torchrun(monkeypatch)
+    with pytest.raises(SpecError) as raised:
+        lrcheck.compare(epochs=1, **keywords)
+    assert str(raised.value).startswith(says)
+    assert f"lrcheck: error: {says}" in _command_error("compare", "--epochs", "1", *flags)
+    assert _suite_error(tmp_path, pair).startswith(says)
+
+
+def test_inside_torchrun_compare_takes_the_world_size_from_torchrun(monkeypatch):
+    from lrcheck.api import comparison_pair
+
+    _inside_torchrun(monkeypatch)
+    pair = comparison_pair({"bs": 8, "accum": 1})
+    assert (pair.candidate.world, pair.reference.bs, pair.reference.world) == (4, 32, 1)
+    assert comparison_pair({"bs": 8, "accum": 1}, ref_world=4).reference.bs == 8
+
+
+def test_the_old_policy_accelerate_is_rewritten_by_the_library_for_every_caller():
+    from lrcheck.api import comparison_pair
+
+    with pytest.warns(FutureWarning, match="--policy accelerate is now --framework accelerate "
+                                           "--ref-framework plain"):
+        pair = comparison_pair({"policy": "accelerate"})
+    assert (pair.candidate.framework, pair.candidate.policy) == ("accelerate", "per-update")
+    assert pair.reference.framework == "plain"

@@ -92,7 +92,8 @@ def test_the_graph_sees_function_level_relative_and_submodule_imports():
     graph = import_graph()
     assert "lrcheck.api" in graph["lrcheck"]  # inside a function
     assert "lrcheck.runner.plain" in graph["lrcheck.runner.local"]  # a submodule, by name
-    assert "lrcheck.errors" in graph["lrcheck.spec"]
+    assert "lrcheck.errors" in graph["lrcheck.spec.run"]
+    assert "lrcheck.spec.run" in graph["lrcheck.spec"]
     relative = ast.parse("from ..plan import steps").body[0]
     assert isinstance(relative, ast.ImportFrom)
     package = SRC / "lrcheck" / "runner" / "local.py"
@@ -107,5 +108,53 @@ def test_plan_imports_neither_spec_nor_runner():
     graph = import_graph()
     for name, targets in graph.items():
         if name.startswith("lrcheck.plan"):
-            bad = {t for t in targets if t == "lrcheck.spec" or t.startswith("lrcheck.runner")}
+            bad = {t for t in targets
+                   if t.split(".")[:2] == ["lrcheck", "spec"] or t.startswith("lrcheck.runner")}
             assert not bad, f"{name} imports {sorted(bad)}"
+
+
+# What the command line may import of lrcheck (DESIGN.md, "Module map"): the library's calls and
+# specs, its errors, the registries its choices come from, and the report writers; besides
+# itself, and ``lrcheck``, whose public names are the api's.
+CLI_MAY_IMPORT = ("lrcheck.api", "lrcheck.spec", "lrcheck.errors", "lrcheck.experiments.tasks",
+                  "lrcheck.experiments.schedulers", "lrcheck.plan.frameworks",
+                  "lrcheck.plan.policies", "lrcheck.reports", "lrcheck.cli")
+
+
+def _cli_imports() -> dict[str, set[str]]:
+    """Every lrcheck module each file of ``lrcheck/cli`` names in an ``import`` or ``from``,
+    anywhere in it (at module level, inside functions, under TYPE_CHECKING)."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((SRC / PACKAGE / "cli").rglob("*.py")):
+        name = _module_name(path)
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                targets.add(_base(name, path, node))
+        found[name] = {t for t in targets if t == PACKAGE or t.startswith(PACKAGE + ".")}
+    return found
+
+
+def _allowed(target: str) -> bool:
+    return target == PACKAGE or any(target == allowed or target.startswith(allowed + ".")
+                                    for allowed in CLI_MAY_IMPORT)
+
+
+def test_the_cli_imports_only_the_api_spec_errors_registries_and_reports():
+    found = _cli_imports()
+    assert "lrcheck.cli.compare" in found and "lrcheck.api" in found["lrcheck.cli.compare"]
+    bad = {name: sorted(t for t in targets if not _allowed(t))
+           for name, targets in found.items()}
+    assert not any(bad.values()), f"the CLI imports beyond its layer: {bad}"
+
+
+def test_the_cli_import_rule_sees_imports_inside_functions_and_under_type_checking():
+    assert not _allowed("lrcheck.runner.dist.torchrun")
+    assert not _allowed("lrcheck.suite.run")
+    assert not _allowed("lrcheck.specs")  # a prefix of a name is not the module
+    assert _allowed("lrcheck.spec.choices") and _allowed("lrcheck.reports.files")
+    found = _cli_imports()
+    assert "lrcheck.reports.render" in found["lrcheck.cli.output"]  # under TYPE_CHECKING
+    assert "lrcheck.reports.files" in found["lrcheck.cli.suite"]  # inside a function

@@ -159,3 +159,21 @@ def test_a_batch_larger_than_a_fixed_size_task_s_training_set_names_the_candidat
                                "one effective batch (bs 16 · accum 100 · nproc 1 = 1600); "
                                "lower --bs or --accum")
     PairSpec.build(RunSpec(task="wine", bs=71, accum=2))  # 142: one update an epoch
+
+
+def test_fixed_choices_are_str_enums_that_read_and_serialise_as_their_values():
+    import json
+
+    from lrcheck.spec import Dtype, Tail, TrainerLoss
+
+    spec = RunSpec(dtype="float32", tail="flush", trainer_loss="mean")
+    assert spec.dtype is Dtype.FLOAT32 and spec.tail is Tail.FLUSH
+    assert spec.dtype == "float32" and f"{spec.dtype}" == "float32" and repr(spec.dtype) == \
+        "'float32'"
+    data = spec.to_dict()
+    assert type(data["dtype"]) is str and json.loads(json.dumps(data)) == data
+    assert RunSpec(**data) == spec and hash(RunSpec(**data)) == hash(spec)
+    assert {"num-items": 1}[TrainerLoss.NUM_ITEMS] == 1  # hashes as its value
+    with pytest.raises(SpecError, match=r"--dtype 'float16' is not known; choose one of: "
+                                        r"float64, float32"):
+        RunSpec(dtype="float16")

@@ -1,19 +1,26 @@
 """The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
-``lrcheck.diff``, and ``lrcheck.save_report``. Importing this module does not import torch;
-training does."""
+``lrcheck.diff``, and ``lrcheck.save_report``; the suite's ``load_suite`` and ``run_suite``; and
+what the command line needs of a process (``starting``, ``leave``). Every option is checked here
+or in ``spec``, so that a library call, a suite's ``[[pair]]`` and the command refuse the same
+input with the same message. Importing this module does not import torch; training does."""
 
 from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from lrcheck.checks import needs_floor, recorded_checks, run_checks, schedule_checks
+from lrcheck.comparison import (
+    check_processes,
+    check_setup,
+    compare_pair,
+    run_comparison,
+    under_torchrun,
+)
 from lrcheck.errors import SpecError
-from lrcheck.result import Kind, Report
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     TRACE_DEFAULTS,
@@ -21,12 +28,21 @@ from lrcheck.spec import (
     PairSpec,
     RunSpec,
     Tolerances,
-    reference_framework,
+    pair_from_options,
 )
-from lrcheck.trace import RunTrace
 
 if TYPE_CHECKING:
-    from lrcheck.runner.pair import Progress
+    from lrcheck.reports.render import Renderer
+    from lrcheck.result import Report as Report
+    from lrcheck.runner.pair import Progress as Progress
+    from lrcheck.suite.outcome import PairOutcome as PairOutcome
+    from lrcheck.suite.outcome import SuiteResult as SuiteResult
+    from lrcheck.suite.spec import Suite as Suite
+    from lrcheck.trace import RunTrace
+
+__all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff",
+           "save_report", "ready", "load_suite", "run_suite", "starting", "leave",
+           "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
 
 # The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
 # ``twin``, which lrcheck sets on a reference of its own and a user never types.
@@ -58,45 +74,30 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     candidate fields beside it (which it would override), is a ``SpecError`` naming it.
     """
     _check_keywords(compare, pair, candidate)
-    reports: list[Report] = []
-    run_comparison(_pair(pair, ref_bs, ref_world, tolerances, candidate, ref_framework, fast),
-                   reports.append,
-                   progress=progress, timeout=timeout, cache=cache)
-    return reports[0] if reports else None
+    if pair is None:
+        pair = comparison_pair(candidate, ref_bs=ref_bs, ref_world=ref_world,
+                               tolerances=tolerances, ref_framework=ref_framework, fast=fast,
+                               timeout=timeout)
+    return compare_pair(pair, progress=progress, timeout=timeout, cache=cache)
 
 
-def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
-                   progress: Progress | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
-                   cache: dict[RunSpec, RunTrace] | None = None) -> int:
-    """``compare`` for a command: ``on_report`` gets the report where there is one, and the exit
-    code every process leaves with is returned. Inside torchrun that is rank 0's on every rank,
-    and ``on_report`` runs on rank 0 before the processes part: torchrun stops every rank as soon
-    as one exits non-zero, so rank 0 saves and shows the report there while the others wait."""
-    from lrcheck.runner.pair import join_torchrun, leave_torchrun, release_torchrun, run_pair
+def comparison_pair(candidate: Mapping[str, Any], *, ref_bs: int | None = None,
+                    ref_world: int = 1, ref_framework: str | None = None,
+                    tolerances: Tolerances | Mapping[str, float | None] | None = None,
+                    fast: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> PairSpec:
+    """The pair ``compare`` trains for the candidate's fields ``candidate`` and the other
+    arguments (``spec.pair_from_options``), after the processes are checked
+    (``comparison.check_processes``): inside torchrun the candidate's ``world`` is torchrun's
+    (absent or None: it is taken from there). ``lrcheck compare`` builds its pair here."""
+    world = check_processes(ref_world, candidate.get("world"), timeout)
+    return pair_from_options({**candidate, "world": world}, ref_bs=ref_bs, ref_world=ref_world,
+                             ref_framework=ref_framework, tolerances=tolerances, fast=fast)
 
-    member = join_torchrun(pair.candidate, timeout)
-    try:
-        traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache,
-                          needs_floor=lambda ref, cand: needs_floor(ref, cand,
-                                                                    pair.tolerances))
-    except BaseException:
-        if member is not None:  # a later comparison in this process joins afresh
-            release_torchrun(member)
-        raise
-    report = None
-    if traces is not None:
-        checks = run_checks(traces.reference, traces.candidate, pair.tolerances, traces.twin)
-        report = Report(pair, traces.reference, traces.candidate, checks, traces.environment)
 
-    def hand_over() -> None:
-        if report is not None:
-            on_report(report)
-
-    code = 0 if report is None else report.exit_code
-    if member is None:
-        hand_over()
-        return code
-    return leave_torchrun(member, code, hand_over)
+def ready(pair: PairSpec) -> None:
+    """What can fail before training, checked now: the scheduler factory imports, the device
+    exists (``comparison.check_setup``)."""
+    check_setup([pair.candidate])
 
 
 def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
@@ -108,13 +109,17 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
     accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
     ``Interrupted`` carrying what was simulated. A keyword it does not take is a ``SpecError``
     naming it, as for ``compare``."""
+    from lrcheck.checks import schedule_checks
+    from lrcheck.result import Kind, Report
     from lrcheck.runner.simulate import simulate_pair
 
     _check_keywords(trace_schedule, pair, candidate)
     if pair is None and "samples" not in candidate:
         raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
                         "run to check (lrcheck trace --samples)")
-    pair = _pair(pair, ref_bs, ref_world, tolerances, {**TRACE_DEFAULTS, **candidate})
+    if pair is None:
+        pair = pair_from_options({**TRACE_DEFAULTS, **candidate}, ref_bs=ref_bs,
+                                 ref_world=ref_world, tolerances=tolerances)
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
@@ -132,7 +137,10 @@ def diff(reference: str | Path, candidate: str | Path, *,
     if unknown:
         raise _unknown("diff", list(unknown), ("tolerances",),
                        "it takes the two Recorder files and tolerances")
+    from lrcheck.checks import recorded_checks
     from lrcheck.recorder import read_records
+    from lrcheck.result import Kind, Report
+    from lrcheck.trace import RunTrace
     from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
@@ -174,6 +182,7 @@ def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
                         "pass one or the other (dataclasses.replace(pair.candidate, ...) and "
                         "PairSpec.build make a pair with other fields)")
 
+
 def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
              takes: str) -> SpecError:
     """The error for the keywords ``unknown`` that ``lrcheck.name`` does not take: each named,
@@ -185,13 +194,64 @@ def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
     return SpecError(f"lrcheck.{name}: unknown {words}{hint}; {takes}")
 
 
-def _pair(pair: PairSpec | None, ref_bs: int | None, ref_world: int,
-          tolerances: Tolerances | None, candidate: dict[str, Any],
-          ref_framework: str | None = None, fast: bool = False) -> PairSpec:
-    if pair is not None:
-        return pair
-    return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
-                          tolerances=tolerances,
-                          ref_framework=reference_framework(candidate.get("policy", ""),
-                                                            ref_framework),
-                          noise_floor=not fast)
+def load_suite(path: str | Path) -> Suite:
+    """The suite file at ``path``, every pair checked as ``lrcheck compare`` checks its flags;
+    a ``SpecError`` naming the file and the entry otherwise."""
+    from lrcheck.suite.spec import load_suite as load
+
+    return load(path)
+
+
+def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
+              save_baseline: Path | None = None,
+              on_progress: Callable[[int, str, int, int], None] | None = None,
+              on_done: Callable[[int, PairOutcome], None] | None = None,
+              renderer: Renderer | None = None) -> SuiteResult:
+    """Every pair of ``suite`` (``suite.run.run_suite``), its report written into the folder
+    ``out`` (made when missing), compared with the ``baseline`` file when given, and its records
+    saved as the baseline ``save_baseline`` (not of a suite cut short by Ctrl-C, which would
+    miss pairs: the one there is kept). What can fail for the whole suite is checked before
+    anything trains."""
+    from lrcheck.reports.files import (
+        ReportFiles,
+        prepare_file,
+        prepare_out,
+        write_json,
+        write_suite,
+    )
+    from lrcheck.reports.render import Renderer
+    from lrcheck.suite.baseline import baseline_document, load_baseline
+    from lrcheck.suite.run import prepare
+    from lrcheck.suite.run import run_suite as run
+
+    records = load_baseline(baseline) if baseline is not None else None
+    folder = prepare_out(out)
+    if save_baseline is not None:
+        prepare_file(save_baseline, "--save-baseline")
+    prepare(suite, folder)
+    renderer = renderer or Renderer(background=False)
+    result = run(suite, folder, baseline=records,
+                 baseline_path=None if baseline is None else str(baseline),
+                 on_progress=on_progress, on_done=on_done, files=ReportFiles(renderer))
+    write_suite(result, folder, renderer)
+    renderer.finish()
+    if save_baseline is not None and result.interrupted is None:
+        write_json(save_baseline, baseline_document(result.outcomes, result.suite.path))
+    return result
+
+
+def starting() -> None:
+    """A command that may train is starting: Python's garbage collector is held off until a run
+    is built (``runner.startup``)."""
+    from lrcheck.runner.startup import hold
+
+    hold()
+
+
+def leave(code: int) -> NoReturn:
+    """Leave the process with ``code`` without finalising the interpreter
+    (``runner.dist.procs.exit_now``): under torchrun that keeps a rank from aborting in teardown,
+    and everywhere it saves Python's one-second teardown of torch."""
+    from lrcheck.runner.dist.procs import exit_now
+
+    exit_now(code)

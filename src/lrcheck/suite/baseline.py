@@ -39,9 +39,9 @@ def record(report: Report) -> dict[str, Any]:
 
 def baseline_document(outcomes: list[PairOutcome], suite_path: str) -> dict[str, Any]:
     """The baseline file's content: a record for every pair that has a report."""
-    import lrcheck
+    from lrcheck.version import __version__
 
-    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "lrcheck": lrcheck.__version__,
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "lrcheck": __version__,
             "suite": suite_path,
             "pairs": {o.entry.name: record(o.report) for o in outcomes if o.report is not None}}
 

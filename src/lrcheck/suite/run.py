@@ -46,29 +46,24 @@ class PairFiles(Protocol):
 
 
 def prepare(suite: Suite, out: Path) -> None:
-    """Check before training what can fail for the whole suite: every scheduler factory imports,
-    every device exists, and no pair's report folder in ``out`` is an existing file."""
-    from lrcheck.experiments.schedulers import SCHEDULERS, load_factory
-    from lrcheck.runner.device import resolve_device
+    """Check before training what can fail for the whole suite: no pair's report folder in
+    ``out`` is an existing file, and what ``lrcheck compare`` checks before training
+    (``comparison.check_setup``: every scheduler factory imports, every device exists), told
+    at the first entry that names a factory that does not import."""
+    from lrcheck.comparison import check_setup
 
     for entry in suite.entries:
         if (out / entry.name).exists() and not (out / entry.name).is_dir():
             raise SpecError(f"{suite.path}: {entry.origin}: the report folder of pair "
                             f"{entry.name!r}, {str(out / entry.name)!r}, is an existing file; "
                             "remove it, or give another --out or 'name'")
-    loaded: set[str] = set()
-    for entry in suite.entries:
-        name = entry.pair.candidate.scheduler
-        if name in SCHEDULERS or name in loaded:
-            continue
-        try:
-            load_factory(name)
-        except SpecError as exc:  # the first entry that names it: where to fix it
-            raise SpecError(f"{suite.path}: {entry.origin} ({entry.name!r}), key 'scheduler': "
-                            f"{str(exc).removeprefix('--scheduler ')}") from None
-        loaded.add(name)
-    for device in sorted({e.pair.candidate.device for e in suite.entries}):
-        resolve_device(device)
+
+    def located(index: int, exc: SpecError) -> SpecError:
+        entry = suite.entries[index]
+        return SpecError(f"{suite.path}: {entry.origin} ({entry.name!r}), key 'scheduler': "
+                         f"{str(exc).removeprefix('--scheduler ')}")
+
+    check_setup([entry.pair.candidate for entry in suite.entries], located)
 
 
 def run_suite(suite: Suite, out: Path, *, files: PairFiles,
@@ -125,13 +120,13 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
               baseline: dict[str, dict[str, Any]] | None) -> PairOutcome:
     """One pair, compared and saved into ``out/<name>``. A pair that crashes, is bad input or
     whose report cannot be saved gets its error; one stopped by Ctrl-C is ``interrupted``."""
-    import lrcheck
+    from lrcheck.comparison import compare_pair
 
     began = time.perf_counter()
     outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
     try:
-        outcome.report = report = lrcheck.compare(entry.pair, progress=progress,
-                                                  cache=references)
+        outcome.report = report = compare_pair(entry.pair, progress=progress,
+                                               cache=references)
         assert report is not None  # every comparison has one outside torchrun
         try:
             files.report(report, out / entry.name)

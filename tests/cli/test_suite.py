@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lrcheck
+from lrcheck import comparison
 from lrcheck.cli import app
 from lrcheck.runner import pair as pair_module
 from tests.helpers import HANG_S, wait_for
@@ -126,7 +127,7 @@ def untrained(pair, **kwargs):
 def test_bad_input_is_one_line_and_exit_2_before_anything_trains(tmp_path, monkeypatch, args,
                                                                  says):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(lrcheck, "compare", untrained)
+    monkeypatch.setattr(comparison, "compare_pair", untrained)
     write(tmp_path)
     (tmp_path / "R").mkdir()
     (tmp_path / "R" / "accum").write_text("a file where the pair's report folder goes")
@@ -140,7 +141,7 @@ def test_bad_input_is_one_line_and_exit_2_before_anything_trains(tmp_path, monke
 @pytest.mark.slow
 def test_an_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path, monkeypatch,
                                                                         make_report):
-    monkeypatch.setattr(lrcheck, "compare", lambda pair, **kwargs: make_report())
+    monkeypatch.setattr(comparison, "compare_pair", lambda pair, **kwargs: make_report())
     summary = tmp_path / "step-summary"
     summary.mkdir()  # a folder: appending to it fails
     result = CliRunner().invoke(app, ["suite", str(write(tmp_path, expect="pass")), "--out",
@@ -156,7 +157,7 @@ def test_an_unwritable_step_summary_is_a_warning_and_the_verdict_stands(tmp_path
 
 
 def test_a_suite_of_one_pair_says_1_of_1_pair(tmp_path, monkeypatch, make_report):
-    monkeypatch.setattr(lrcheck, "compare", lambda pair, **kwargs: make_report())
+    monkeypatch.setattr(comparison, "compare_pair", lambda pair, **kwargs: make_report())
     path = tmp_path / "one.toml"
     path.write_text('[[pair]]\nname = "only"\ntask = "wine"\n')
     result = invoke("suite", path, "--out", tmp_path / "R")

@@ -1,0 +1,164 @@
+"""``lrcheck compare``: train the candidate and the reference and check that they train alike."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from lrcheck.cli.ending import note, speaks
+from lrcheck.cli.options import (
+    DEFAULT,
+    JsonOpt,
+    LrOpt,
+    PolicyOpt,
+    QuietOpt,
+    SchedulerOpt,
+    TailOpt,
+    TolLrOpt,
+    WarmupOpt,
+    choices,
+    out_option,
+    parse_updates,
+)
+from lrcheck.cli.output import (
+    Output,
+    ProgressBar,
+    plots,
+    prepared,
+    save_and_show,
+    saving_incomplete,
+)
+from lrcheck.experiments.tasks import GENERATED_SAMPLES, TASKS
+from lrcheck.plan.frameworks import FRAMEWORKS
+from lrcheck.spec import (
+    DEFAULT_TIMEOUT_S,
+    Amp,
+    Device,
+    Dtype,
+    LightningSampler,
+    LossNorm,
+    Optimizer,
+    PairSpec,
+    TrainerLoss,
+)
+
+if TYPE_CHECKING:
+    from lrcheck.api import Report
+
+T = TypeVar("T")
+
+HELP = """Train the candidate and the reference on the same data and check that they train alike.
+
+Under torchrun (torchrun --nproc-per-node 2 -m lrcheck compare ...) the candidate runs on
+every rank and rank 0 alone trains the reference and reports; every rank exits with the
+verdict's code.
+
+Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that raises stops its
+run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
+(what was recorded is saved with verdict "incomplete").
+"""
+
+# The flags that are not the candidate's RunSpec fields.
+TOLERANCE_FLAGS = ("lr", "params", "loss", "metrics")
+
+
+def compare_command(  # one parameter per flag: the body takes them all, by name
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
+    bs: Annotated[int, typer.Option(help="Micro-batch size: samples one process feeds forward at once.")] = DEFAULT.bs,
+    ref_bs: Annotated[int | None, typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref-bs·ref-nproc. [default: bs·accum·nproc / ref-nproc]")] = None,
+    nproc: Annotated[int | None, typer.Option(help="Processes the candidate runs as, launched through torchrun (gloo on CPU, nccl with one GPU each on CUDA). Inside torchrun, its world size. [default: 1]")] = None,
+    ref_nproc: Annotated[int, typer.Option(help="Processes the reference runs as (more than 1: launched through torchrun too).")] = 1,
+    timeout: Annotated[float, typer.Option(help="Multi-process runs only: seconds a run launched through torchrun may go without finishing an optimizer update (start-up counts); then every process is stopped and lrcheck exits 3. A run in this process has no timeout.")] = DEFAULT_TIMEOUT_S,
+    epochs: Annotated[int, typer.Option(help="Epochs over the training split.")] = DEFAULT.epochs,
+    task: Annotated[str, typer.Option(help=f"What is trained: {choices(TASKS)}.")] = DEFAULT.task,
+    samples: Annotated[int | None, typer.Option(help=f"Samples generated for --task {' or '.join(t.name for t in TASKS.values() if t.generated)} (the other tasks have a fixed size). [default: {GENERATED_SAMPLES}]")] = DEFAULT.samples,
+    scheduler: SchedulerOpt = DEFAULT.scheduler,
+    warmup: WarmupOpt = DEFAULT.warmup,
+    lr: LrOpt = DEFAULT.lr,
+    optimizer: Annotated[Optimizer, typer.Option(help=f"Optimizer: {choices(Optimizer)} (sgd has momentum 0.9).")] = DEFAULT.optimizer,
+    policy: PolicyOpt = DEFAULT.policy,
+    framework: Annotated[str, typer.Option(help=f"What trains both runs, for real: {choices(FRAMEWORKS)}. A framework decides when the optimizer and the scheduler step, how losses are scaled and how an epoch ends; lrcheck holds the model, its weights, the data order, the optimizer and the schedule fixed. See docs/frameworks.md.")] = DEFAULT.framework,
+    ref_framework: Annotated[str | None, typer.Option(help="What trains the reference. [default: --framework; plain compares against lrcheck's own exact loop]")] = None,
+    drop_last: Annotated[bool, typer.Option("--drop-last", help="A framework's DataLoader(drop_last=True): each process drops its epoch's last, short micro-batch.")] = DEFAULT.drop_last,
+    trainer_loss: Annotated[TrainerLoss, typer.Option(help=f"--framework transformers: how the Trainer scales a micro-batch's loss: {choices(TrainerLoss)} (mean: a model whose forward takes no num_items_in_batch, each micro-batch mean divided by the window's micro-batches; num-items: the forward takes num_items_in_batch and sums over the window's items).")] = DEFAULT.trainer_loss,
+    even_batches: Annotated[bool, typer.Option("--even-batches/--no-even-batches", help="--framework transformers: Accelerate's even_batches, which fills the last round of batches from the start of the data so every process gets one.")] = DEFAULT.even_batches,
+    lightning_sampler: Annotated[LightningSampler, typer.Option(help=f"--framework lightning: {choices(LightningSampler)} (distributed: Lightning's use_distributed_sampler=True wraps lrcheck's order in a DistributedSampler, which pads uneven processes; own: use_distributed_sampler=False, each process gets its share of lrcheck's order).")] = DEFAULT.lightning_sampler,
+    tail: TailOpt = DEFAULT.tail,
+    loss_norm: Annotated[LossNorm, typer.Option(help=f"Loss normalisation: {choices(LossNorm)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
+    seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
+    dtype: Annotated[Dtype, typer.Option(help=f"Floating-point type: {choices(Dtype)} (--framework ludwig trains in float32 whatever is asked).")] = DEFAULT.dtype,
+    device: Annotated[Device, typer.Option(help=f"Device: {choices(Device)}.")] = DEFAULT.device,
+    amp: Annotated[Amp, typer.Option(help=f"Mixed precision: {choices(Amp)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
+    resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on. --framework ludwig: stop Ludwig after update K as its Ctrl-C handler does, resume through its model_resume_path, against the same Ludwig run uninterrupted.")] = None,
+    resume_at_micro: Annotated[int | None, typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
+    inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
+    tol_lr: TolLrOpt = None,
+    tol_params: Annotated[float | None, typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
+    tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update (below 1/100 of the first loss, relative to that). [default: 1e-9 float64, 1e-3 float32]")] = None,
+    tol_metrics: Annotated[float | None, typer.Option(help="metrics check: absolute difference of accuracy and macro-F1. [default: 0.01]")] = None,
+    fast: Annotated[bool, typer.Option("--fast", help="Skip the noise floor: where the candidate cannot run in lockstep with the reference (a framework's own loop), params and loss are otherwise judged against a twin of the reference trained for it (one more run); with --fast, against the tolerances alone.")] = False,
+    out: Annotated[Path | None, out_option("Report folder. [default: ./lrcheck-reports/<pair name>]")] = None,
+    json_out: JsonOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """``HELP``: every flag, taken by name."""
+    raise typer.Exit(_run(dict(locals())))
+
+
+def _run(flags: dict[str, Any]) -> int:
+    """The pair the flags describe, trained, checked, saved and shown; the exit code."""
+    output = Output(json=flags.pop("json_out"), quiet=flags.pop("quiet"), speaks=speaks())
+    out, timeout = flags.pop("out"), flags.pop("timeout")
+    pair = _noted(lambda: _pair(flags, timeout))
+    with output.running():
+        return _compare(pair, out, timeout, output)
+
+
+def _pair(flags: dict[str, Any], timeout: float) -> PairSpec:
+    """``api.comparison_pair`` for the flags: the library checks them all, as it checks
+    ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``."""
+    from lrcheck.api import comparison_pair
+
+    tolerances = {name: flags.pop(f"tol_{name}") for name in TOLERANCE_FLAGS}
+    reference = {"ref_bs": flags.pop("ref_bs"), "ref_world": flags.pop("ref_nproc"),
+                 "ref_framework": flags.pop("ref_framework"), "fast": flags.pop("fast")}
+    flags["world"] = flags.pop("nproc")
+    flags["inject_overflow"] = parse_updates("--inject-overflow", flags["inject_overflow"])
+    return comparison_pair(flags, tolerances=tolerances, timeout=timeout, **reference)
+
+
+def _noted(build: Callable[[], T]) -> T:
+    """``build()``, with the ``FutureWarning`` the library gives for an old spelling (``--policy
+    accelerate``) told as a note; any other warning is shown as Python shows it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        try:
+            return build()
+        finally:
+            for warned in caught:
+                if issubclass(warned.category, FutureWarning):
+                    note(str(warned.message))
+                else:
+                    warnings.showwarning(warned.message, warned.category, warned.filename,
+                                         warned.lineno)
+
+
+def _compare(pair: PairSpec, out: Path | None, timeout: float, output: Output) -> int:
+    """Train and check ``pair`` with a progress bar, save the report and show it; the exit
+    code (under torchrun, every rank's: rank 0's verdict)."""
+    from lrcheck.api import run_comparison
+
+    output.starting(f"loading {pair.candidate.task} and building the runs")
+    with (prepared(pair, out, create=output.speaks) as folder,
+          plots(output.speaks) as renderer, saving_incomplete(folder, output),
+          ProgressBar(output.progress) as bar):
+
+        def on_report(report: Report) -> None:
+            bar.close()
+            save_and_show(report, folder, renderer, output)
+
+        return run_comparison(pair, on_report, progress=bar.update, timeout=timeout)

@@ -1,0 +1,43 @@
+"""Frozen specs: built once from flags (or a suite file), validated, and carried unchanged to the
+runner, the checks, the report and ``result.json``. ``run``: one training configuration;
+``pair``: what a comparison checks; ``choices``: the fixed sets a setting chooses from and the
+checks every option goes through; ``tolerances``: what each check allows.
+
+Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
+"""
+
+from __future__ import annotations
+
+from lrcheck.spec.choices import (
+    Amp,
+    Choice,
+    Device,
+    Dtype,
+    LightningSampler,
+    LossNorm,
+    Optimizer,
+    Tail,
+    TrainerLoss,
+    check_timeout,
+)
+from lrcheck.spec.pair import FilePair, PairSpec, pair_from_options, reference_framework
+from lrcheck.spec.run import (
+    ACCELERATE_POLICY_NOTE,
+    DEFAULT_TIMEOUT_S,
+    DIFF_DTYPE,
+    FRAMEWORK_FIELDS,
+    REFERENCE_POLICY,
+    TRACE_DEFAULTS,
+    RunSpec,
+    framework_settings,
+    resumed_against_itself,
+    samples_per_epoch,
+)
+from lrcheck.spec.tolerances import Tolerances
+
+__all__ = ["RunSpec", "PairSpec", "FilePair", "Tolerances", "Choice", "Tail", "LossNorm", "Dtype",
+           "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
+           "DEFAULT_TIMEOUT_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "FRAMEWORK_FIELDS",
+           "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",
+           "reference_framework", "framework_settings", "resumed_against_itself",
+           "samples_per_epoch"]

@@ -1,0 +1,42 @@
+"""What each check allows, and its defaults per floating-point type."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from lrcheck.errors import SpecError
+from lrcheck.spec.choices import Amp, Dtype, choose
+
+# (params, loss) relative tolerances per dtype. float32 is calibrated: over 16 pairs (4 tasks x
+# sgd/adamw x accum 2/4, 5 epochs) the largest differences measured were 2.6e-6 (params) and
+# 1.9e-5 (loss), so the defaults leave a margin of about 40x (README, "Tolerances").
+_DTYPE_TOL = {Dtype.FLOAT64: (1e-9, 1e-9), Dtype.FLOAT32: (1e-4, 1e-3)}
+# --amp fp16 (float16 autocast): over 4 pairs (digits accum 2/4, breast-cancer, adamw; 5 epochs)
+# the largest differences measured were 1.0e-2 (params) and 5.9e-3 (loss): about 5x margin.
+_AMP_TOL = {Amp.FP16: (5e-2, 3e-2)}
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """What each check allows. ``lr``: absolute, scaled by ``max(1, |lr|)``; ``params`` and
+    ``loss``: relative; ``metrics``: absolute on accuracy and macro-F1."""
+
+    lr: float = 1e-12
+    params: float = 1e-9
+    loss: float = 1e-9
+    metrics: float = 0.01
+
+    @classmethod
+    def for_dtype(cls, dtype: Dtype | str, amp: Amp | str = Amp.OFF,
+                  **overrides: float | None) -> Tolerances:
+        """Defaults for ``dtype`` (and ``amp``) with any non-None override applied."""
+        by_dtype = _DTYPE_TOL[choose("--dtype", dtype, Dtype)]
+        params, loss = _AMP_TOL.get(choose("--amp", amp, Amp), by_dtype)
+        base: dict[str, float] = {"params": params, "loss": loss}
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        tol = cls(**base)
+        for name, value in asdict(tol).items():
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise SpecError(f"--tol-{name} must be a number >= 0, got {value!r}")
+        return tol

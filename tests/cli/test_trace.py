@@ -1,0 +1,23 @@
+"""``lrcheck trace``."""
+
+import json
+
+import pytest
+
+from tests.cli.helpers import invoke
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedules_file):
+    result = invoke("trace", "--samples", "1000", "--scheduler",
+                    f"{schedules_file}:interrupted_at_step_50", "--out", str(tmp_path))
+    assert result.exit_code == 130
+    assert str(tmp_path / "result.json") in result.stderr and "Traceback" not in result.output
+    data = json.loads((tmp_path / "result.json").read_text())
+    assert data["verdict"] == "incomplete" and data["checks"] == []
+    assert "interrupted (Ctrl-C) while simulating the reference schedule" in data["incomplete"]
+    reference, candidate = data["runs"]["reference"], data["runs"]["candidate"]
+    assert [u["step"] for u in reference["updates"]] == list(range(50))
+    assert reference["stopped"] == "interrupted after 50 of 125 updates"
+    assert candidate["updates"] == []
+    assert candidate["stopped"] == "interrupted before its first update"
