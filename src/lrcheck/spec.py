@@ -38,7 +38,7 @@ LIGHTNING_SAMPLERS = ("distributed", "own")
 _FRAMEWORK_SETTINGS = {
     "drop_last": ("--drop-last", False, ("transformers", "lightning")),
     "trainer_loss": ("--trainer-loss", "mean", ("transformers",)),
-    "even_batches": ("--no-even-batches", True, ("transformers",)),
+    "even_batches": ("--no-even-batches", True, ("transformers", "accelerate")),
     "lightning_sampler": ("--lightning-sampler", "distributed", ("lightning",)),
 }
 
