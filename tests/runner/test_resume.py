@@ -1,4 +1,5 @@
-"""A checkpoint holds the loop's explicit Progress and gives it back into freshly built parts."""
+"""A checkpoint holds the loop's explicit LoopPosition and gives it back into freshly built
+parts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from lrcheck.experiments.tasks import load_data  # noqa: E402
 from lrcheck.plan.steps import plan_steps, schedule_context  # noqa: E402
 from lrcheck.runner import resume  # noqa: E402
 from lrcheck.runner.build import build  # noqa: E402
-from lrcheck.runner.resume import Pause, Progress, Window, resume_point  # noqa: E402
+from lrcheck.runner.resume import LoopPosition, OpenWindow, Pause, resume_point  # noqa: E402
 from lrcheck.spec import RunSpec  # noqa: E402
 
 SPEC = RunSpec(task="wine", bs=8, accum=2, epochs=2, device="cpu")
@@ -29,8 +30,8 @@ def test_save_then_load_gives_back_the_progress_and_the_window(tmp_path, inside)
     if inside:
         for p in parts.net.parameters():
             p.grad = torch.full_like(p, 0.25)
-        window = Window(1, torch.tensor(0.75, dtype=torch.float64), steps_before=6)
-    progress = Progress(update=7, samples_seen=112, scheduler_steps=7 + inside, window=window)
+        window = OpenWindow(1, torch.tensor(0.75, dtype=torch.float64), steps_before=6)
+    progress = LoopPosition(update=7, samples_seen=112, scheduler_steps=7 + inside, window=window)
     path = resume.save(tmp_path, parts, progress, rank=0)
 
     fresh, _ = _parts()

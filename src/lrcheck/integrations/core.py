@@ -3,7 +3,7 @@
 gradient), the LR every param group used (read just before ``optimizer.step()``), and at the
 update's end the loss over all ranks as a mean over its items. A ``Sink`` takes each update: a
 Recorder file with a parameter fingerprint (``FileSink``, one's own runs) or lrcheck's
-``Recording`` (``RecordingSink``, ``lrcheck compare --framework``).
+``Recording`` (``runner.frameworks.common.RecordingSink``, ``lrcheck compare --framework``).
 
 The weight is measured, not assumed: a hook on each micro-batch's mean loss receives, during the
 backward pass, the derivative of what the framework back-propagates with respect to that mean —
@@ -13,9 +13,9 @@ accumulation steps) — and DDP's average over the ranks divides it by the world
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -119,7 +119,7 @@ class Tap:
         one collective under several processes."""
         if self.world == 1:
             return windows
-        parts: list[Any] = [None] * self.world if self.rank == 0 else []
+        parts: list[list[Window]] = [[] for _ in range(self.world)] if self.rank == 0 else []
         dist.gather_object(windows, parts if self.rank == 0 else None, dst=0)
         if self.rank != 0:
             return None
@@ -145,23 +145,57 @@ def fingerprint(params: Iterable[torch.Tensor]) -> list[float]:
         return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
 
 
-def check_target(path: str | Path | None, sink: Sink | None, every: int) -> None:
-    """A callback's arguments: a Recorder file to write (or a sink), a fingerprint every
-    ``every`` >= 1 updates."""
-    if path is None and sink is None:
-        raise ValueError("LrcheckCallback needs a path to write to (or a sink)")
+def _check_every(every: object) -> None:
     if not (isinstance(every, int) and every >= 1):
         raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+
+
+Params = Callable[[], Iterable[torch.Tensor]]
+
+
+class CallbackBase:
+    """What every framework's ``LrcheckCallback`` shares: its arguments (a Recorder file
+    ``path`` to write, or a ``sink``; a fingerprint every ``every`` >= 1 updates; ``append`` to
+    add to an existing file) checked when it is made, and the ``Tap`` it records through, opened
+    once the framework has set up its processes (``open_tap``) and closed with its file
+    (``close_sink``)."""
+
+    def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
+                 sink: Sink | None = None) -> None:
+        if path is None and sink is None:
+            raise ValueError("LrcheckCallback needs a path to write to (or a sink)")
+        _check_every(every)
+        self.path, self.every, self.append, self.sink = path, every, append, sink
+        self.tap: Tap | None = None
+        self._owned: FileSink | None = None
+
+    def open_tap(self, params: Params, processes: tuple[int, int],
+                 device: torch.device | str | None) -> Tap:
+        """The ``Tap`` of a run whose parameters are ``params()``, on ``processes`` (world,
+        rank: the framework's own view), its losses on ``device``: into the sink, or into a
+        ``FileSink`` of ``path`` that rank 0 writes."""
+        sink = self.sink
+        if sink is None:
+            assert self.path is not None
+            sink = self._owned = FileSink(self.path, params, every=self.every,
+                                          append=self.append, rank=processes[1])
+        self.tap = Tap(sink, device, processes)
+        return self.tap
+
+    def close_sink(self) -> None:
+        """The Recorder file this callback opened, closed (a sink it was given stays open)."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
 
 
 class FileSink:
     """A Recorder line per update (rank 0 writes): step, samples_seen, the LR of every group,
     the loss, and every ``every``-th update a ``fingerprint`` of ``params()``."""
 
-    def __init__(self, path: str | Path, params: Any, *, every: int = 1,
+    def __init__(self, path: str | Path, params: Params, *, every: int = 1,
                  append: bool = False, rank: int | None = None) -> None:
-        if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
+        _check_every(every)
         rank = world_and_rank()[1] if rank is None else rank
         self.recorder = Recorder(path, append=append, enabled=rank == 0)
         self.params, self.every = params, every
@@ -179,22 +213,3 @@ class FileSink:
 
     def close(self) -> None:
         self.recorder.close()
-
-
-class RecordingSink:
-    """Updates into lrcheck's ``Recording`` (``lrcheck compare --framework``): the parameters
-    after each update as snapshots, the windows kept for the ``data`` check."""
-
-    def __init__(self, recording: Any) -> None:
-        self.recording = recording
-        self.samples_seen = 0
-
-    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int | None) -> None:
-        self.recording.before_step(optimizer, scheduler_steps or 0)
-
-    def update(self, loss: float | None, samples: int, epoch: int | None,
-               window: Window) -> None:
-        self.samples_seen += samples
-        self.recording.update(len(self.recording.updates),
-                              float("nan") if loss is None else loss, self.samples_seen,
-                              epoch or 0, window)

@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch import Callback
 
 from lrcheck.experiments.tasks import IGNORE_INDEX
-from lrcheck.integrations.core import FileSink, Sink, Tap, check_target
+from lrcheck.integrations.core import CallbackBase, Sink
 
 
 def batch_counts(batch: Any) -> tuple[int | torch.Tensor, int, torch.Tensor | None]:
@@ -66,7 +66,7 @@ def _mean_loss(output: Any) -> torch.Tensor | None:
     return output if isinstance(output, torch.Tensor) else None
 
 
-class LrcheckCallback(Callback):
+class LrcheckCallback(CallbackBase, Callback):
     """Records a Lightning run update by update, on every rank, rank 0 writing ``path`` (a
     Recorder file; ``append`` adds to it). ``every``: a parameter fingerprint every N updates.
     ``sink``: where updates go instead of a file (``lrcheck compare --framework lightning``).
@@ -75,26 +75,18 @@ class LrcheckCallback(Callback):
 
     def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
                  sink: Sink | None = None) -> None:
-        check_target(path, sink, every)
-        self.path, self.every, self.append, self.sink = path, every, append, sink
-        self.tap: Tap | None = None
-        self._owned: FileSink | None = None
+        super().__init__(path, every, append, sink)
         self._stepped = False
         self._first_step = 0
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit":
             return
-        sink = self.sink
-        if sink is None:
-            assert self.path is not None
-            # Rank 0 of the default group writes (FileSink).
-            sink = self._owned = FileSink(self.path, pl_module.parameters, every=self.every,
-                                          append=self.append)
-        tap = self.tap = Tap(sink, device=None)
         # The trainer's processes, not the default group's: a single-process fit inside a live
-        # group (rank 0 training the reference alone under torchrun) reduces nothing.
-        tap.world, tap.rank = trainer.world_size, trainer.global_rank
+        # group (rank 0 training the reference alone under torchrun) reduces nothing. The
+        # device is known at the start of training.
+        tap = self.open_tap(pl_module.parameters, (trainer.world_size, trainer.global_rank),
+                            None)
         step: Callable[..., Any] = pl_module.training_step
 
         def training_step(batch: Any, *args: Any, **kwargs: Any) -> Any:
@@ -134,9 +126,7 @@ class LrcheckCallback(Callback):
     def _finish(self, pl_module: Any) -> None:
         pl_module.__dict__.pop("training_step", None)  # the class's own again
         self._stepped = False
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
+        self.close_sink()
 
 
 def _scheduler_steps(trainer: Any) -> int | None:

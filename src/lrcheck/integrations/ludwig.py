@@ -37,23 +37,17 @@ import numpy as np
 import torch
 from ludwig.callbacks import Callback
 
-from lrcheck.integrations.core import FileSink, Sink, Tap
+from lrcheck.integrations.core import CallbackBase, Sink
 
 
-class LrcheckCallback(Callback):  # type: ignore[misc]  # Ludwig has no types
+class LrcheckCallback(CallbackBase, Callback):  # type: ignore[misc]  # Ludwig has no types
     """Records a Ludwig run update by update into ``path`` (a Recorder file; ``append`` adds to
     it). ``every``: a parameter fingerprint every N updates. ``sink``: where updates go instead
     of a file (``lrcheck compare --framework ludwig``). One callback per ``train()`` call."""
 
     def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
                  sink: Sink | None = None) -> None:
-        if sink is None and path is None:
-            raise ValueError("LrcheckCallback needs a path to write (or a sink)")
-        if not (isinstance(every, int) and every >= 1):
-            raise ValueError(f"every must be a whole number >= 1, got {every!r}")
-        self.path, self.every, self.append, self.sink = path, every, append, sink
-        self.tap: Tap | None = None
-        self._owned: FileSink | None = None
+        super().__init__(path, every, append, sink)
         self._ids: np.ndarray | None = None
         self._model: Any = None
 
@@ -69,14 +63,10 @@ class LrcheckCallback(Callback):  # type: ignore[misc]  # Ludwig has no types
         training_set.get = fetch
 
     def on_trainer_train_setup(self, trainer: Any, save_path: str, is_coordinator: bool) -> None:
-        sink = self.sink
         model = self._model = trainer.model
-        if sink is None:
-            assert self.path is not None
-            sink = self._owned = FileSink(self.path, model.parameters, every=self.every,
-                                          append=self.append)
-        tap = self.tap = Tap(sink, device=trainer.device)
-        tap.world, tap.rank = trainer.distributed.size(), trainer.distributed.rank()
+        tap = self.open_tap(model.parameters,
+                            (trainer.distributed.size(), trainer.distributed.rank()),
+                            trainer.device)
         train_loss: Callable[..., Any] = model.train_loss
 
         def measured(targets: dict[str, torch.Tensor], *args: Any,
@@ -106,6 +96,4 @@ class LrcheckCallback(Callback):  # type: ignore[misc]  # Ludwig has no types
             self._model.__dict__.pop("train_loss", None)  # the class's own again
             self._model = None
         self.tap = None
-        if self._owned is not None:
-            self._owned.close()
-            self._owned = None
+        self.close_sink()

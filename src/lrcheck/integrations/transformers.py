@@ -34,20 +34,18 @@ import torch
 from transformers import TrainerCallback
 
 from lrcheck.experiments.tasks import IGNORE_INDEX
-from lrcheck.integrations.core import FileSink, Sink, Tap, check_target
+from lrcheck.integrations.core import CallbackBase, Sink
 
 
-class LrcheckCallback(TrainerCallback):
+class LrcheckCallback(CallbackBase, TrainerCallback):
     """Records every optimizer update of the ``Trainer`` it is added to: into the Recorder file
     ``path`` (with a parameter fingerprint every ``every`` updates; ``append`` to add to an
     existing file), or into ``sink`` when given (lrcheck's own runs)."""
 
     def __init__(self, path: str | Path | None = None, every: int = 1, append: bool = False,
                  sink: Sink | None = None) -> None:
-        check_target(path, sink, every)
-        self.path, self.every, self.append, self.sink = path, every, append, sink
-        self.tap: Tap | None = None
-        self._hook: Any = None
+        super().__init__(path, every, append, sink)
+        self._hook: torch.utils.hooks.RemovableHandle | None = None
         self._first_step = 0
         self._shifts = False  # the model's loss predicts labels[..., 1:] (a causal LM)
 
@@ -57,13 +55,7 @@ class LrcheckCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, *, model: Any = None,
                        lr_scheduler: Any = None, **kwargs: Any) -> None:
         # The Trainer has set up its processes by now (a callback is often made before).
-        processes = (args.world_size, args.process_index)
-        sink = self.sink
-        if sink is None:
-            assert self.path is not None
-            sink = FileSink(self.path, model.parameters, every=self.every, append=self.append,
-                            rank=args.process_index)
-        self.tap = Tap(sink, args.device, processes)
+        self.open_tap(model.parameters, (args.world_size, args.process_index), args.device)
         self._first_step = getattr(lr_scheduler, "last_epoch", 0) or 0
         self._shifts = shifts_labels(model)
         self._hook = model.register_forward_hook(self._forward, with_kwargs=True)
@@ -86,10 +78,7 @@ class LrcheckCallback(TrainerCallback):
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if self.tap is not None:
-            close = getattr(self.tap.sink, "close", None)
-            if close is not None:
-                close()
+        self.close_sink()
 
     def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                  output: Any) -> None:

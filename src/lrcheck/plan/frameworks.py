@@ -57,7 +57,7 @@ _FRAMEWORKS = [
               settings=("--policy", "--tail", "--loss-norm", "--amp", "--resume-at")),
     Framework("accelerate", "HF Accelerate, run for real: prepare, accumulate, backward; "
               "lrcheck's loss normalisation", module="accelerate", lengths_times_world=True,
-              settings=("--tail", "--loss-norm")),
+              settings=("--tail", "--loss-norm", "--no-even-batches")),
     Framework("transformers", "the Transformers Trainer, run for real: its loop, loss scaling, "
               "last window and schedule (lr_scheduler_type)", module="transformers",
               owns_epoch=True, schedulers=TRAINER_SCHEDULES,

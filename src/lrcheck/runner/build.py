@@ -30,7 +30,7 @@ def make_optimizer(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimiz
     return torch.optim.SGD(groups, lr=spec.lr, momentum=MOMENTUM)
 
 
-def as_input(array: np.ndarray, dtype: torch.dtype, device: str) -> torch.Tensor:
+def as_input(array: np.ndarray, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """Features in the run's dtype; integer token ids stay integers."""
     if np.issubdtype(array.dtype, np.integer):
         return torch.as_tensor(array, device=device)

@@ -15,7 +15,7 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ from torch.nn.parallel import DistributedDataParallel
 from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
 from lrcheck.plan.order import GlobalBatch, global_batches, micro_batches, rank_share
 from lrcheck.plan.policies import POLICIES
-from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.plan.windows import items_each, planned_windows, with_measured
 from lrcheck.runner import resume
 from lrcheck.runner.amp import amp_autocast, make_scaler, optimizer_step
@@ -33,7 +32,7 @@ from lrcheck.runner.build import Parts, as_input, build
 from lrcheck.runner.lockstep import Lockstep
 from lrcheck.runner.loss import item_losses, micro_batch_loss
 from lrcheck.runner.recording import Recording
-from lrcheck.runner.resume import Pause, Progress, Window, resume_point
+from lrcheck.runner.resume import LoopPosition, OpenWindow, Pause, resume_point
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, Resumed, RunTrace
 
@@ -60,7 +59,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     parts = loop.build()
     if on_start is not None:
         on_start()
-    progress = Progress()
+    progress = LoopPosition()
     if loop.run(parts, progress, pause):
         with tempfile.TemporaryDirectory(prefix="lrcheck-resume-") as folder:
             path = resume.save(Path(folder), parts, progress, rank)
@@ -89,11 +88,9 @@ class _Loop:
                  keep_states: bool = False, lockstep: Lockstep | None = None) -> None:
         self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
         self.lockstep, self.restored = lockstep, -1
-        self.plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs,
-                               spec.tail)
-        self.ctx = schedule_context(self.plan, spec.policy, spec.warmup, spec.framework)
-        self.recording = Recording(spec, self.plan, self.ctx, data, device=device,
-                                   on_update=on_update, keep_states=keep_states)
+        self.recording = Recording.for_run(spec, data, device=device, on_update=on_update,
+                                           keep_states=keep_states)
+        self.plan, self.ctx = self.recording.plan, self.recording.ctx
         self.every_micro_batch = POLICIES[spec.policy].steps_every_micro_batch
         self.dtype = getattr(torch, spec.dtype)
         self.x_train = as_input(data.x_train, self.dtype, device)
@@ -125,7 +122,7 @@ class _Loop:
         self.recording.attach(parts.net)
         return parts
 
-    def run(self, parts: Parts, progress: Progress, pause: Pause | None) -> bool:
+    def run(self, parts: Parts, progress: LoopPosition, pause: Pause | None) -> bool:
         """Train from ``progress`` to the end, or until ``pause``: True when it paused there
         (``progress`` then says where)."""
         parts.model.train()
@@ -144,7 +141,7 @@ class _Loop:
                 return True
         return False
 
-    def _update(self, parts: Parts, batch: GlobalBatch, progress: Progress,
+    def _update(self, parts: Parts, batch: GlobalBatch, progress: LoopPosition,
                 pause: Pause | None) -> bool:
         """One optimizer update: forward and backward over its micro-batches, then the step, the
         schedule and the record. True when ``pause`` came inside it; it stops early, unrecorded,
@@ -160,7 +157,7 @@ class _Loop:
                 self.lockstep.load(parts.net, parts.optimizer, batch.update)
         # The GradScaler's factor in the gradients of this update (it changes after a step).
         self.scale = 1.0 if parts.scaler is None else float(parts.scaler.get_scale())
-        window = progress.window = progress.window or Window(
+        window = progress.window = progress.window or OpenWindow(
             0, torch.zeros((), dtype=self.dtype, device=self.device), progress.scheduler_steps)
         for m in range(window.micro, len(micro) - 1):
             self._forward_backward(parts, micro[m], n_global, window, last=False)
@@ -192,7 +189,7 @@ class _Loop:
         return [rank_share(m, rank, world) for m in micro_batches(on_device, bs, world)]
 
     def _forward_backward(self, parts: Parts, idx: torch.Tensor, n_global: int,
-                          window: Window, last: bool) -> None:
+                          window: OpenWindow, last: bool) -> None:
         """This rank's share ``idx`` of one micro-batch, forward and backward; its loss joins
         the window's."""
         # DDP all-reduces gradients only on the last micro-batch of an update.
@@ -238,14 +235,15 @@ class _Loop:
             mine = [[] for _ in self.weights]
         if self.spec.world == 1:
             return [[(0, w) for w in update] for update in mine]
-        parts: list[Any] = [None] * self.spec.world if self.rank == 0 else []
+        parts: list[list[list[np.ndarray]]] = ([[] for _ in range(self.spec.world)]
+                                               if self.rank == 0 else [])
         dist.gather_object(mine, parts if self.rank == 0 else None, dst=0, group=self.group)
         if self.rank != 0:
             return None
         return [[(r, w) for r, p in enumerate(parts) if k < len(p) for w in p[k]]
                 for k in range(max(len(p) for p in parts))]
 
-    def _optimizer_step(self, parts: Parts, update: int, progress: Progress) -> bool:
+    def _optimizer_step(self, parts: Parts, update: int, progress: LoopPosition) -> bool:
         """``optimizer.step()``, the LR recorded just before it; True when the GradScaler
         skipped it."""
         self.recording.before_step(parts.optimizer, progress.scheduler_steps)
@@ -257,15 +255,15 @@ class _Loop:
         parts.optimizer.zero_grad(set_to_none=True)
         return skipped
 
-    def _step_scheduler(self, parts: Parts, update: int, progress: Progress) -> bool:
+    def _step_scheduler(self, parts: Parts, update: int, progress: LoopPosition) -> bool:
         """``scheduler.step()``, counted; False when it raised (the recording says why)."""
         if not self.recording.step_scheduler(parts.scheduler, update):
             return False
         progress.scheduler_steps += 1
         return True
 
-    def _record(self, batch: GlobalBatch, window: Window, skipped: bool,
-                progress: Progress) -> None:
+    def _record(self, batch: GlobalBatch, window: OpenWindow, skipped: bool,
+                progress: LoopPosition) -> None:
         """The update is done: its loss over all ranks, recorded; the next one comes."""
         if self.spec.world > 1:
             dist.all_reduce(window.loss_sum, group=self.group)

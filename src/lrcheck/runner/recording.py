@@ -23,13 +23,13 @@ and nothing here waits for the device more than once per update.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
-from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps
+from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps, schedule_context
 from lrcheck.plan.windows import Window, by_items
 from lrcheck.runner.build import as_input
 from lrcheck.runner.lockstep import StateSnapshots
@@ -60,6 +60,18 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[fl
     return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
 
 
+class Steps(Protocol):
+    """A learning-rate schedule as a loop drives it: torch's ``LRScheduler``, or a framework's
+    wrapper of one (Accelerate's ``AcceleratedScheduler``)."""
+
+    def step(self) -> None: ...
+
+
+def run_plan(spec: RunSpec, data: Dataset) -> StepPlan:
+    """The updates ``spec`` makes on ``data``'s training split."""
+    return plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+
+
 def step_failure(exc: BaseException, update: int) -> str:
     """Why a run stopped when ``scheduler.step()`` raised during update ``update``."""
     return f"scheduler.step() raised {type(exc).__name__} at update {update}: {exc}"
@@ -71,7 +83,7 @@ class Recording:
     updates. ``resumed``: where a loop that checkpointed and resumed the run did so."""
 
     def __init__(self, spec: RunSpec, plan: StepPlan, ctx: ScheduleContext, data: Dataset, *,
-                 device: Any, on_update: OnUpdate | None = None,
+                 device: torch.device | str, on_update: OnUpdate | None = None,
                  keep_states: bool = False) -> None:
         self.started = time.perf_counter()
         self.spec, self.plan, self.ctx, self.on_update = spec, plan, ctx, on_update
@@ -96,6 +108,17 @@ class Recording:
         self._optimizer: torch.optim.Optimizer | None = None
         self.lockstep: int | None = None  # updates a lockstep candidate started from the ref's
 
+    @classmethod
+    def for_run(cls, spec: RunSpec, data: Dataset, *, device: torch.device | str,
+                on_update: OnUpdate | None = None, keep_states: bool = False) -> Recording:
+        """The recording of a run of ``spec`` on ``data``: its plan (``run_plan``) and the
+        schedule context it starts with (a framework that sizes its schedule its own way
+        replaces ``ctx`` with what it really used)."""
+        plan = run_plan(spec, data)
+        ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
+        return cls(spec, plan, ctx, data, device=device, on_update=on_update,
+                   keep_states=keep_states)
+
     def attach(self, net: torch.nn.Module) -> None:
         """Record ``net``'s parameters from now on (again after a resume builds a new model).
         The run is built, everything it needs imported: the garbage collector starting held
@@ -119,7 +142,7 @@ class Recording:
         self._steps_at_read = scheduler_steps
         self._optimizer = optimizer
 
-    def step_scheduler(self, scheduler: Any, update: int) -> bool:
+    def step_scheduler(self, scheduler: Steps, update: int) -> bool:
         """``scheduler.step()`` during update ``update``; False when it raised, and the run is
         to stop: ``stopped`` says why."""
         try:
@@ -186,7 +209,7 @@ def recording_bytes(spec: RunSpec, data: Dataset, keep_states: bool = False) -> 
     in lockstep with, of the optimizer's state (a momentum buffer per parameter for SGD, two
     moments for AdamW, and its step counts). The model is built on the meta device, which
     allocates nothing."""
-    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
+    plan = run_plan(spec, data)
     with torch.device("meta"):
         net = TASKS[spec.task].build_model(data)
     size = sum(p.numel() for p in net.parameters())

@@ -4,7 +4,7 @@ plus, when the run stops inside an accumulation window, the gradients and loss g
 in it. Loading goes into parts built again from scratch, so whatever a ``state_dict`` does not
 capture (a schedule kept in a closure, say) is lost, as it would be in a real resume.
 
-The loop's own position is an explicit ``Progress``, which the loop owns and a checkpoint saves
+The loop's own position is an explicit ``LoopPosition``, which the loop owns and a checkpoint saves
 and gives back."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lrcheck.words import plural
 
 
 @dataclass
-class Window:
+class OpenWindow:
     """What the update in progress has gathered: its first ``micro`` micro-batches of this rank
     (their gradients are in the parameters' ``.grad``), their share of the update's loss, and the
     ``scheduler.step()`` calls made before the update began."""
@@ -35,7 +35,7 @@ class Window:
 
 
 @dataclass
-class Progress:
+class LoopPosition:
     """Where lrcheck's own loop stands: the update in progress (or the next one), the samples
     seen and ``scheduler.step()`` calls made so far, and the window in progress (None between
     updates)."""
@@ -43,7 +43,7 @@ class Progress:
     update: int = 0
     samples_seen: int = 0
     scheduler_steps: int = 0
-    window: Window | None = None
+    window: OpenWindow | None = None
 
     @property
     def micro_done(self) -> int:
@@ -87,7 +87,7 @@ def resume_point(spec: RunSpec, plan: StepPlan) -> Pause | None:
     return None
 
 
-def save(folder: Path, parts: Parts, progress: Progress, rank: int) -> Path:
+def save(folder: Path, parts: Parts, progress: LoopPosition, rank: int) -> Path:
     """Write the checkpoint of rank ``rank``'s ``parts`` at ``progress`` into ``folder``; its
     path."""
     window = progress.window
@@ -111,7 +111,7 @@ def save(folder: Path, parts: Parts, progress: Progress, rank: int) -> Path:
     return path
 
 
-def load(path: Path, parts: Parts, device: str) -> Progress:
+def load(path: Path, parts: Parts, device: str) -> LoopPosition:
     """Load the checkpoint at ``path`` into freshly built ``parts``; the progress to go on
     from."""
     state = torch.load(path, map_location=device, weights_only=False)
@@ -124,9 +124,10 @@ def load(path: Path, parts: Parts, device: str) -> Progress:
     if state["rng"]["cuda"] is not None:
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     position, counters, saved = state["position"], state["counters"], state["window"]
-    progress = Progress(position["update"], counters["samples_seen"], counters["scheduler_steps"])
+    progress = LoopPosition(position["update"], counters["samples_seen"],
+                            counters["scheduler_steps"])
     if saved is not None:
         for param, grad in zip(parts.net.parameters(), saved["grads"], strict=True):
             param.grad = grad
-        progress.window = Window(position["micro"], saved["loss_sum"], saved["steps_before"])
+        progress.window = OpenWindow(position["micro"], saved["loss_sum"], saved["steps_before"])
     return progress

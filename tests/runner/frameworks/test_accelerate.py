@@ -21,8 +21,8 @@ def summary(report) -> str:
 
 
 def through_accelerate(**candidate):
-    return lrcheck.compare(epochs=EPOCHS, framework="accelerate", ref_framework="plain",
-                           **candidate)
+    settings = {"epochs": EPOCHS, "ref_framework": "plain", **candidate}
+    return lrcheck.compare(framework="accelerate", **settings)
 
 
 @pytest.mark.parametrize("accum", [1, 2, 4])
@@ -77,3 +77,48 @@ def test_a_schedule_sized_from_the_prepared_loader_is_world_times_too_short(sche
     schedule = sized_from_prepared_loader(optimizer, ctx)
     assert schedule.total_iters == UPDATES
     assert ctx.total_steps == 2 * UPDATES
+
+
+# Through the shared recording: what Accelerate's prepared loader really fed, on 2 processes,
+# against a reference in Accelerate too (the default).
+
+def window_ids(window) -> list[int]:
+    return sorted(int(i) for m in window for i in m.ids)
+
+
+def test_two_processes_against_a_reference_in_accelerate_report_what_was_fed():
+    """The reference, trained by rank 0 after the candidate's job, keeps out of the job's
+    process group (it crashed with "Accelerate sees process 0 of 2, lrcheck planned rank 0 of
+    1"); every micro-batch of both ranks is recorded with its ids and measured weight."""
+    report = lrcheck.compare(framework="accelerate", world=2, bs=8, accum=2, ref_bs=32,
+                             epochs=EPOCHS, timeout=120)
+    assert report.ok, summary(report)
+    assert report.check("data").status == "pass" and report.check("weights").status == "pass"
+    cand, ref = report.candidate.windows, report.reference.windows
+    assert len(cand) == len(ref) == UPDATES
+    for k in (0, UPDATES - 1):
+        # 2 micro-batches of 8 on each rank, each mean weighted 8/32: measured, not planned.
+        assert sorted((m.rank, len(m.ids), m.weight) for m in cand[k]) == [
+            (0, 8, 0.25), (0, 8, 0.25), (1, 8, 0.25), (1, 8, 0.25)], cand[k]
+        assert window_ids(cand[k]) == window_ids(ref[k])
+
+
+def test_even_batches_fills_the_last_round_from_the_start_and_data_fails_there():
+    """1437 = 44·32 + 29 with the flush tail, on 2 processes of bs 2: the epoch is 719
+    batches, so rank 1 has one fewer and rank 0's last is a single sample; Accelerate's
+    even_batches fills both from the start of the data. The candidate's last update is fed 32
+    samples, 3 of them a second time in the epoch: ``data`` fails there, measured."""
+    report = through_accelerate(world=2, bs=2, accum=8, ref_bs=32, tail="flush", epochs=1,
+                                ref_framework=None)
+    data = report.check("data")
+    assert data.status == "fail" and data.first_divergence == 44, summary(report)
+    cand, ref = report.candidate.windows[44], report.reference.windows[44]
+    assert len(window_ids(ref)) == 29 and len(window_ids(cand)) == 32
+    extra = sorted(set(window_ids(cand)) - set(window_ids(ref)))
+    assert len(extra) == 3 and "3 samples only in the candidate" in data.detail, data.detail
+    # The samples seen twice are the epoch's first ones.
+    first = {int(i) for k in range(2) for m in report.candidate.windows[k] for i in m.ids}
+    assert set(extra) <= first
+    # Every update before it was fed exactly what the reference was.
+    assert all(window_ids(report.candidate.windows[k]) == window_ids(report.reference.windows[k])
+               for k in range(44))

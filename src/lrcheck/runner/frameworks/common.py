@@ -1,19 +1,41 @@
-"""What the adapters of frameworks that own the training loop share: the training split as a
-dataset whose every item carries its sample id, lrcheck's data order as a sampler the framework
-drives, and a single-process run kept out of the torchrun job it may be started in."""
+"""What every framework run needs, written once; an adapter says only what its framework does
+(how its trainer is built, how it trains).
+
+- ``framework_process(spec, name, accelerate=...)``: the framework imported (or the install
+  command), a run of world 1 kept out of the torchrun job it may be started in (``alone``), and
+  — for the frameworks that run on Accelerate — Accelerate's process-wide state cleared after;
+- ``FrameworkRun.start``: the plan, the schedule context and the ``Recording``, and lrcheck's
+  global batches, which reach the framework as a sampler (``order``) over a dataset whose every
+  item carries its sample id (``dataset``);
+- ``FrameworkRun.check_processes``: the processes the framework found are the ones lrcheck
+  planned;
+- ``FrameworkRun.finish``: the trace, with the samples every rank really fed (``core.Tap``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from lrcheck.errors import RunError
 from lrcheck.experiments.tasks import Dataset
-from lrcheck.plan.order import GlobalBatch, dealt_order, micro_batches, rank_share
+from lrcheck.plan.frameworks import require_framework
+from lrcheck.plan.order import GlobalBatch, dealt_order, global_batches, micro_batches, rank_share
+from lrcheck.plan.steps import ScheduleContext, StepPlan
+from lrcheck.plan.windows import Window
 from lrcheck.runner.build import as_input
+from lrcheck.runner.recording import Recording
+from lrcheck.spec import RunSpec
+from lrcheck.trace import OnUpdate, RunTrace
+
+if TYPE_CHECKING:
+    from lrcheck.integrations.core import Tap
 
 # What torchrun puts in a worker's environment; a framework that finds them sets up (or joins)
 # a process group.
@@ -98,3 +120,97 @@ class PlannedOrder(torch.utils.data.Sampler[int]):
 
     def __len__(self) -> int:
         return len(self._streams[min(self.epoch, len(self._streams) - 1)])
+
+
+def reset_accelerate() -> None:
+    """Accelerate keeps its state in process-wide singletons; the next run (another accum,
+    another device) needs them cleared, as Accelerate's own test case does."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+@contextlib.contextmanager
+def framework_process(spec: RunSpec, *, accelerate: bool = False) -> Iterator[None]:
+    """The block a framework trains ``spec`` in: its package imported first (a ``SpecError``
+    naming the install command), torchrun's variables hidden from a run of world 1
+    (``alone``); ``accelerate``: the framework runs on Accelerate, whose state is cleared
+    afterwards, however the block ends."""
+    require_framework(spec.framework)
+    try:
+        with alone(spec.world):
+            yield
+    finally:
+        if accelerate:
+            reset_accelerate()
+
+
+@dataclass
+class FrameworkRun:
+    """One run of ``spec`` through a framework: its ``recording`` (which holds the plan and the
+    schedule context) and lrcheck's global ``batches``, the order the framework is fed."""
+
+    spec: RunSpec
+    data: Dataset
+    recording: Recording
+    batches: list[GlobalBatch]
+
+    @classmethod
+    def start(cls, spec: RunSpec, data: Dataset, *, device: torch.device | str,
+              on_update: OnUpdate | None) -> FrameworkRun:
+        recording = Recording.for_run(spec, data, device=device, on_update=on_update)
+        plan = recording.plan
+        batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
+                                      spec.seed, spec.tail, spec.twin))
+        return cls(spec, data, recording, batches)
+
+    @property
+    def plan(self) -> StepPlan:
+        return self.recording.plan
+
+    @property
+    def ctx(self) -> ScheduleContext:
+        """The schedule context so far (a framework that sizes its schedule itself replaces
+        ``recording.ctx`` once it has)."""
+        return self.recording.ctx
+
+    def order(self, *, dealt: bool = True, rank: int | None = None) -> PlannedOrder:
+        """lrcheck's order as a sampler (``PlannedOrder``'s ``dealt`` and ``rank``)."""
+        return PlannedOrder(self.batches, self.spec.bs, self.spec.world, self.spec.epochs,
+                            dealt=dealt, rank=rank)
+
+    def dataset(self) -> IdDataset:
+        return IdDataset(self.data, self.recording.dtype)
+
+    def check_processes(self, framework: str, world: int, rank: int, planned_rank: int) -> None:
+        """A ``RunError`` unless ``framework`` found process ``rank`` of ``world``: the rank
+        lrcheck planned, of ``spec.world``."""
+        if (world, rank) != (self.spec.world, planned_rank):
+            raise RunError(f"{framework} sees process {rank} of {world}, lrcheck planned rank "
+                           f"{planned_rank} of {self.spec.world}")
+
+    def finish(self, tap: Tap | None) -> RunTrace:
+        """The trace, with the windows every rank fed merged on rank 0 (one collective under
+        several processes); ``tap``: the recording callback's, which the framework started."""
+        assert tap is not None, "the framework never started its recording callback"
+        return self.recording.finish(tap.gathered(self.recording.windows))
+
+
+class RecordingSink:
+    """Updates into lrcheck's ``Recording`` (``lrcheck compare --framework``): the parameters
+    after each update as snapshots, the windows kept for the ``data`` check."""
+
+    def __init__(self, recording: Recording) -> None:
+        self.recording = recording
+        self.samples_seen = 0
+
+    def before_step(self, optimizer: torch.optim.Optimizer, scheduler_steps: int | None) -> None:
+        self.recording.before_step(optimizer, scheduler_steps or 0)
+
+    def update(self, loss: float | None, samples: int, epoch: int | None,
+               window: Window) -> None:
+        self.samples_seen += samples
+        self.recording.update(len(self.recording.updates),
+                              float("nan") if loss is None else loss, self.samples_seen,
+                              epoch or 0, window)

@@ -22,7 +22,7 @@ With ``--lightning-sampler own`` (``use_distributed_sampler=False``) every rank'
 its own share directly.
 
 The run is recorded through ``integrations.lightning.LrcheckCallback`` — the callback users add
-to their own Trainer — into the ``Recording`` (``RecordingSink``).
+to their own Trainer — into the ``Recording`` (``common.RecordingSink``).
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ import torch
 from lrcheck.errors import RunError
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
-from lrcheck.plan.frameworks import require_framework
-from lrcheck.plan.order import global_batches
-from lrcheck.plan.steps import ScheduleContext, plan_steps, schedule_context
+from lrcheck.plan.order import GlobalBatch
+from lrcheck.plan.steps import ScheduleContext
 from lrcheck.runner.build import build
-from lrcheck.runner.frameworks.common import IdDataset, PlannedOrder, alone
+from lrcheck.runner.frameworks.common import FrameworkRun, PlannedOrder, framework_process
 from lrcheck.runner.loss import item_losses
 from lrcheck.runner.recording import Recording
 from lrcheck.spec import RunSpec
@@ -72,8 +71,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
     ``spec.world`` > 1 the Trainer's DDP uses the default process group the caller made
     (Lightning skips its own ``init_process_group`` when one exists); a single-process run does
     not see torchrun's environment."""
-    require_framework(spec.framework)
-    with alone(spec.world), quiet(), keeps_ctrl_c():
+    with framework_process(spec), quiet(), keeps_ctrl_c():
         return _train(spec, data, device, rank, on_update, on_start)
 
 
@@ -112,29 +110,24 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int,
            on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
     import lightning.pytorch as pl
 
-    from lrcheck.integrations.core import RecordingSink
     from lrcheck.integrations.lightning import LrcheckCallback
+    from lrcheck.runner.frameworks.common import RecordingSink
 
-    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
-    # Replaced by the Lightning-sized one in configure_optimizers.
-    ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
+    # Its schedule context is replaced by the Lightning-sized one in configure_optimizers.
+    run = FrameworkRun.start(spec, data, device=device, on_update=on_update)
     cuda = device.startswith("cuda")
-    recording = Recording(spec, plan, ctx, data, device=device, on_update=on_update)
     parts = build(spec, data, None, None)  # Lightning places the model itself
-    callback = LrcheckCallback(sink=RecordingSink(recording))
+    callback = LrcheckCallback(sink=RecordingSink(run.recording))
     module_class, raises_ctrl_c = _classes()
-    module = module_class(spec, parts.net, parts.optimizer, recording, on_start)
-    batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
-                                  spec.seed, spec.tail, spec.twin))
+    module = module_class(spec, parts.net, parts.optimizer, run.recording, on_start)
     own = spec.lightning_sampler == "own"
     if own and spec.world > 1:
-        _same_batch_counts(spec, batches)
-    sampler: torch.utils.data.Sampler[int] = PlannedOrder(
-        batches, spec.bs, spec.world, spec.epochs, dealt=False,
-        rank=rank if own and spec.world > 1 else None)
+        _same_batch_counts(spec, run.batches)
+    sampler: torch.utils.data.Sampler[int] = run.order(
+        dealt=False, rank=rank if own and spec.world > 1 else None)
     if spec.world > 1 and not own:
         sampler = _distributed(sampler, spec.world, rank)
-    loader = torch.utils.data.DataLoader(IdDataset(data, recording.dtype), batch_size=spec.bs,
+    loader = torch.utils.data.DataLoader(run.dataset(), batch_size=spec.bs,
                                          sampler=sampler, drop_last=spec.drop_last)
     index = torch.device(device).index
     trainer = pl.Trainer(
@@ -146,12 +139,9 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int,
         use_distributed_sampler=not own, callbacks=[callback, raises_ctrl_c()], logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, gradient_clip_val=None)
-    if (trainer.world_size, trainer.global_rank) != (spec.world, rank):
-        raise RunError(f"Lightning sees process {trainer.global_rank} of {trainer.world_size}, "
-                       f"lrcheck planned rank {rank} of {spec.world}")
+    run.check_processes("Lightning", trainer.world_size, trainer.global_rank, rank)
     trainer.fit(module, train_dataloaders=loader)
-    assert callback.tap is not None
-    return recording.finish(callback.tap.gathered(recording.windows))
+    return run.finish(callback.tap)
 
 
 def _distributed(order: torch.utils.data.Sampler[int], world: int,
@@ -169,7 +159,7 @@ def _distributed(order: torch.utils.data.Sampler[int], world: int,
     return wrapped
 
 
-def _same_batch_counts(spec: RunSpec, batches: list[Any]) -> None:
+def _same_batch_counts(spec: RunSpec, batches: list[GlobalBatch]) -> None:
     """With every rank's own loader, an epoch where the ranks' loaders have different lengths
     would leave one rank waiting in DDP's all-reduce for ever: refused before training."""
     per_rank = [PlannedOrder(batches, spec.bs, spec.world, spec.epochs, dealt=False,

@@ -32,8 +32,8 @@ import torch
 
 from lrcheck.errors import RunError
 from lrcheck.experiments.tasks import TASKS, Dataset
-from lrcheck.plan.frameworks import LUDWIG_SCHEDULES, require_framework
-from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.plan.frameworks import LUDWIG_SCHEDULES
+from lrcheck.runner.frameworks.common import framework_process
 from lrcheck.runner.recording import Recording
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, Resumed, RunTrace
@@ -168,14 +168,19 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           on_start: Callable[[], None] | None = None) -> RunTrace:
     """``plain.train``'s contract, trained through ``LudwigModel.train`` in this process (Ludwig
     places the model itself: on CUDA when it sees one)."""
-    require_framework(spec.framework)
-    from lrcheck.integrations.core import RecordingSink
-    from lrcheck.integrations.ludwig import LrcheckCallback
+    with framework_process(spec):
+        return _train_and_resume(spec, data, on_update, on_start)
 
-    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
-    ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
+
+def _train_and_resume(spec: RunSpec, data: Dataset, on_update: OnUpdate | None,
+                      on_start: Callable[[], None] | None) -> RunTrace:
+    """``train``, inside its framework's process: once, or — ``--resume-at K`` — stopped after
+    update K and trained again from Ludwig's checkpoint."""
+    from lrcheck.integrations.ludwig import LrcheckCallback
+    from lrcheck.runner.frameworks.common import RecordingSink
+
     where = "cuda" if torch.cuda.is_available() else "cpu"
-    recording = Recording(spec, plan, ctx, data, device=where, on_update=on_update)
+    recording = Recording.for_run(spec, data, device=where, on_update=on_update)
     sink = RecordingSink(recording)
     run = _Run(recording, data, spec.resume_at, on_start)
     frame = training_frame(data)

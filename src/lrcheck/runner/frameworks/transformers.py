@@ -30,14 +30,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lrcheck.errors import RunError
 from lrcheck.experiments.tasks import IGNORE_INDEX, Dataset
-from lrcheck.plan.frameworks import TRAINER_SCHEDULES, require_framework
-from lrcheck.plan.order import global_batches
-from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.plan.frameworks import TRAINER_SCHEDULES
 from lrcheck.runner.build import build
-from lrcheck.runner.frameworks.common import IdDataset, PlannedOrder, alone
-from lrcheck.runner.recording import Recording
+from lrcheck.runner.frameworks.common import FrameworkRun, PlannedOrder, framework_process
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 
@@ -70,18 +66,10 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           on_start: Callable[[], None] | None = None) -> RunTrace:
     """``plain.train``'s contract, trained through ``Trainer.train()``. Under torchrun the
     Trainer (its Accelerate state) joins the process group lrcheck set up; a run of world 1
-    does not see torchrun's variables (``common.alone``)."""
-    require_framework(spec.framework)
-    from accelerate.state import AcceleratorState, GradientState
-
-    try:
-        with alone(spec.world), tempfile.TemporaryDirectory(prefix="lrcheck-trainer-") as out:
-            return _train(spec, data, device, rank, out, on_update, on_start)
-    finally:
-        # The Trainer's Accelerate state lives in process-wide singletons; the next run
-        # (another accum, another device) needs them cleared.
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
+    does not see torchrun's variables (``common.framework_process``)."""
+    with (framework_process(spec, accelerate=True),
+          tempfile.TemporaryDirectory(prefix="lrcheck-trainer-") as out):
+        return _train(spec, data, device, rank, out, on_update, on_start)
 
 
 def _arguments(spec: RunSpec, device: str, out: str) -> Any:
@@ -113,23 +101,18 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
            on_update: OnUpdate | None, on_start: Callable[[], None] | None) -> RunTrace:
     from transformers import PrinterCallback, Trainer, TrainerCallback
 
-    from lrcheck.integrations.core import RecordingSink
     from lrcheck.integrations.transformers import LrcheckCallback
+    from lrcheck.runner.frameworks.common import RecordingSink
 
     args = _arguments(spec, device, out)
-    if (args.world_size, args.process_index) != (spec.world, rank):
-        raise RunError(f"the Trainer sees process {args.process_index} of {args.world_size}, "
-                       f"lrcheck planned rank {rank} of {spec.world}")
-    plan = plan_steps(len(data.y_train), spec.bs, spec.accum, spec.world, spec.epochs, spec.tail)
-    ctx = schedule_context(plan, spec.policy, spec.warmup, spec.framework)
-    recording = Recording(spec, plan, ctx, data, device=args.device, on_update=on_update)
+    run = FrameworkRun.start(spec, data, device=args.device, on_update=on_update)
+    run.check_processes("the Trainer", args.world_size, args.process_index, rank)
+    recording = run.recording
     # lrcheck's seeded model and optimizer; the Trainer makes the schedule (build's own is
     # dropped: the Trainer's, made later on the same optimizer, sets the LR again).
-    parts = build(spec, data, ctx, str(args.device))
+    parts = build(spec, data, run.ctx, str(args.device))
     model = TaskModel(parts.net, accepts_loss_kwargs=spec.trainer_loss == "num-items")
-    batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
-                                  spec.seed, spec.tail, spec.twin))
-    order = PlannedOrder(batches, spec.bs, spec.world, spec.epochs, dealt=True)
+    order = run.order(dealt=True)
     recorder = LrcheckCallback(sink=RecordingSink(recording))
 
     class Epochs(TrainerCallback):
@@ -161,11 +144,10 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
         def _get_train_sampler(self, train_dataset: Any = None) -> PlannedOrder:
             return order
 
-    trainer = PlannedTrainer(model=model, args=args, train_dataset=IdDataset(data, recording.dtype),
+    trainer = PlannedTrainer(model=model, args=args, train_dataset=run.dataset(),
                              optimizers=(parts.optimizer, None),
                              callbacks=[recorder, Epochs()])
     # With tqdm off the Trainer prints its logs (the run's summary at the end) to stdout.
     trainer.remove_callback(PrinterCallback)
     trainer.train()
-    assert recorder.tap is not None
-    return recording.finish(recorder.tap.gathered(recording.windows))
+    return run.finish(recorder.tap)
