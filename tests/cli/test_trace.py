@@ -21,3 +21,12 @@ def test_ctrl_c_in_trace_saves_what_was_simulated_and_exits_130(tmp_path, schedu
     assert reference["stopped"] == "interrupted after 50 of 125 updates"
     assert candidate["updates"] == []
     assert candidate["stopped"] == "interrupted before its first update"
+
+
+def test_the_old_policy_accelerate_is_a_note_in_trace_as_in_compare(tmp_path):
+    result = invoke("trace", "--samples", "100", "--policy", "accelerate", "--quiet",
+                    "--out", str(tmp_path / "t"))
+    assert result.exit_code == 0
+    assert result.stderr.splitlines()[0] == (
+        "lrcheck: note: --policy accelerate is now --framework accelerate --ref-framework plain")
+    assert "FutureWarning" not in result.output

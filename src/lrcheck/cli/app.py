@@ -11,9 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
-from lrcheck.cli import compare, diff, suite, trace
-from lrcheck.cli import list as listing
+from lrcheck.cli.compare import HELP as COMPARE_HELP
+from lrcheck.cli.compare import compare_command
+from lrcheck.cli.diff import diff_command
 from lrcheck.cli.ending import Commands, exit_status, stop_on_signals
+from lrcheck.cli.list import list_command
+from lrcheck.cli.suite import suite_command
+from lrcheck.cli.trace import trace_command
 
 app = typer.Typer(cls=Commands, no_args_is_help=True, add_completion=False,
                   rich_markup_mode=None,
@@ -43,11 +47,11 @@ def _options(
     pass
 
 
-app.command("compare", help=compare.HELP)(compare.compare_command)
-app.command("trace")(trace.trace_command)
-app.command("diff")(diff.diff_command)
-app.command("suite")(suite.suite_command)
-app.command("list")(listing.list_command)
+app.command("compare", help=COMPARE_HELP)(compare_command)
+app.command("trace")(trace_command)
+app.command("diff")(diff_command)
+app.command("suite")(suite_command)
+app.command("list")(list_command)
 
 
 def main() -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from lrcheck.cli.ending import note, speaks
+from lrcheck.cli.ending import noted, speaks
 from lrcheck.cli.options import (
     DEFAULT,
     JsonOpt,
@@ -49,7 +47,6 @@ from lrcheck.spec import (
 if TYPE_CHECKING:
     from lrcheck.api import Report
 
-T = TypeVar("T")
 
 HELP = """Train the candidate and the reference on the same data and check that they train alike.
 
@@ -113,7 +110,7 @@ def _run(flags: dict[str, Any]) -> int:
     """The pair the flags describe, trained, checked, saved and shown; the exit code."""
     output = Output(json=flags.pop("json_out"), quiet=flags.pop("quiet"), speaks=speaks())
     out, timeout = flags.pop("out"), flags.pop("timeout")
-    pair = _noted(lambda: _pair(flags, timeout))
+    pair = noted(lambda: _pair(flags, timeout))
     with output.running():
         return _compare(pair, out, timeout, output)
 
@@ -129,22 +126,6 @@ def _pair(flags: dict[str, Any], timeout: float) -> PairSpec:
     flags["world"] = flags.pop("nproc")
     flags["inject_overflow"] = parse_updates("--inject-overflow", flags["inject_overflow"])
     return comparison_pair(flags, tolerances=tolerances, timeout=timeout, **reference)
-
-
-def _noted(build: Callable[[], T]) -> T:
-    """``build()``, with the ``FutureWarning`` the library gives for an old spelling (``--policy
-    accelerate``) told as a note; any other warning is shown as Python shows it."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FutureWarning)
-        try:
-            return build()
-        finally:
-            for warned in caught:
-                if issubclass(warned.category, FutureWarning):
-                    note(str(warned.message))
-                else:
-                    warnings.showwarning(warned.message, warned.category, warned.filename,
-                                         warned.lineno)
 
 
 def _compare(pair: PairSpec, out: Path | None, timeout: float, output: Output) -> int:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,6 +20,8 @@ from lrcheck.errors import Interrupted, LrcheckError, RunError, Stopped, stop_wo
 # The click that typer runs on: its own vendored copy (typer._click) in recent typer, click itself
 # before.
 _click = importlib.import_module(typer.BadParameter.__module__)
+
+T = TypeVar("T")
 
 STOP_SIGNALS = ("SIGTERM", "SIGHUP")
 
@@ -46,6 +50,36 @@ def warning(text: str) -> None:
         escape(f"lrcheck: warning: {text}"))
 
 
+def noted(build: Callable[[], T]) -> T:
+    """``build()``, with the ``FutureWarning`` the library gives for an old spelling (``--policy
+    accelerate``) told as a note; any other warning is shown as Python shows it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        try:
+            return build()
+        finally:
+            for warned in caught:
+                if issubclass(warned.category, FutureWarning):
+                    note(str(warned.message))
+                else:
+                    warnings.showwarning(warned.message, warned.category, warned.filename,
+                                         warned.lineno)
+
+
+def _choice_message(usage: Any) -> str | None:
+    """A fixed choice that is none of its values, said as the library says it (``spec.choose``)
+    rather than as typer's validation does."""
+    param = getattr(usage, "param", None)
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    errors = getattr(usage.__cause__, "errors", None)
+    if param is None or not (isinstance(annotation, type) and issubclass(annotation, Enum)
+                             and callable(errors)):
+        return None
+    given = next((e.get("input") for e in errors() if "input" in e), None)
+    flag = max(param.opts, key=len)
+    return f"{flag} {given!r} is not known; choose one of: {', '.join(m.value for m in annotation)}"
+
+
 def _usage_code(usage: Any) -> int:
     """A usage error (the click typer runs on, ``_click``, which mypy does not see) told in one
     line: exit 2; click >= 8.2's ``NoArgsIsHelpError`` is help, shown."""
@@ -54,7 +88,7 @@ def _usage_code(usage: Any) -> int:
         return int(usage.exit_code)
     where = usage.ctx.command_path if isinstance(usage, _click.UsageError) and usage.ctx \
         else None
-    text = usage.format_message().rstrip(".")
+    text = _choice_message(usage) or usage.format_message().rstrip(".")
     error_line(text + (f"; see '{where} --help'" if where else ""))
     return 2
 

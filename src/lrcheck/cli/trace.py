@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from lrcheck.cli.ending import noted
 from lrcheck.cli.options import (
     DEFAULT,
     JsonOpt,
@@ -61,8 +62,8 @@ def trace_command(
     candidate = {**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs, "world": nproc,
                  "scheduler": scheduler, "warmup": warmup, "lr": lr, "optimizer": optimizer,
                  "policy": policy, "tail": tail, "samples": samples}
-    pair = pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
-                             tolerances={"lr": tol_lr})
+    pair = noted(lambda: pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
+                                           tolerances={"lr": tol_lr}))
     output = Output(json=json_out, quiet=quiet)
     with output.running():
         code = _trace(pair, out, output)

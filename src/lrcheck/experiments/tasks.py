@@ -1,7 +1,8 @@
 """Tasks: a data set that ships inside a package (or is generated) and a small model for it.
 
 The registry is plain data, importable without torch or scikit-learn; ``lrcheck list``, the CLI's
-choices, the README table and the tests all iterate ``TASKS``.
+choices, the generated docs table (docs/reference/registries.md) and the tests all iterate
+``TASKS``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ from lrcheck.spec.choices import Amp, Dtype, choose
 
 # (params, loss) relative tolerances per dtype. float32 is calibrated: over 16 pairs (4 tasks x
 # sgd/adamw x accum 2/4, 5 epochs) the largest differences measured were 2.6e-6 (params) and
-# 1.9e-5 (loss), so the defaults leave a margin of about 40x (README, "Tolerances").
+# 1.9e-5 (loss), so the defaults leave a margin of about 40x (docs/checks.md, "Tolerances,
+# measured").
 _DTYPE_TOL = {Dtype.FLOAT64: (1e-9, 1e-9), Dtype.FLOAT32: (1e-4, 1e-3)}
 # --amp fp16 (float16 autocast): over 4 pairs (digits accum 2/4, breast-cancer, adamw; 5 epochs)
 # the largest differences measured were 1.0e-2 (params) and 5.9e-3 (loss): about 5x margin.
