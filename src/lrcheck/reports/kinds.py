@@ -87,7 +87,7 @@ def file_settings(report: Report, subject: str) -> list[str]:
             f"- reference: `{pair.reference}`, "
             f"{plural(len(report.reference.updates), 'update')}",
             "- Recorder files, updates aligned by samples_seen; "
-            f"lrcheck {report.environment.get('lrcheck')}"]
+            f"lrcheck {report.environment.lrcheck}"]
 
 
 def _how(spec: RunSpec) -> str:
@@ -107,9 +107,9 @@ def run_settings(report: Report, subject: str) -> list[str]:
         f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
         f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
-        f"- environment: torch {report.environment.get('torch')}"
+        f"- environment: torch {report.environment.torch}"
         + "".join(f", {name} {version}" for name, version in framework_versions(report))
-        + f" on {report.environment.get('device')}",
+        + f" on {report.environment.device}",
     ]
 
 

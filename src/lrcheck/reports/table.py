@@ -33,8 +33,8 @@ def framework_versions(report: Report) -> list[tuple[str, str]]:
     """The frameworks the two runs trained through, with their versions (from the
     environment)."""
     names = {FRAMEWORKS[spec.framework].module for spec in report.specs()}
-    return [(name, str(report.environment[name])) for name in sorted(n for n in names if n)
-            if name in report.environment]
+    versions = report.environment.frameworks
+    return [(name, versions[name]) for name in sorted(n for n in names if n) if name in versions]
 
 
 def files_title(report: Report, subject: str) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrcheck.checks import FAIL
+from lrcheck.environment import Environment
 from lrcheck.result import Report, Verdict
 from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.words import Word
@@ -176,7 +177,7 @@ class SuiteResult:
     baseline_path: str | None = None
     # Pairs of the baseline that this suite does not have (renamed or removed).
     baseline_missing: list[str] = field(default_factory=list)
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment | None = None
     # Why the suite stopped early ("interrupted (Ctrl-C) during pair 2 of 3 ('b')"), or None.
     interrupted: str | None = None
 
@@ -194,6 +195,9 @@ class SuiteResult:
             return Verdict.INCOMPLETE
         return Verdict.PASS if self.exit_code == 0 else Verdict.FAIL
 
+    def environment_dict(self) -> dict[str, object]:
+        return {} if self.environment is None else self.environment.to_dict()
+
     def counts(self) -> dict[str, int]:
         statuses = [o.status for o in self.outcomes]
         return {"pairs": len(statuses), **{s.value: statuses.count(s) for s in STATUSES}}
@@ -210,6 +214,6 @@ class SuiteResult:
             "baseline": self.baseline_path,
             "baseline_missing": self.baseline_missing,
             "pairs": [o.to_dict() for o in self.outcomes],
-            "environment": self.environment,
+            "environment": self.environment_dict(),
             "seconds": round(self.seconds, 3),
         }
