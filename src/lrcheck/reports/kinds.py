@@ -30,6 +30,7 @@ from lrcheck.reports.table import (
 )
 from lrcheck.result import Kind, Report
 from lrcheck.spec import RunSpec, samples_per_epoch
+from lrcheck.trace import METRICS, metric_values
 from lrcheck.words import plural
 
 MakePlot = Callable[[Report, Path], Plot]
@@ -71,9 +72,9 @@ def _files(report: Report) -> str:
 def metrics_markdown(report: Report) -> list[str]:
     """report.md's table of the final evaluation."""
     lines = ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-    for key in ("accuracy", "f1_macro"):
-        r = (report.reference.metrics or {}).get(key)
-        c = (report.candidate.metrics or {}).get(key)
+    ref, cand = metric_values(report.reference.metrics), metric_values(report.candidate.metrics)
+    for key, _ in METRICS:
+        r, c = ref.get(key), cand.get(key)
         lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
                      f"{'—' if c is None else f'{c:.4f}'} |")
     return lines

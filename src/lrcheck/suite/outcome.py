@@ -14,6 +14,7 @@ from lrcheck.checks import FAIL
 from lrcheck.environment import Environment
 from lrcheck.result import Report, Verdict
 from lrcheck.suite.spec import Suite, SuiteEntry
+from lrcheck.trace import METRICS, metric_values
 from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
@@ -142,9 +143,9 @@ class PairOutcome:
         """max |ΔLR| of the ``lr`` check, and candidate − reference accuracy and macro-F1."""
         if self.report is None:
             return {"max_abs_dlr": None, "accuracy": None, "f1_macro": None}
-        ref, cand = self.report.reference.metrics or {}, self.report.candidate.metrics or {}
-        diff = {k: cand[k] - ref[k] if k in ref and k in cand else None
-                for k in ("accuracy", "f1_macro")}
+        ref, cand = (metric_values(self.report.reference.metrics),
+                     metric_values(self.report.candidate.metrics))
+        diff = {k: cand[k] - ref[k] if k in ref and k in cand else None for k, _ in METRICS}
         return {"max_abs_dlr": self.report.check("lr").max_abs_diff, **diff}
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,7 +160,8 @@ class PairOutcome:
             "folder": self.folder,
             "checks": [c.to_dict() for c in self.report.checks] if self.report else [],
             "deltas": self.deltas(),
-            "metrics": self.report.candidate.metrics if self.report else None,
+            "metrics": (self.report.candidate.metrics.to_dict()
+                        if self.report and self.report.candidate.metrics else None),
             "baseline": self.baseline,
             "regressions": [r.to_dict() for r in self.regressions],
             "error": self.error,
