@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from lrcheck.checks import run_checks
+from lrcheck.environment import Environment
 from lrcheck.plan.order import micro_batches, rank_share
 from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.result import Report
@@ -61,7 +62,7 @@ def fake_report(lr_shift: float = 0.0, accuracy: float = 0.9, f1: float = 0.88,
     cand = fake_trace(pair.candidate, [lr + (lr_shift if k >= 2 else 0.0)
                                        for k, lr in enumerate(lrs)], accuracy, f1)
     checks = run_checks(ref, cand, pair.tolerances)
-    return Report(pair, ref, cand, checks, {"torch": "test", "device": "cpu"})
+    return Report(pair, ref, cand, checks, Environment(lrcheck="test", torch="test", device="cpu"))
 
 
 @pytest.fixture

@@ -178,7 +178,7 @@ def test_the_reference_rides_in_the_candidate_s_job_and_this_process_stays_light
     # imports neither torch nor the data, and its work does not compete with the ranks.
     code = ("import sys, lrcheck\n"
             "report = lrcheck.compare(world=2, bs=8, accum=2, task='wine', epochs=2)\n"
-            "print(report.verdict, report.environment['launch']['reference'],\n"
+            "print(report.verdict, report.environment.launch['reference'],\n"
             "      len(report.reference.updates), sorted(m for m in ('torch', 'sklearn')\n"
             "      if m in sys.modules))\n")
     run = Run([sys.executable, "-c", code], tmp_path).finish()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from lrcheck.environment import Environment
 from lrcheck.reports.files import write_incomplete
 from lrcheck.result import IncompleteResult
 from lrcheck.spec import PairSpec, RunSpec
@@ -15,7 +16,8 @@ def test_incomplete_result_json(tmp_path):
     ref_updates = [UpdateRecord(k, (0.1, 0.1), 1.0, 32 * (k + 1), k, 0) for k in range(4)]
     reference = RunTrace.partial(pair.reference, ref_updates, 4, "interrupted after 4 of 4")
     candidate = RunTrace.partial(pair.candidate, ref_updates[:2], 4, "interrupted after 2 of 4")
-    result = IncompleteResult(pair, reference, candidate, {"device": "cpu", "world_size": 2},
+    result = IncompleteResult(pair, reference, candidate,
+                              Environment(lrcheck="test", device="cpu", world_size=2),
                               "interrupted (Ctrl-C) during the candidate run")
     path = write_incomplete(result, tmp_path / "out")
     data = json.loads(path.read_text())

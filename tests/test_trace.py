@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lrcheck.trace import UpdateColumns, thin_indices
+from lrcheck.spec import RunSpec
+from lrcheck.trace import (
+    METRICS,
+    EpochMetrics,
+    Metrics,
+    RunTrace,
+    UpdateColumns,
+    metric_values,
+    thin_indices,
+)
 
 
 def test_thin_indices_keeps_ends_and_the_pinned_neighbourhood():
@@ -25,3 +34,14 @@ def test_update_columns_read_like_a_list_of_records():
     assert [u.step for u in cols] == [0, 1, 2] and [u.step for u in cols[1:]] == [1, 2]
     with pytest.raises(IndexError):
         cols[3]
+
+
+def test_a_run_s_metrics_are_its_last_epoch_s_and_read_by_key():
+    spec = RunSpec(task="wine")
+    epochs = [EpochMetrics(0, 3, 0.5, 0.4), EpochMetrics(1, 7, 0.75, 0.7)]
+    trace = RunTrace(spec=spec, updates=[], epochs=epochs, params=np.zeros((1, 1)),
+                     planned_updates=0, context=None)
+    assert trace.metrics == Metrics(accuracy=0.75, f1_macro=0.7)
+    assert trace.to_dict()["metrics"] == {"accuracy": 0.75, "f1_macro": 0.7}
+    assert [key for key, _ in METRICS] == list(trace.metrics.to_dict())
+    assert metric_values(None) == {}

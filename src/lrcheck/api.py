@@ -138,6 +138,7 @@ def diff(reference: str | Path, candidate: str | Path, *,
         raise _unknown("diff", list(unknown), ("tolerances",),
                        "it takes the two Recorder files and tolerances")
     from lrcheck.checks import recorded_checks
+    from lrcheck.environment import Environment
     from lrcheck.recorder import read_records
     from lrcheck.result import Kind, Report
     from lrcheck.trace import RunTrace
@@ -148,7 +149,7 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ref, cand = (RunTrace.from_records(read_records(path), str(path))
                  for path in (reference, candidate))
     checks = recorded_checks(ref, cand, pair.tolerances)
-    return Report(pair, ref, cand, checks, {"lrcheck": __version__, "device": "none"},
+    return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.checks import CheckResult, verdict
+from lrcheck.environment import Environment
 from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RunTrace
 from lrcheck.words import Word
@@ -45,7 +46,7 @@ class Report:
     reference: RunTrace
     candidate: RunTrace
     checks: list[CheckResult]
-    environment: dict[str, Any]
+    environment: Environment
     # A diff report's ``pair`` is a ``FilePair``.
     kind: Kind = Kind.COMPARE
 
@@ -86,7 +87,8 @@ class IncompleteResult:
     pair: PairSpec
     reference: RunTrace
     candidate: RunTrace
-    environment: dict[str, Any]
+    # None where it stopped before where it runs was known (a torchrun job's start-up).
+    environment: Environment | None
     reason: str
 
     verdict = INCOMPLETE
@@ -99,7 +101,7 @@ class IncompleteResult:
 
 
 def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResult],
-            reference: RunTrace, candidate: RunTrace, environment: dict[str, Any]
+            reference: RunTrace, candidate: RunTrace, environment: Environment | None
             ) -> dict[str, Any]:
     # A long simulated schedule is thinned in JSON: it keeps the updates where the runs part.
     pinned = [c.first_divergence for c in checks if c.first_divergence is not None]
@@ -109,5 +111,5 @@ def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResul
         "pair": {"name": pair.name, **pair.to_dict()},
         "checks": [c.to_dict() for c in checks],
         "runs": {"reference": reference.to_dict(pinned), "candidate": candidate.to_dict(pinned)},
-        "environment": environment,
+        "environment": {} if environment is None else environment.to_dict(),
     }

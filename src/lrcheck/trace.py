@@ -56,6 +56,26 @@ def _maybe(kind: type, value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Metrics:
+    """A run's final evaluation on the test split (result.json's ``metrics``)."""
+
+    accuracy: float
+    f1_macro: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"accuracy": self.accuracy, "f1_macro": self.f1_macro}
+
+
+# Each metric's key in ``Metrics.to_dict()`` and its name in reports, in their order.
+METRICS = (("accuracy", "accuracy"), ("f1_macro", "macro-F1"))
+
+
+def metric_values(metrics: Metrics | None) -> dict[str, float]:
+    """``metrics`` by key, ``{}`` for a run with no evaluation."""
+    return {} if metrics is None else metrics.to_dict()
+
+
+@dataclass(frozen=True)
 class EpochMetrics:
     epoch: int
     after_update: int
@@ -127,11 +147,12 @@ class RunTrace:
     lockstep: int | None = None
 
     @property
-    def metrics(self) -> dict[str, float] | None:
+    def metrics(self) -> Metrics | None:
+        """The last epoch's evaluation; None for a run with none (a schedule, a file)."""
         if not self.epochs:
             return None
         last = self.epochs[-1]
-        return {"accuracy": last.accuracy, "f1_macro": last.f1_macro}
+        return Metrics(last.accuracy, last.f1_macro)
 
     @classmethod
     def from_records(cls, records: Sequence[dict[str, Any]], source: str) -> RunTrace:
@@ -211,7 +232,7 @@ class RunTrace:
             "spec": self.spec.to_dict() if self.spec is not None else self.source,
             "updates": (self.schedule.updates_json(pinned) if self.schedule is not None
                         else [u.to_dict() for u in self.updates]),
-            "metrics": self.metrics,
+            "metrics": None if self.metrics is None else self.metrics.to_dict(),
             "epochs": [asdict(e) for e in self.epochs],
             "planned_updates": self.planned_updates,
             "schedule_context": {} if self.context is None else self.context.to_dict(),

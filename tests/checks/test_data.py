@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from lrcheck.checks import check_data, run_checks
+from lrcheck.environment import Environment
 from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.spec import RunSpec, Tolerances
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
@@ -236,7 +237,8 @@ def test_the_explanation_is_in_the_table_report_md_and_result_json():
     pair = PairSpec.build(RunSpec(bs=16, accum=2), ref_bs=32)
     ref, cand = reference(), candidate(16, 1, lambda n, total: 0.5, params_from=2)
     ref.spec, cand.spec = pair.reference, pair.candidate
-    report = Report(pair, ref, cand, run_checks(ref, cand, pair.tolerances), {})
+    report = Report(pair, ref, cand, run_checks(ref, cand, pair.tolerances),
+                    Environment(lrcheck="test", device="cpu"))
     why = "each micro-batch's mean weighted 1/2 instead of by its samples (16/29 and 13/29)"
     console = Console(record=True, width=2000)
     console.print(render(report))

@@ -30,7 +30,7 @@ def test_ludwig_at_accum_1_trains_exactly_like_itself():
     assert report.check("lr").max_abs_diff == 0.0
     assert report.candidate.spec.dtype == "float32"  # Ludwig's number features and model
     assert len(report.candidate.updates) == 45 * EPOCHS
-    assert report.environment["ludwig"] == "0.11.0"
+    assert report.environment.frameworks["ludwig"] == "0.11.0"
 
 
 def test_accum_2_steps_ludwigs_schedule_on_every_micro_batch():

@@ -136,7 +136,7 @@ def test_a_report_leaves_no_stale_file_of_an_earlier_report_in_its_folder(make_r
                                             "report.md", "result.json"]
     assert json.loads((tmp_path / "result.json").read_text())["files"] == [
         "lr.png", "report.html", "report.md", "result.json"]
-    incomplete = IncompleteResult(trace.pair, trace.reference, trace.candidate, {}, "Ctrl-C")
+    incomplete = IncompleteResult(trace.pair, trace.reference, trace.candidate, None, "Ctrl-C")
     write_incomplete(incomplete, tmp_path)  # no report nor plots: none may stay from before
     assert sorted(os.listdir(tmp_path)) == ["mine.png", "notes.txt", "result.json"]
     assert json.loads((tmp_path / "result.json").read_text())["files"] == ["result.json"]

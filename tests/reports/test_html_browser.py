@@ -18,6 +18,7 @@ import pytest
 
 import lrcheck
 from lrcheck.checks import schedule_checks
+from lrcheck.environment import Environment
 from lrcheck.reports.files import write_report, write_suite
 from lrcheck.result import Kind, Report
 from lrcheck.spec import PairSpec, RunSpec
@@ -61,8 +62,8 @@ def million_update_trace() -> Report:
 
     reference, candidate = run(pair.reference, ref), run(pair.candidate, cand)
     checks = schedule_checks(reference, candidate, pair.tolerances)
-    return Report(pair, reference, candidate, checks, {"torch": "test", "device": "cpu"},
-                  kind=Kind.TRACE)
+    return Report(pair, reference, candidate, checks,
+                  Environment(lrcheck="test", torch="test", device="cpu"), kind=Kind.TRACE)
 
 
 def recorder_file(path: Path, per_micro_batch: bool) -> Path:

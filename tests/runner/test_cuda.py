@@ -51,6 +51,6 @@ def test_cuda_compare_is_exact_in_float64():
 
     report = lrcheck.compare(bs=8, accum=2, task="wine", epochs=2, device="cuda")
     print(report.to_dict()["checks"])
-    assert report.environment["device"] == "cuda"
+    assert report.environment.device == "cuda"
     assert report.ok
     assert report.check("params").max_rel_diff <= 1e-9

@@ -245,7 +245,7 @@ def _metrics_gap(ref: RunTrace, other: RunTrace) -> float | None:
     r, c = ref.metrics, other.metrics
     if r is None or c is None:
         return None
-    return max(abs(c["accuracy"] - r["accuracy"]), abs(c["f1_macro"] - r["f1_macro"]))
+    return max(abs(c.accuracy - r.accuracy), abs(c.f1_macro - r.f1_macro))
 
 
 def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
@@ -259,9 +259,9 @@ def check_metrics(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
     worst = _metrics_gap(ref, cand)
     if r is None or c is None or worst is None:
         return CheckResult("metrics", SKIP, None, None, "a run has no evaluation")
-    d_acc, d_f1 = c["accuracy"] - r["accuracy"], c["f1_macro"] - r["f1_macro"]
-    text = (f"accuracy {r['accuracy']:.4f} → {c['accuracy']:.4f} ({d_acc:+.4f}), "
-            f"macro-F1 {r['f1_macro']:.4f} → {c['f1_macro']:.4f} ({d_f1:+.4f})")
+    d_acc, d_f1 = c.accuracy - r.accuracy, c.f1_macro - r.f1_macro
+    text = (f"accuracy {r.accuracy:.4f} → {c.accuracy:.4f} ({d_acc:+.4f}), "
+            f"macro-F1 {r.f1_macro:.4f} → {c.f1_macro:.4f} ({d_f1:+.4f})")
     if cand.lockstep:
         text = ("lockstep (the candidate's final model is the reference's before the last "
                 f"update, plus the candidate's last update): {text}")

@@ -20,16 +20,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from lrcheck.errors import SpecError
 
 if TYPE_CHECKING:
-    import torch
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
 
     from lrcheck.plan.steps import ScheduleContext
 
-Factory = Callable[["torch.optim.Optimizer", "ScheduleContext"], Any]
+# A factory is the user's code: what it returns is checked (``make_scheduler``).
+Factory = Callable[["Optimizer", "ScheduleContext"], object]
 
 RESTART_CYCLES = 3
 STEP_DECAYS = 3
@@ -48,11 +50,11 @@ class Scheduler:
     name: str
     description: str
     # (optimizer, steps of the main schedule); with ``own_warmup``, (optimizer, ctx).
-    main: Callable[[Any, Any], Any]
+    main: Callable[..., LRScheduler]
     own_warmup: bool = False
     why_not: Callable[[ScheduleContext], str | None] | None = None
 
-    def make(self, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
+    def make(self, optimizer: Optimizer, ctx: ScheduleContext) -> LRScheduler:
         """The schedule for ``ctx``: warmup (if any) then the main schedule."""
         from torch.optim import lr_scheduler as lrs
 
@@ -65,49 +67,61 @@ class Scheduler:
         return lrs.SequentialLR(optimizer, [ramp, self.main(optimizer, decay)], [warmup])
 
 
-def _lrs() -> Any:
-    from torch.optim import lr_scheduler
+def _constant(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import LambdaLR
 
-    return lr_scheduler
-
-
-def _constant(opt: Any, steps: int) -> Any:
-    return _lrs().LambdaLR(opt, lambda _: 1.0)
+    return LambdaLR(opt, lambda _: 1.0)
 
 
-def _linear(opt: Any, steps: int) -> Any:
-    return _lrs().LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=steps)
+def _linear(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import LinearLR
+
+    return LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=steps)
 
 
-def _cosine(opt: Any, steps: int) -> Any:
-    return _lrs().CosineAnnealingLR(opt, T_max=steps)
+def _cosine(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import CosineAnnealingLR
+
+    return CosineAnnealingLR(opt, T_max=steps)
 
 
-def _cosine_restarts(opt: Any, steps: int) -> Any:
-    return _lrs().CosineAnnealingWarmRestarts(opt, T_0=max(1, math.ceil(steps / RESTART_CYCLES)))
+def _cosine_restarts(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import CosineAnnealingWarmRestarts
+
+    return CosineAnnealingWarmRestarts(opt, T_0=max(1, math.ceil(steps / RESTART_CYCLES)))
 
 
-def _polynomial(opt: Any, steps: int) -> Any:
-    return _lrs().PolynomialLR(opt, total_iters=steps, power=POLYNOMIAL_POWER)
+def _polynomial(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import PolynomialLR
+
+    return PolynomialLR(opt, total_iters=steps, power=POLYNOMIAL_POWER)
 
 
-def _inverse_sqrt(opt: Any, steps: int) -> Any:
-    return _lrs().LambdaLR(opt, lambda s: 1.0 / math.sqrt(1.0 + s))
+def _inverse_sqrt(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import LambdaLR
+
+    return LambdaLR(opt, lambda s: 1.0 / math.sqrt(1.0 + s))
 
 
-def _wsd(opt: Any, steps: int) -> Any:
+def _wsd(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import LambdaLR
+
     decay = max(1, round(WSD_DECAY_FRACTION * steps))
     stable = steps - decay
-    return _lrs().LambdaLR(opt, lambda s: 1.0 if s < stable else max(0.0, (steps - s) / decay))
+    return LambdaLR(opt, lambda s: 1.0 if s < stable else max(0.0, (steps - s) / decay))
 
 
-def _step(opt: Any, steps: int) -> Any:
-    return _lrs().StepLR(opt, step_size=max(1, math.ceil(steps / (STEP_DECAYS + 1))),
+def _step(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import StepLR
+
+    return StepLR(opt, step_size=max(1, math.ceil(steps / (STEP_DECAYS + 1))),
                          gamma=STEP_GAMMA)
 
 
-def _exponential(opt: Any, steps: int) -> Any:
-    return _lrs().ExponentialLR(opt, gamma=EXPONENTIAL_FINAL ** (1.0 / steps))
+def _exponential(opt: Optimizer, steps: int) -> LRScheduler:
+    from torch.optim.lr_scheduler import ExponentialLR
+
+    return ExponentialLR(opt, gamma=EXPONENTIAL_FINAL ** (1.0 / steps))
 
 
 ONECYCLE_DEFAULT_RISE = 0.25  # OneCycleLR's rising phase when --warmup is 0
@@ -119,10 +133,12 @@ def _onecycle_shape(ctx: ScheduleContext) -> tuple[int, float]:
     return total, ctx.warmup_steps / total if ctx.warmup_steps else ONECYCLE_DEFAULT_RISE
 
 
-def _onecycle(opt: Any, ctx: ScheduleContext) -> Any:
+def _onecycle(opt: Optimizer, ctx: ScheduleContext) -> LRScheduler:
+    from torch.optim.lr_scheduler import OneCycleLR
+
     total, pct = _onecycle_shape(ctx)
     max_lr = [g["lr"] for g in opt.param_groups]
-    return _lrs().OneCycleLR(opt, max_lr=max_lr, total_steps=total, pct_start=pct)
+    return OneCycleLR(opt, max_lr=max_lr, total_steps=total, pct_start=pct)
 
 
 def _onecycle_why_not(ctx: ScheduleContext) -> str | None:
@@ -221,7 +237,7 @@ def load_factory(ref: str) -> Factory:
     return cast(Factory, factory)
 
 
-def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleContext) -> Any:
+def make_scheduler(name: str, optimizer: Optimizer, ctx: ScheduleContext) -> LRScheduler:
     """The schedule ``name`` (built-in or factory) for ``optimizer``, checked to be a torch LR
     scheduler that can step without arguments and that drives ``optimizer`` itself."""
     from torch.optim.lr_scheduler import LRScheduler
@@ -247,7 +263,7 @@ def make_scheduler(name: str, optimizer: torch.optim.Optimizer, ctx: ScheduleCon
     return scheduler
 
 
-def _optimizer_words(optimizer: Any) -> str:
+def _optimizer_words(optimizer: object) -> str:
     """``SGD at 0x7f…, 1 param group``: which optimizer, told apart from another of its kind."""
     groups = getattr(optimizer, "param_groups", None)
     count = f", {len(groups)} param group{'s' if len(groups) != 1 else ''}" if isinstance(

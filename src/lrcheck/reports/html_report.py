@@ -69,11 +69,11 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
                             "diff_label": "cand − ref"}})
     before = join([_verdict(report, kind.title(report, subject)), _checks(report)])
     after = join([_settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
-                  else "", _environment(report.environment)])
+                  else "", _environment(report.environment.to_dict())])
     return Plot(path, write_page, {
         "title": f"lrcheck {report.verdict.upper()}: {report.pair.name}",
         "before": before, "after": after, "figures": figures,
-        "footer": Html(f"lrcheck {esc(report.environment.get('lrcheck', ''))} · every number is "
+        "footer": Html(f"lrcheck {esc(report.environment.lrcheck)} · every number is "
                        f"in result.json beside this page · plots drawn with {UPLOT}, inlined")})
 
 
@@ -173,7 +173,7 @@ def kind_table(report: Report) -> Any:
     return kind_of(report).table(report)
 
 
-def _environment(environment: dict[str, Any]) -> Html:
+def _environment(environment: dict[str, object]) -> Html:
     rows = [[tag("code", k), _value(v)] for k, v in environment.items()]
     return join([tag("h2", "Environment", id="environment"), grid(["", "value"], rows)])
 

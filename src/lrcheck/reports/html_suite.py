@@ -106,7 +106,7 @@ def suite_page(result: SuiteResult) -> str:
                      f"{plural(counts['error'], 'error')}) in {result.seconds:.1f} s.")]
     if result.interrupted:
         head.append(tag("p", f"{result.interrupted}; {counts[NOT_RUN]} not run."))
-    environment = [[tag("code", k), str(v)] for k, v in result.environment.items()]
+    environment = [[tag("code", k), str(v)] for k, v in result.environment_dict().items()]
     body = join([tag("header", join(head), class_=f"verdict {result.verdict}"),
                  tag("h2", "Pairs × checks", id="matrix"), _matrix(result),
                  _expectations(result), _regressions(result), _failed_checks(result),

@@ -30,6 +30,7 @@ from lrcheck.reports.table import (
 )
 from lrcheck.result import Kind, Report
 from lrcheck.spec import RunSpec, samples_per_epoch
+from lrcheck.trace import METRICS, metric_values
 from lrcheck.words import plural
 
 MakePlot = Callable[[Report, Path], Plot]
@@ -71,9 +72,9 @@ def _files(report: Report) -> str:
 def metrics_markdown(report: Report) -> list[str]:
     """report.md's table of the final evaluation."""
     lines = ["", "| metric | reference | candidate |", "| --- | --- | --- |"]
-    for key in ("accuracy", "f1_macro"):
-        r = (report.reference.metrics or {}).get(key)
-        c = (report.candidate.metrics or {}).get(key)
+    ref, cand = metric_values(report.reference.metrics), metric_values(report.candidate.metrics)
+    for key, _ in METRICS:
+        r, c = ref.get(key), cand.get(key)
         lines.append(f"| {key} | {'—' if r is None else f'{r:.4f}'} | "
                      f"{'—' if c is None else f'{c:.4f}'} |")
     return lines
@@ -87,7 +88,7 @@ def file_settings(report: Report, subject: str) -> list[str]:
             f"- reference: `{pair.reference}`, "
             f"{plural(len(report.reference.updates), 'update')}",
             "- Recorder files, updates aligned by samples_seen; "
-            f"lrcheck {report.environment.get('lrcheck')}"]
+            f"lrcheck {report.environment.lrcheck}"]
 
 
 def _how(spec: RunSpec) -> str:
@@ -107,9 +108,9 @@ def run_settings(report: Report, subject: str) -> list[str]:
         f"- {subject}, scheduler `{cand.scheduler}` (warmup {cand.warmup:g}), "
         f"optimizer `{cand.optimizer}` lr {cand.lr:g}, {plural(cand.epochs, 'epoch')}, "
         f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
-        f"- environment: torch {report.environment.get('torch')}"
+        f"- environment: torch {report.environment.torch}"
         + "".join(f", {name} {version}" for name, version in framework_versions(report))
-        + f" on {report.environment.get('device')}",
+        + f" on {report.environment.device}",
     ]
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrcheck.trace import thin_indices
+from lrcheck.trace import METRICS, thin_indices
 
 if TYPE_CHECKING:
     from lrcheck.result import Report
@@ -142,7 +142,7 @@ def draw_loss(path: Path, *, ref: Line, cand: Line, title: str) -> None:
 def draw_metrics(path: Path, *, ref: dict[str, list[float]], cand: dict[str, list[float]],
                  title: str) -> None:
     fig, axes = new_figure(1, 2, figsize=(9, 3.5), sharex=True)
-    for axis, key, name in ((axes[0], "accuracy", "accuracy"), (axes[1], "f1_macro", "macro-F1")):
+    for axis, (key, name) in zip(axes, METRICS, strict=True):
         for series, style in ((ref, REF_STYLE), (cand, CAND_STYLE)):
             axis.plot(series["epoch"], series[key], marker="o", **style)
         axis.set_title(name)

@@ -7,6 +7,7 @@ from rich.text import Text
 
 from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.result import Report
+from lrcheck.trace import METRICS, metric_values
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "warn": "bold yellow",
                 "skip": "dim", "incomplete": "bold red"}
@@ -33,8 +34,8 @@ def framework_versions(report: Report) -> list[tuple[str, str]]:
     """The frameworks the two runs trained through, with their versions (from the
     environment)."""
     names = {FRAMEWORKS[spec.framework].module for spec in report.specs()}
-    return [(name, str(report.environment[name])) for name in sorted(n for n in names if n)
-            if name in report.environment]
+    versions = report.environment.frameworks
+    return [(name, versions[name]) for name in sorted(n for n in names if n) if name in versions]
 
 
 def files_title(report: Report, subject: str) -> str:
@@ -70,9 +71,9 @@ def metrics_table(report: Report) -> Table:
              cand.updates[-1].lr[0] if cand.updates else None, "{:.4g}"),
             ("final train loss", ref.updates[-1].loss if ref.updates else None,
              cand.updates[-1].loss if cand.updates else None, "{:.6f}")]
-    for key, label in (("accuracy", "accuracy"), ("f1_macro", "macro-F1")):
-        rows.append((label, (ref.metrics or {}).get(key), (cand.metrics or {}).get(key),
-                     "{:.4f}"))
+    ref_metrics, cand_metrics = metric_values(ref.metrics), metric_values(cand.metrics)
+    for key, label in METRICS:
+        rows.append((label, ref_metrics.get(key), cand_metrics.get(key), "{:.4f}"))
     for label, a, b, fmt in rows:
         delta = "—" if a is None or b is None else f"{b - a:+.4g}"
         table.add_row(label, "—" if a is None else fmt.format(a),

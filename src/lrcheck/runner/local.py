@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.plan.frameworks import PLAIN
@@ -85,15 +86,15 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
         on_start=on_start, keep_states=role == "reference", lockstep=lockstep))
 
 
-def environment(device: str, world: int) -> dict[str, Any]:
+def environment(device: str, world: int) -> Environment:
     """What the report states about where it ran."""
     import torch
 
     # The threads training uses: cpu_threads sets them on the CPU for each run.
     threads = CPU_THREADS if device == "cpu" else torch.get_num_threads()
-    return {"lrcheck": __version__, "torch": torch.__version__, "device": device,
-            "world_size": world, "python": platform.python_version(),
-            "platform": platform.platform(), "threads": threads}
+    return Environment(lrcheck=__version__, torch=torch.__version__, device=device,
+                       world_size=world, python=platform.python_version(),
+                       platform=platform.platform(), threads=threads)
 
 
 def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:

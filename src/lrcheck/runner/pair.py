@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, SpecError, stop_words
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.runner.dist.torchrun import torchrun_env
@@ -33,7 +34,7 @@ class PairTraces:
 
     reference: RunTrace
     candidate: RunTrace
-    environment: dict[str, Any]
+    environment: Environment
     twin: RunTrace | None = None
 
 
@@ -46,7 +47,7 @@ class _Tracker:
         self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in (*ROLES, TWIN)}
         self.planned = dict.fromkeys((*ROLES, TWIN), 0)
         self.finished: dict[str, RunTrace] = {}
-        self.environment: dict[str, Any] = {}
+        self.environment: Environment | None = None
         self.current: str | None = None  # the run the latest update came from
 
     def hook(self, role: str) -> OnUpdate:
@@ -58,6 +59,11 @@ class _Tracker:
                 self.progress(role, len(self.updates[role]), total)
 
         return on_update
+
+    def floor(self, twin: RunTrace) -> None:
+        """The environment says how the noise floor was measured: by ``twin``."""
+        if self.environment is not None:
+            self.environment = replace(self.environment, noise_floor=_floor_note(twin))
 
     def done(self, role: str, trace: RunTrace) -> RunTrace:
         self.finished[role] = trace
@@ -198,9 +204,10 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
         raise tracker.interrupted(stop) from None
     if traces is None:
         return None
-    tracker.environment["launch"] = {role: _how(traces[role], member) for role in ROLES}
-    return PairTraces(traces["reference"], traces["candidate"], tracker.environment,
-                      traces.get(TWIN))
+    assert tracker.environment is not None  # stated before anything trained
+    environment = replace(tracker.environment,
+                          launch={role: _how(traces[role], member) for role in ROLES})
+    return PairTraces(traces["reference"], traces["candidate"], environment, traces.get(TWIN))
 
 
 def _how(trace: RunTrace, member: Any) -> str:
@@ -217,7 +224,7 @@ def _how(trace: RunTrace, member: Any) -> str:
     return "in-process"
 
 
-def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
+def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, Environment]:
     """Bad input, told before anything trains: each run's plan against its data (the length of
     the run, a resume point, injected overflows), ``spec``'s device and the extra its policy
     needs. Returns the device and the environment a report states."""
@@ -235,7 +242,7 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, dict[str, Any]]:
     frameworks: dict[str, str] = {}
     for run in (*others, spec):  # a missing extra is bad input: say so now
         frameworks.update(require_framework(run.framework))
-    return device, {**environment(device, spec.world), **frameworks}
+    return device, replace(environment(device, spec.world), frameworks=frameworks)
 
 
 def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Any,
@@ -265,7 +272,7 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
             device, _ = preflight(twin)
             found = _run_here(twin, TWIN, device, tracker, timeout)
         traces[TWIN] = tracker.done(TWIN, found)
-        tracker.environment["noise_floor"] = _floor_note(found)
+        tracker.floor(found)
         if cache is not None:
             cache[twin] = found
     if cache is not None:
@@ -360,5 +367,5 @@ def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker,
             twin, TWIN, device=member.device, rank=member.rank, group=member.group,
             on_update=tracker.hook(TWIN)))
     if TWIN in traces:
-        tracker.environment["noise_floor"] = _floor_note(traces[TWIN])
+        tracker.floor(traces[TWIN])
     return traces if member.rank == 0 else None

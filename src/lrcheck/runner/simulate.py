@@ -24,12 +24,12 @@ import functools
 import operator
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 from torch.optim.lr_scheduler import LRScheduler
 
+from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
 from lrcheck.plan.policies import POLICIES
@@ -182,7 +182,7 @@ def simulate_pair(pair: PairSpec, progress: Progress | None = None) -> PairTrace
 
 
 def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: RunTrace | None,
-                 planned: dict[str, int], env: dict[str, Any]) -> Interrupted:
+                 planned: dict[str, int], env: Environment) -> Interrupted:
     """``Interrupted`` carrying what the simulation had recorded when Ctrl-C came: the runs
     finished, the one in progress (``partial``), and the one not begun."""
     from lrcheck.result import IncompleteResult

@@ -17,7 +17,7 @@ from typing import Any
 from lrcheck.errors import SpecError
 from lrcheck.result import Report
 from lrcheck.suite.outcome import PairOutcome, Regression
-from lrcheck.trace import lr_digest
+from lrcheck.trace import METRICS, lr_digest, metric_values
 
 SCHEMA_VERSION = 1
 KIND = "lrcheck-baseline"
@@ -32,7 +32,7 @@ def record(report: Report) -> dict[str, Any]:
         "reference_lr_digest": lr_digest(report.reference.lrs()),
         "updates": len(cand.updates),
         "final_lr": cand.updates[-1].lr[0] if len(cand.updates) else None,
-        "metrics": cand.metrics,
+        "metrics": None if cand.metrics is None else cand.metrics.to_dict(),
         "pair": report.pair.to_dict(),
     }
 
@@ -90,9 +90,9 @@ def regressions(report: Report, rec: dict[str, Any]) -> list[Regression]:
             "lr", f"the {' and the '.join(moved)} LR trace{'s' if len(moved) > 1 else ''} "
                   f"changed (candidate: {rec['updates']} → {len(cand.updates)} updates, final LR "
                   f"{_g(rec.get('final_lr'))} → {_g(final)}){because}"))
-    base, now = rec.get("metrics") or {}, cand.metrics or {}
+    base, now = rec.get("metrics") or {}, metric_values(cand.metrics)
     tol = report.pair.tolerances.metrics
-    for key, label in (("accuracy", "accuracy"), ("f1_macro", "macro-F1")):
+    for key, label in METRICS:
         if key in base and key in now and base[key] - now[key] > tol:
             found.append(Regression(key, f"{label} dropped {base[key]:.4f} → {now[key]:.4f} "
                                          f"({now[key] - base[key]:+.4f}, tolerance {tol:g})"))

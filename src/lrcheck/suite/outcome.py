@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lrcheck.checks import FAIL
+from lrcheck.environment import Environment
 from lrcheck.result import Report, Verdict
 from lrcheck.suite.spec import Suite, SuiteEntry
+from lrcheck.trace import METRICS, metric_values
 from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
@@ -141,9 +143,9 @@ class PairOutcome:
         """max |ΔLR| of the ``lr`` check, and candidate − reference accuracy and macro-F1."""
         if self.report is None:
             return {"max_abs_dlr": None, "accuracy": None, "f1_macro": None}
-        ref, cand = self.report.reference.metrics or {}, self.report.candidate.metrics or {}
-        diff = {k: cand[k] - ref[k] if k in ref and k in cand else None
-                for k in ("accuracy", "f1_macro")}
+        ref, cand = (metric_values(self.report.reference.metrics),
+                     metric_values(self.report.candidate.metrics))
+        diff = {k: cand[k] - ref[k] if k in ref and k in cand else None for k, _ in METRICS}
         return {"max_abs_dlr": self.report.check("lr").max_abs_diff, **diff}
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,7 +160,8 @@ class PairOutcome:
             "folder": self.folder,
             "checks": [c.to_dict() for c in self.report.checks] if self.report else [],
             "deltas": self.deltas(),
-            "metrics": self.report.candidate.metrics if self.report else None,
+            "metrics": (self.report.candidate.metrics.to_dict()
+                        if self.report and self.report.candidate.metrics else None),
             "baseline": self.baseline,
             "regressions": [r.to_dict() for r in self.regressions],
             "error": self.error,
@@ -176,7 +179,7 @@ class SuiteResult:
     baseline_path: str | None = None
     # Pairs of the baseline that this suite does not have (renamed or removed).
     baseline_missing: list[str] = field(default_factory=list)
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment | None = None
     # Why the suite stopped early ("interrupted (Ctrl-C) during pair 2 of 3 ('b')"), or None.
     interrupted: str | None = None
 
@@ -194,6 +197,9 @@ class SuiteResult:
             return Verdict.INCOMPLETE
         return Verdict.PASS if self.exit_code == 0 else Verdict.FAIL
 
+    def environment_dict(self) -> dict[str, object]:
+        return {} if self.environment is None else self.environment.to_dict()
+
     def counts(self) -> dict[str, int]:
         statuses = [o.status for o in self.outcomes]
         return {"pairs": len(statuses), **{s.value: statuses.count(s) for s in STATUSES}}
@@ -210,6 +216,6 @@ class SuiteResult:
             "baseline": self.baseline_path,
             "baseline_missing": self.baseline_missing,
             "pairs": [o.to_dict() for o in self.outcomes],
-            "environment": self.environment,
+            "environment": self.environment_dict(),
             "seconds": round(self.seconds, 3),
         }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -105,12 +106,12 @@ def run_suite(suite: Suite, out: Path, *, files: PairFiles,
             on_done(index, outcomes[-1])
 
     names = {e.name for e in suite.entries}
-    device = next((o.report.environment["device"] for o in outcomes if o.report), "cpu")
+    device = next((o.report.environment.device for o in outcomes if o.report), "cpu")
     return SuiteResult(
         suite, outcomes, seconds=time.perf_counter() - started, baseline_path=baseline_path,
         baseline_missing=sorted(set(baseline or {}) - names),
-        environment={**environment(device, 1), "world_size": max(
-            e.pair.candidate.world for e in suite.entries)},
+        environment=replace(environment(device, 1), world_size=max(
+            e.pair.candidate.world for e in suite.entries)),
         interrupted=stopped,
     )
 

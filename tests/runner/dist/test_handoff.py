@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from lrcheck.environment import Environment
 from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.runner.dist import handoff
 from lrcheck.spec import RunSpec
@@ -82,6 +83,8 @@ def test_errors_first_written_first_and_on_one_line(tmp_path):
 
 
 def test_environment_round_trip(tmp_path):
-    assert handoff.read_environment(tmp_path) == {}
-    handoff.write_environment(tmp_path, {"torch": "2.13.0", "device": "cpu", "world_size": 2})
-    assert handoff.read_environment(tmp_path)["world_size"] == 2
+    assert handoff.read_environment(tmp_path) is None
+    written = Environment(lrcheck="0.1.0", torch="2.13.0", device="cpu", world_size=2,
+                          frameworks={"transformers": "5.24.0"})
+    handoff.write_environment(tmp_path, written)
+    assert handoff.read_environment(tmp_path) == written

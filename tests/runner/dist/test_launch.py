@@ -11,6 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
+from lrcheck.environment import Environment
 from lrcheck.errors import RunError, SpecError
 from lrcheck.runner.dist import handoff, procs
 from lrcheck.runner.dist.launch import Exited, Launched, TorchrunLog
@@ -44,7 +45,7 @@ def _job(tmp_path, script: str = "import time; time.sleep(600)") -> Launched:
 
 def test_a_job_stopped_during_the_reference_keeps_the_finished_candidate(tmp_path):
     # Rank 0 finished the candidate (its trace is written) and started the reference.
-    handoff.write_environment(tmp_path, {"torch": "x", "device": "cpu"})
+    handoff.write_environment(tmp_path, Environment(lrcheck="0.1.0", torch="x", device="cpu"))
     handoff.write_trace(tmp_path, _trace(CANDIDATE, 4), "candidate")
     for k in range(2):
         handoff.append_line(tmp_path, handoff.update_line(_trace(REFERENCE, 2).updates[k], 4,
@@ -53,7 +54,7 @@ def test_a_job_stopped_during_the_reference_keeps_the_finished_candidate(tmp_pat
     job.stop()
     assert set(job.finished) == {"candidate"}
     assert len(job.finished["candidate"].updates) == 4
-    assert job.environment == {"torch": "x", "device": "cpu"}
+    assert job.environment == Environment(lrcheck="0.1.0", torch="x", device="cpu")
     assert job.seen == [("reference", 0), ("reference", 1)]
     assert job.watch.role == "reference"
     assert not tmp_path.exists()  # interrupted: the folder goes

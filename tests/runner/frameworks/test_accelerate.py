@@ -37,7 +37,7 @@ def test_accum_trains_exactly_like_bs_32(accum):
     # per optimizer update.
     assert [u.scheduler_steps for u in report.candidate.updates[:3]] == [0, 1, 2]
     assert report.candidate.context.total_steps == UPDATES
-    assert report.environment["accelerate"] == accelerate.__version__
+    assert report.environment.frameworks["accelerate"] == accelerate.__version__
 
 
 def test_the_flush_tail_is_accelerates_sync_at_the_end_of_the_dataloader():

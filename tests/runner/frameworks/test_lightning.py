@@ -50,7 +50,7 @@ def test_whole_windows_train_exactly_like_bs_32():
     assert report.candidate.context.total_steps == 40 * EPOCHS
     # Lightning divides each micro-batch's mean by accumulate_grad_batches: measured, 1/2 each.
     assert shapes(report.candidate.windows[0]) == [(0, 16, 0.5), (0, 16, 0.5)]
-    assert report.environment["lightning"] == pl.__version__
+    assert report.environment.frameworks["lightning"] == pl.__version__
     assert report.candidate.warnings == ()  # Lightning's noise filtered, nothing else raised
 
 

@@ -44,7 +44,7 @@ def test_accum_trains_exactly_like_bs_32_on_whole_windows():
     assert [len(m.ids) for m in cand.windows[0]] == [16, 16]
     assert sorted(np.concatenate([m.ids for m in cand.windows[0]]).tolist()) == sorted(
         report.reference.windows[0][0].ids.tolist())
-    assert report.environment["transformers"] == transformers.__version__
+    assert report.environment.frameworks["transformers"] == transformers.__version__
 
 
 @pytest.mark.slow

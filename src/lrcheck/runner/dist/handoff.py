@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lrcheck.environment import Environment
 from lrcheck.spec import RunSpec
 from lrcheck.trace import RunTrace, UpdateRecord
 
@@ -176,13 +177,16 @@ def read_lockstep(folder: Path) -> Lockstep | None:
     return Lockstep(np.load(folder / LOCKSTEP_PARAMS), np.load(folder / LOCKSTEP_STATES))
 
 
-def write_environment(folder: Path, environment: dict[str, Any]) -> None:
-    _write_json(folder / ENVIRONMENT, environment)
+def write_environment(folder: Path, environment: Environment) -> None:
+    _write_json(folder / ENVIRONMENT, environment.to_dict())
 
 
-def read_environment(folder: Path) -> dict[str, Any]:
+def read_environment(folder: Path) -> Environment | None:
+    """What rank 0 wrote, or None before it has."""
     path = folder / ENVIRONMENT
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if not path.exists():
+        return None
+    return Environment.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True)

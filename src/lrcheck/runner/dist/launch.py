@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lrcheck.environment import Environment
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.runner.dist import handoff, procs
 from lrcheck.runner.dist.torchrun import torchrun_argv
@@ -97,7 +98,7 @@ class Launched:
         self.began = time.monotonic()
         self.ended = False  # wait() returned or raised, or stop() ran: nothing left to stop
         self.finished: dict[str, RunTrace] = {}
-        self.environment: dict[str, Any] = {}
+        self.environment: Environment | None = None
 
     def wait(self, timeout: float | None = None) -> dict[str, RunTrace]:
         """Rank 0's trace of each run once the job ends.
