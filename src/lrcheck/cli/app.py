@@ -47,6 +47,7 @@ app.command("compare", help=compare.HELP)(compare.compare_command)
 app.command("trace")(trace.trace_command)
 app.command("diff")(diff.diff_command)
 app.command("suite")(suite.suite_command)
+app.command("suite-merge")(suite.merge_command)
 app.command("list")(listing.list_command)
 
 
