@@ -71,7 +71,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
     the suite stopped early (None when it did not). ``on_progress`` and ``on_done`` are called
     here, in this process, with the pair's index in ``suite``."""
     context = multiprocessing.get_context("spawn")
-    token = uuid.uuid4().hex
+    token = os.environ.get(SUITE_WORKER_ENV) or uuid.uuid4().hex  # a test may choose it
     todo = sorted(groups(suite), key=lambda g: (-g.cost, g.key))
     workers = []
     os.environ[SUITE_WORKER_ENV] = token  # inherited by the workers the context spawns
@@ -84,7 +84,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
             theirs.close()
             workers.append(_Worker(process, mine))
     finally:
-        del os.environ[SUITE_WORKER_ENV]
+        os.environ.pop(SUITE_WORKER_ENV, None)
     outcomes: dict[int, PairOutcome] = {}
     stopped: str | None = None
 
@@ -96,11 +96,10 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
     try:
         _schedule(todo, workers, jobs, on_progress, done)
     except KeyboardInterrupt as stop:
-        running = [suite.entries[i].name for w in workers if w.group for i in w.group.indices
-                   if i not in outcomes]
+        _stop(workers, stop, done)
+        running = [o.entry.name for _, o in sorted(outcomes.items()) if o.interrupted]
         stopped = (f"{stop_words(stop)} with {len(running)} pair{'s' * (len(running) != 1)} "
                    f"running ({', '.join(map(repr, running))}) of {len(suite.entries)}")
-        _stop(workers, stop, done)
     finally:
         _end(workers)
     for index in range(len(suite.entries)):
