@@ -13,12 +13,12 @@ import textwrap
 
 import pytest
 
-from lrcheck.suite.parallel import SUITE_WORKER_ENV, parse_jobs
 from lrcheck.errors import SpecError
 from lrcheck.runner.dist.procs import HAS_PROC, marked
+from lrcheck.suite.parallel import SUITE_WORKER_ENV, parse_jobs
 from tests.helpers import wait_for
 
-# Three reference groups (bs 16, bs 8, and "d"'s own policy shares "a"'s reference).
+# Two reference groups: a, b and d train like bs 16 (d's policy is the bug), c and e like bs 8.
 SUITE = """
     [defaults]
     task = "wine"
@@ -155,7 +155,8 @@ def _training(token):
     """Whether the workers have started training (imported torch: a few hundred MB)."""
     for pid in marked(token, SUITE_WORKER_ENV):
         try:
-            rss = int(open(f"/proc/{pid}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{pid}/statm") as statm:
+                rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except OSError:
             continue
         if rss > 200e6:
