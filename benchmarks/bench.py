@@ -24,7 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
-TARGETS = ("help", "compare", "record", "trace", "suite", "suite-jobs", "ddp", "transformers", "lightning")
+TARGETS = ("help", "compare", "record", "trace", "suite", "suite-jobs", "ddp", "transformers",
+           "lightning")
 
 
 class RunFailed(Exception):
