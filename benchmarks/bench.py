@@ -5,7 +5,7 @@ peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest sing
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
 The recording overhead is measured in one process instead (see ``record_child``).
 
-    python benchmarks/bench.py [--runs 5] [--only help,compare,record,trace,suite,ddp]
+    python benchmarks/bench.py [--runs 5] [--only help,compare,record,trace,suite,suite-jobs,ddp]
                                [--trace-steps 1000000] [--scale]
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
-TARGETS = ("help", "compare", "record", "trace", "suite", "ddp", "transformers", "lightning")
+TARGETS = ("help", "compare", "record", "trace", "suite", "suite-jobs", "ddp", "transformers",
+           "lightning")
 
 
 class RunFailed(Exception):
@@ -226,6 +227,16 @@ def bench_suite(table: Table, runs: int, out: Path) -> None:
     add_workflow(table, "suite of 12 pairs (3 shared references)", lr, bare)
 
 
+def bench_suite_jobs(table: Table, runs: int, out: Path) -> None:
+    """The same suite in 2 worker processes (``--jobs 2``) against the bare sequential script:
+    the goal is 0.65x its wall time on 2 cores, each process's peak memory within 1.2x."""
+    lr, bare = alternate(
+        LRCHECK + ["suite", str(HERE / "suite-12.toml"), "--quiet", "--jobs", "2", "--out",
+                   str(out / "suite-jobs")],
+        [PY, str(HERE / "suite_baseline.py")], runs)
+    add_workflow(table, "suite of 12 pairs, --jobs 2", lr, bare, wall_target=0.65)
+
+
 def bench_ddp(table: Table, runs: int, out: Path) -> None:
     lr, bare = alternate(
         LRCHECK + ["compare", "--nproc", "2", "--bs", "8", "--accum", "2", "--quiet", "--out",
@@ -301,6 +312,7 @@ def main() -> None:
                    "record": lambda: bench_record(table, args.runs),
                    "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
                    "suite": lambda: bench_suite(table, args.runs, out),
+                   "suite-jobs": lambda: bench_suite_jobs(table, args.runs, out),
                    "ddp": lambda: bench_ddp(table, args.runs, out),
                    "transformers": lambda: bench_framework(table, args.runs, out,
                                                            "transformers"),

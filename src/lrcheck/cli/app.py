@@ -16,7 +16,7 @@ from lrcheck.cli.compare import compare_command
 from lrcheck.cli.diff import diff_command
 from lrcheck.cli.ending import Commands, exit_status, stop_on_signals
 from lrcheck.cli.list import list_command
-from lrcheck.cli.suite import suite_command
+from lrcheck.cli.suite import merge_command, suite_command
 from lrcheck.cli.trace import trace_command
 
 app = typer.Typer(cls=Commands, no_args_is_help=True, add_completion=False,
@@ -51,6 +51,7 @@ app.command("compare", help=COMPARE_HELP)(compare_command)
 app.command("trace")(trace_command)
 app.command("diff")(diff_command)
 app.command("suite")(suite_command)
+app.command("suite-merge")(merge_command)
 app.command("list")(list_command)
 
 

@@ -123,6 +123,13 @@ class Commands(typer.core.TyperGroup):
     other bad input is, in one line and exit 2, instead of click's usage block; Ctrl-C is told,
     not typer's silent 130. Help, with or without arguments, is unchanged."""
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """``lrcheck suite merge …`` is the command ``suite-merge`` (a suite file named
+        ``merge`` is ``./merge``)."""
+        if args[:2] == ["suite", "merge"]:
+            args = ["suite-merge", *args[2:]]
+        return list(super().parse_args(ctx, args))
+
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)

@@ -27,40 +27,83 @@ def suite_command(
     baseline: Annotated[Path | None, typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
     save_baseline: Annotated[Path | None, typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
+    jobs: Annotated[str, typer.Option(help="Run the pairs in this many worker processes (auto: the usable cores). Pairs that share a reference stay in one worker; a multi-process pair counts for its processes. The results are those of a sequential run.")] = "1",
+    shard: Annotated[str | None, typer.Option(help="Run only shard k of n (1-based, such as 2/3; also from $LRCHECK_SHARD): reference groups kept whole, split by their cost, the same on every machine. Merge the shards' folders with 'lrcheck suite merge'.", show_default=False)] = None,
+    list_plan: Annotated[bool, typer.Option("--list", help="Print the reference groups (and with --shard, every shard's) with their costs, and exit without training.")] = False,
 ) -> None:
-    """Run every pair of a suite file in one process and write a CI report.
+    """Run every pair of a suite file and write a CI report.
 
     Exit codes: 0 every pair met its expectation (and no regression), 1 one did not, 2 bad input,
-    3 a run crashed, 130 interrupted (the pair that was running is saved as "incomplete", the
-    pairs after it are "not run", and the suite's report is written).
+    3 a run crashed, 130 interrupted (143 on SIGTERM: the pairs that were running are saved as
+    "incomplete", the others are "not run", and the suite's report is written).
     """
-    from lrcheck.api import load_suite
+    from lrcheck.api import load_suite, suite_jobs, suite_shard
 
     suite = load_suite(file)
+    workers, part = suite_jobs(jobs), suite_shard(shard)
+    if list_plan:
+        _list(suite, part)
+        raise typer.Exit(0)
     raise typer.Exit(_suite(suite, out if out is not None
                             else DEFAULT_REPORTS / f"suite-{file.stem}",
-                            baseline, save_baseline, quiet))
+                            baseline, save_baseline, quiet, workers, part))
+
+
+def merge_command(
+    out: Annotated[Path, typer.Argument(help="The merged report's folder.", show_default=False)],
+    shards: Annotated[list[Path], typer.Argument(help="The shards' --out folders, from 'lrcheck suite FILE --shard k/n'.", show_default=False)],
+    baseline: Annotated[Path | None, typer.Option(help="Compare the merged result with this baseline.")] = None,
+    save_baseline: Annotated[Path | None, typer.Option(help="Save the merged result as a baseline (only when no pair is missing).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
+) -> None:
+    """Merge the shards of a suite into one report: 'lrcheck suite merge OUT SHARD_DIR...'.
+
+    Shards of different suites and a pair present in two shards are bad input (exit 2); a pair
+    whose shard is missing is an error (exit 3), never a pass. Writes suite.json, junit.xml,
+    summary.md (and $GITHUB_STEP_SUMMARY), index.html and matrix.png of the whole suite.
+    """
+    from lrcheck.api import merge_suites
+
+    with plots(True) as renderer:
+        result = merge_suites(out, shards, baseline=baseline, save_baseline=save_baseline,
+                              renderer=renderer)
+    _step_summary(out)
+    _suite_closing(result, out, save_baseline, stdout_console(SUITE_LOG_WIDTH),
+                   table=not quiet)
+    raise typer.Exit(result.exit_code)
+
+
+def _list(suite: Suite, shard: tuple[int, int] | None) -> None:
+    """The plan, a line per shard and an indented line per reference group."""
+    from lrcheck.api import suite_plan
+
+    console = stdout_console(SUITE_LOG_WIDTH)
+    for line in suite_plan(suite, shard):
+        console.print(line, markup=False, highlight=False)
 
 
 def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
-           quiet: bool) -> int:
-    """Run ``suite`` into ``out`` as a live table (a terminal) or a line per pair, write its
-    report (and ``save_baseline``), and tell how it went; the exit code."""
+           quiet: bool, jobs: int, shard: tuple[int, int] | None) -> int:
+    """Run ``suite`` (its ``shard``) into ``out`` as a live table (a terminal) or a line per
+    pair, write its report (and ``save_baseline``), and tell how it went; the exit code."""
+    from lrcheck.api import shard_part
+
     console = stdout_console(SUITE_LOG_WIDTH)
     live = console.is_terminal and not quiet
     with plots(True) as renderer:
-        result = _run_suite(suite, out, baseline, save_baseline, renderer, console, live=live,
-                            quiet=quiet)
+        result = _run_suite(shard_part(suite, shard), out, baseline, save_baseline, renderer,
+                            console, live=live, quiet=quiet, jobs=jobs, shard=shard,
+                            whole=suite)
     _step_summary(out)
     _suite_closing(result, out, save_baseline, console, table=not (live or quiet))
     return result.exit_code
 
 
 def _run_suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
-               renderer: Renderer, console: Console, *, live: bool,
-               quiet: bool) -> SuiteResult:
-    """Every pair of ``suite`` (``api.run_suite``), shown as a live table, or (not ``quiet``) a
-    line per pair."""
+               renderer: Renderer, console: Console, *, live: bool, quiet: bool, jobs: int,
+               shard: tuple[int, int] | None, whole: Suite) -> SuiteResult:
+    """Every pair of ``suite`` (the ``shard`` of ``whole``, ``api.run_suite``), shown as a live
+    table, or (not ``quiet``) a line per pair."""
     from lrcheck.api import run_suite
     from lrcheck.reports.suite_table import SuiteBoard
 
@@ -77,9 +120,9 @@ def _run_suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Pa
                       f"{outcome.status}, {time.perf_counter() - started:.1f} s", markup=False)
 
     def run() -> SuiteResult:
-        return run_suite(suite, out, baseline=baseline, save_baseline=save_baseline,
+        return run_suite(whole, out, baseline=baseline, save_baseline=save_baseline,
                          on_progress=board.progress if live else None, on_done=done,
-                         renderer=renderer)
+                         renderer=renderer, jobs=jobs, shard=shard)
 
     if not live:
         return run()
@@ -114,6 +157,8 @@ def _suite_closing(result: SuiteResult, folder: Path, save_baseline: Path | None
         console.print(line)
     notes = [f"report: {folder}"]
     if save_baseline is not None:
-        notes.append(f"baseline saved: {save_baseline}" if result.interrupted is None
-                     else "baseline not saved: the suite was interrupted")
+        notes.append(f"baseline saved: {save_baseline}" if result.complete
+                     else "baseline not saved: the suite was interrupted"
+                     if result.interrupted is not None
+                     else "baseline not saved: pairs are missing from the merge")
     Console(stderr=True, highlight=False, soft_wrap=True).print(escape(" · ".join(notes)))

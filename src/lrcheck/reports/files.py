@@ -238,6 +238,20 @@ def append_text(path: Path, text: str) -> None:
         raise SpecError(f"cannot append to {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def copy_folder(source: Path, target: Path) -> None:
+    """A pair's report folder of a shard copied into the merged suite's folder (nothing to do
+    when they are the same folder)."""
+    import shutil
+
+    if target.exists() and source.resolve() == target.resolve():
+        return
+    try:
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        raise SpecError(f"cannot copy the report folder {str(source)!r} to {str(target)!r}: "
+                        f"{exc}") from None
+
+
 def write_suite(result: SuiteResult, out: Path, renderer: Renderer | None = None) -> Path:
     """suite.json, summary.md, junit.xml, index.html and matrix.png in ``out``, beside the
     pairs' folders the suite saved as it ran (matrix.png sent to ``renderer`` when given)."""

@@ -13,6 +13,7 @@ from typing import Any
 from lrcheck.checks import FAIL
 from lrcheck.environment import Environment
 from lrcheck.result import Report, Verdict
+from lrcheck.suite.shard import ShardInfo
 from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.trace import METRICS, metric_values
 from lrcheck.words import Word
@@ -182,6 +183,16 @@ class SuiteResult:
     environment: Environment | None = None
     # Why the suite stopped early ("interrupted (Ctrl-C) during pair 2 of 3 ('b')"), or None.
     interrupted: str | None = None
+    # Which shard of which suite this is (``--shard k/n``), or None for a whole suite.
+    shard: ShardInfo | None = None
+    # A merge of shards: the shards merged ("2/3" → its folder) and the pairs no shard had.
+    merged: dict[str, str] | None = None
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Every pair of the suite ran to its end: not interrupted, none missing from a merge."""
+        return self.interrupted is None and not self.missing
 
     @property
     def exit_code(self) -> int:
@@ -218,4 +229,8 @@ class SuiteResult:
             "pairs": [o.to_dict() for o in self.outcomes],
             "environment": self.environment_dict(),
             "seconds": round(self.seconds, 3),
+            **({"shard": {**self.shard.to_dict(), "exit_codes": {
+                o.entry.name: o.exit_code for o in self.outcomes}}} if self.shard else {}),
+            **({"merge": {"shards": self.merged, "missing": self.missing}}
+               if self.merged is not None else {}),
         }

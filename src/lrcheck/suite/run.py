@@ -81,8 +81,6 @@ def run_suite(suite: Suite, out: Path, *, files: PairFiles,
     (what it recorded is saved in its folder, as ``lrcheck compare`` does), the pairs after it
     are ``not_run`` (``on_done`` is called for them too), and the result, whose ``interrupted``
     says where it stopped, is returned for the suite's report to be written."""
-    from lrcheck.runner.local import environment
-
     started = time.perf_counter()
     references: dict[RunSpec, RunTrace] = {}
     outcomes: list[PairOutcome] = []
@@ -105,13 +103,23 @@ def run_suite(suite: Suite, out: Path, *, files: PairFiles,
         if on_done is not None:
             on_done(index, outcomes[-1])
 
+    return suite_result(suite, outcomes, started, baseline, baseline_path, stopped)
+
+
+def suite_result(suite: Suite, outcomes: list[PairOutcome], started: float,
+                 baseline: dict[str, dict[str, Any]] | None, baseline_path: str | None,
+                 stopped: str | None) -> SuiteResult:
+    """The suite's result for its pairs' ``outcomes`` (one per entry, in order), begun at
+    ``started`` (``time.perf_counter``)."""
+    from lrcheck.runner.local import environment
+
     names = {e.name for e in suite.entries}
     device = next((o.report.environment.device for o in outcomes if o.report), "cpu")
     return SuiteResult(
         suite, outcomes, seconds=time.perf_counter() - started, baseline_path=baseline_path,
         baseline_missing=sorted(set(baseline or {}) - names),
         environment=replace(environment(device, 1), world_size=max(
-            e.pair.candidate.world for e in suite.entries)),
+            (e.pair.candidate.world for e in suite.entries), default=1)),
         interrupted=stopped,
     )
 

@@ -1,0 +1,283 @@
+"""A suite's pairs in several worker processes on this machine (``lrcheck suite FILE --jobs N``).
+
+The unit of work is a reference group (``shard.groups``): a worker trains its reference once and
+then each of its candidates, exactly as the sequential ``run.run_suite`` does, so every pair's
+``result.json`` is the one a sequential run writes (timings aside). Groups start costliest first
+while enough of the N cores are free: a group counts for the processes its runs use at once
+(a world-2 pair, two; at most N). Each worker saves its pairs' folders itself, through the
+``PairFiles`` it is given, and sends their outcomes back.
+
+Each worker leads a process group of its own and carries ``SUITE_WORKER_ENV`` in its
+environment: a Ctrl-C at the terminal reaches the suite alone, which stops every worker once
+with the same signal (SIGINT, or the SIGTERM/SIGHUP it got). A worker's running pair is then
+saved as ``incomplete`` and the rest of its group is ``not_run``; groups not started are
+``not_run`` too. Workers that do not end within ``STOP_WAIT_S`` are killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lrcheck.errors import SpecError, Stopped, stop_words
+from lrcheck.suite.outcome import PairOutcome
+from lrcheck.suite.run import OnDone, OnProgress, PairFiles
+from lrcheck.suite.shard import Group, groups
+from lrcheck.suite.spec import Suite
+
+SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
+STOP_WAIT_S = 60.0
+PROGRESS_EVERY_S = 0.2
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def parse_jobs(text: str | int) -> int:
+    """``--jobs``: a whole number >= 1, or ``auto``: the cores this process may use."""
+    if text == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise SpecError(f"--jobs {text!r}: expected a whole number >= 1, or auto (the usable "
+                        "cores)")
+    return jobs
+
+
+@dataclass
+class _Worker:
+    """A worker process and this end of its pipe: groups go down it, messages come up."""
+
+    process: Any
+    pipe: Any
+    group: Group | None = None
+
+
+def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
+                 baseline: dict[str, dict[str, Any]] | None,
+                 on_progress: OnProgress | None = None,
+                 on_done: OnDone | None = None) -> tuple[list[PairOutcome], str | None]:
+    """Every pair of ``suite`` in ``jobs`` workers: the outcomes in the suite's order, and why
+    the suite stopped early (None when it did not). ``on_progress`` and ``on_done`` are called
+    here, in this process, with the pair's index in ``suite``."""
+    context = multiprocessing.get_context("spawn")
+    token = os.environ.get(SUITE_WORKER_ENV) or uuid.uuid4().hex  # a test may choose it
+    todo = sorted(groups(suite), key=lambda g: (-g.cost, g.key))
+    workers = []
+    os.environ[SUITE_WORKER_ENV] = token  # inherited by the workers the context spawns
+    try:
+        for number in range(min(jobs, len(todo))):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_work, args=(number, suite, out, files, baseline,
+                                                          theirs), daemon=True)
+            process.start()
+            theirs.close()
+            workers.append(_Worker(process, mine))
+    finally:
+        os.environ.pop(SUITE_WORKER_ENV, None)
+    outcomes: dict[int, PairOutcome] = {}
+    stopped: str | None = None
+
+    def done(index: int, outcome: PairOutcome) -> None:
+        outcomes[index] = outcome
+        if on_done is not None:
+            on_done(index, outcome)
+
+    try:
+        _schedule(todo, workers, jobs, on_progress, done)
+    except KeyboardInterrupt as stop:
+        _stop(workers, stop, done)
+        running = [o.entry.name for _, o in sorted(outcomes.items()) if o.interrupted]
+        stopped = (f"{stop_words(stop)} with {len(running)} pair{'s' * (len(running) != 1)} "
+                   f"running ({', '.join(map(repr, running))}) of {len(suite.entries)}")
+    finally:
+        _end(workers)
+    for index in range(len(suite.entries)):
+        if index not in outcomes:
+            done(index, PairOutcome(suite.entries[index], not_run=True))
+    return [outcomes[i] for i in range(len(suite.entries))], stopped
+
+
+def _schedule(todo: list[Group], workers: list[_Worker], jobs: int,
+              on_progress: OnProgress | None, done: Any) -> None:
+    """Hand out the groups costliest first while their cores are free; collect what the
+    workers send until every group is done."""
+    free = jobs
+    while todo or any(w.group for w in workers):
+        for worker in (w for w in workers if w.group is None):
+            fits = next((g for g in todo if min(g.cores, jobs) <= free), None)
+            if fits is None:
+                break
+            todo.remove(fits)
+            worker.group, free = fits, free - min(fits.cores, jobs)
+            worker.pipe.send(fits.indices)
+        message = _receive(workers)
+        if message[0] == "progress" and on_progress is not None:
+            on_progress(*message[2:])
+        elif message[0] == "done":
+            done(message[2], message[3])
+        elif message[0] == "none":
+            raise SpecError("every suite worker has left with pairs still to run")
+        elif message[0] == "idle":
+            worker = workers[message[1]]
+            free += min(worker.group.cores, jobs) if worker.group else 0
+            worker.group = None
+
+
+def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any, ...]:
+    """The next message from a worker (``("gone", n)`` for one that left); a worker that died
+    with a group is told as an error. ``timeout``: ``("wait",)`` when none came in time."""
+    from multiprocessing.connection import wait
+
+    pipes = {w.pipe: n for n, w in enumerate(workers) if not w.pipe.closed}
+    if not pipes:
+        return ("none",)
+    ready = wait(list(pipes), timeout)
+    if not ready:
+        return ("wait",)
+    pipe: Any = ready[0]
+    try:
+        message: tuple[Any, ...] = pipe.recv()
+        return message
+    except (EOFError, OSError):
+        number = pipes[pipe]
+        worker = workers[number]
+        pipe.close()
+        worker.process.join(5.0)
+        if worker.group is not None:
+            worker.group = None
+            raise SpecError(f"suite worker {number + 1} (pid {worker.process.pid}) died with "
+                            f"exit code {worker.process.exitcode} while running its "
+                            "pairs") from None
+        return ("gone", number)
+
+
+def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: Any) -> None:
+    """Stop every worker with the signal that stopped the suite and collect what their
+    running groups became (incomplete, not run)."""
+    sig = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+    # A second signal while the workers save: the suite is already stopping.
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
+    try:
+        for worker in workers:
+            if worker.group is not None and worker.process.pid is not None:
+                try:
+                    os.kill(worker.process.pid, sig)
+                except ProcessLookupError:
+                    pass
+        _collect(workers, done)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _collect(workers: list[_Worker], done: Any) -> None:
+    """What the stopped workers' running groups became, until each is idle or gone."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while any(w.group for w in workers) and time.monotonic() < deadline:
+        try:
+            message = _receive(workers, 0.5)
+        except SpecError:  # a worker that died while stopping: its pairs stay not run
+            continue
+        if message[0] == "none":
+            break
+        if message[0] == "done":
+            done(message[2], message[3])
+        elif message[0] == "idle":
+            workers[message[1]].group = None
+
+
+def _end(workers: list[_Worker]) -> None:
+    """Every worker told to leave and gone: killed when it does not leave in time."""
+    for worker in workers:
+        try:
+            worker.pipe.send(None)
+        except (OSError, ValueError):  # it has left already
+            pass
+    deadline = time.monotonic() + STOP_WAIT_S
+    for worker in workers:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+        if worker.process.is_alive():
+            worker.process.kill()
+            worker.process.join()
+        worker.pipe.close()
+
+
+def _work(number: int, suite: Suite, out: Path, files: PairFiles,
+          baseline: dict[str, dict[str, Any]] | None, pipe: Any) -> None:
+    """A worker: run each group it is given (``run.run_suite`` of the group's pairs), sending
+    its progress and outcomes, until it is given None or stopped."""
+    os.setpgrp()  # Ctrl-C at the terminal reaches the suite, which tells the workers once
+    _stop_on_signals()
+    try:
+        _groups(number, suite, out, files, baseline, pipe)
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):  # stopped, or the suite is gone
+        pass
+    pipe.close()
+
+
+def _groups(number: int, suite: Suite, out: Path, files: PairFiles,
+            baseline: dict[str, dict[str, Any]] | None, pipe: Any) -> None:
+    from lrcheck.suite.run import run_suite
+
+    while (indices := pipe.recv()) is not None:
+        part = Suite(suite.path, tuple(suite.entries[i] for i in indices))
+        relay = _Relay(pipe, number, indices)
+        try:
+            result = run_suite(part, out, files=files, baseline=baseline,
+                               on_progress=relay.progress, on_done=relay.done)
+        finally:
+            pipe.send(("idle", number))
+        if result.interrupted is not None:
+            break
+
+
+@dataclass
+class _Relay:
+    """A worker's group's progress and outcomes, sent up its pipe with the suite's indices;
+    progress at most every ``PROGRESS_EVERY_S``."""
+
+    pipe: Any
+    number: int
+    indices: tuple[int, ...]
+    last: float = 0.0
+
+    def progress(self, i: int, role: str, done: int, total: int) -> None:
+        if done == total or time.monotonic() - self.last > PROGRESS_EVERY_S:
+            self.last = time.monotonic()
+            self.pipe.send(("progress", self.number, self.indices[i], role, done, total))
+
+    def done(self, i: int, outcome: PairOutcome) -> None:
+        self.pipe.send(("done", self.number, self.indices[i], _sendable(outcome)))
+
+
+def _sendable(outcome: PairOutcome) -> PairOutcome:
+    """The outcome without the reference's parameters, which the suite's report does not need
+    and which stay in this worker for the group's next pair."""
+    if outcome.report is None:
+        return outcome
+    ref = outcome.report.reference
+    return replace(outcome, report=replace(outcome.report, reference=replace(
+        ref, params=np.empty((0, *ref.params.shape[1:]), ref.params.dtype))))
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the worker as Ctrl-C does (``errors.Stopped``); once stopping,
+    a further signal is ignored."""
+    def stop(signum: int, frame: Any) -> None:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, stop)

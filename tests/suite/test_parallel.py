@@ -1,0 +1,171 @@
+"""A suite run with --jobs 2, and as 3 shards merged, gives every pair the result.json of the
+sequential run (timings masked); Ctrl-C and SIGTERM stop every worker, keep what finished and
+the running pairs as incomplete, and leave no process behind. Real trainings of wine, small."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lrcheck.errors import SpecError
+from lrcheck.runner.dist.procs import HAS_PROC, marked
+from lrcheck.suite.parallel import SUITE_WORKER_ENV, parse_jobs
+from tests.helpers import wait_for
+
+# Two reference groups: a, b and d train like bs 16 (d's policy is the bug), c and e like bs 8.
+SUITE = """
+    [defaults]
+    task = "wine"
+    epochs = {epochs}
+
+    [[pair]]
+    name = "a"
+    bs = 8
+    accum = 2
+
+    [[pair]]
+    name = "b"
+    bs = 4
+    accum = 4
+
+    [[pair]]
+    name = "c"
+    bs = 4
+    accum = 2
+
+    [[pair]]
+    name = "d"
+    bs = 8
+    accum = 2
+    policy = "per-micro-batch"
+    expect = "fail"
+
+    [[pair]]
+    name = "e"
+    bs = 2
+    accum = 4
+"""
+NAMES = "abcde"
+TIMINGS = ("seconds", "wall_seconds")
+
+
+def lrcheck(*args, env=None, **kw):
+    return subprocess.Popen([sys.executable, "-m", "lrcheck", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def finished(proc, timeout=240):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def result(folder, name):
+    data = json.loads((folder / name / "result.json").read_text())
+    for key in ("environment", "files"):
+        data.pop(key)
+    for run in data["runs"].values():
+        for key in TIMINGS:
+            run.pop(key, None)
+    return data
+
+
+@pytest.fixture
+def suite_file(tmp_path):
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(SUITE.format(epochs=1)))
+    return path
+
+
+@pytest.mark.slow
+def test_jobs_and_merged_shards_give_the_sequential_results(tmp_path, suite_file):
+    code, _, err = finished(lrcheck("suite", str(suite_file), "--out", str(tmp_path / "seq"),
+                                    "-q"))
+    assert code == 0, err
+    code, _, err = finished(lrcheck("suite", str(suite_file), "--out", str(tmp_path / "par"),
+                                    "-q", "--jobs", "2"))
+    assert code == 0, err
+    for k in (1, 2, 3):
+        env = {**os.environ, "LRCHECK_SHARD": f"{k}/3"}
+        code, _, err = finished(lrcheck("suite", str(suite_file), "--out",
+                                        str(tmp_path / f"s{k}"), "-q", env=env))
+        assert code == 0, err
+    code, _, err = finished(lrcheck("suite", "merge", str(tmp_path / "m"),
+                                    *(str(tmp_path / f"s{k}") for k in (1, 2, 3)), "-q"))
+    assert code == 0, err
+    for name in NAMES:
+        expected = result(tmp_path / "seq", name)
+        assert result(tmp_path / "par", name) == expected, name
+        assert result(tmp_path / "m", name) == expected, name
+    seq, par, merged = (json.loads((tmp_path / f / "suite.json").read_text())
+                        for f in ("seq", "par", "m"))
+    for key in ("status", "verdict", "checks", "shared_reference"):
+        assert [p[key] for p in par["pairs"]] == [p[key] for p in seq["pairs"]], key
+        assert [p[key] for p in merged["pairs"]] == [p[key] for p in seq["pairs"]], key
+    code, out, err = finished(lrcheck("suite", "merge", str(tmp_path / "m2"),
+                                      str(tmp_path / "s1"), str(tmp_path / "s3")))
+    lost = [p["name"] for p in json.loads((tmp_path / "s1" / "suite.json").read_text())[
+        "shard"]["plan"] if p["shard"] == 2]
+    assert code == 3 and lost
+    for name in lost:
+        assert f"ERROR {name}: no result: missing: its shard, 2/3, was not merged" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="finding leftover workers needs /proc")
+@pytest.mark.parametrize(("sig", "code", "words"), [
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+])
+def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code, words):
+    path = tmp_path / "ci.toml"
+    path.write_text(textwrap.dedent(SUITE.format(epochs=300)))
+    token = f"test-{os.getpid()}-{sig}"
+    env = {**os.environ, SUITE_WORKER_ENV: token}
+    proc = lrcheck("suite", str(path), "--out", str(tmp_path / "R"), "--jobs", "2", env=env)
+    try:
+        # Both workers training: each has written the progress of a pair.
+        wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 3, 120, "two workers",
+                 proc=proc)
+        wait_for(lambda: any((tmp_path / "R").glob("*/")) or _training(token), 120,
+                 "a pair to train", proc=proc)
+        proc.send_signal(sig)
+        status, out, err = finished(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert status == code, err
+    saved = json.loads((tmp_path / "R" / "suite.json").read_text())
+    assert saved["interrupted"].startswith(f"{words} with 2 pairs running")
+    statuses = {p["name"]: p["status"] for p in saved["pairs"]}
+    assert list(statuses.values()).count("incomplete") == 2, statuses
+    assert set(statuses.values()) <= {"incomplete", "not_run", "ok"}
+    for name, status in statuses.items():
+        if status == "incomplete":
+            assert json.loads((tmp_path / "R" / name / "result.json").read_text())[
+                "verdict"] == "incomplete"
+    wait_for(lambda: not marked(token, SUITE_WORKER_ENV), 10, "no worker left")
+
+
+def _training(token):
+    """Whether the workers have started training (imported torch: a few hundred MB)."""
+    for pid in marked(token, SUITE_WORKER_ENV):
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            continue
+        if rss > 200e6:
+            return True
+    return False
+
+
+def test_jobs_is_a_whole_number_or_auto():
+    assert parse_jobs("3") == 3 and parse_jobs("auto") >= 1
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SpecError, match=r"^--jobs .*expected a whole number >= 1, or auto"):
+            parse_jobs(bad)
