@@ -26,6 +26,7 @@ DeepSpeed reduces float32 (and bf16) gradients only: float64 is refused (``plan.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -53,6 +54,8 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           on_start: Callable[[], None] | None = None) -> RunTrace:
     """``plain.train``'s contract, trained through a ``DeepSpeedEngine``: on the default process
     group lrcheck's torchrun worker made, or alone in a group of one."""
+    # Told the accelerator, DeepSpeed does not warn at import that it had to guess it.
+    os.environ.setdefault("DS_ACCELERATOR", torch.device(device).type)
     with (framework_process(spec), process_group(spec.world, device),
           _engine_environment(rank)):
         return _train(spec, data, device, rank, on_update, on_start)
@@ -61,7 +64,8 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
 @contextlib.contextmanager
 def _engine_environment(rank: int) -> Iterator[None]:
     """What the engine needs around it: ``LOCAL_RANK``, which its sanity check asks for even in
-    a group it did not make (set by torchrun under several processes); its INFO lines off; and,
+    a group it did not make (set by torchrun under several processes); its console lines off
+    (INFO, and the warning about the "untested" torch optimizer ZeRO is told to accept); and,
     afterwards, its cached references to the process groups released, so that the next engine
     in this process (the reference after the candidate's job) does not use a group that is
     gone."""
@@ -70,7 +74,7 @@ def _engine_environment(rank: int) -> Iterator[None]:
     saved = os.environ.get("LOCAL_RANK")
     os.environ.setdefault("LOCAL_RANK", str(rank))
     level = logger.level
-    logger.setLevel(logging.WARNING)
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
@@ -109,7 +113,7 @@ def _whole(parts: Parts, stage: int) -> Callable[[], list[torch.Tensor]] | None:
     """The parameters gathered whole, where ZeRO 3 partitions them (None: they are whole)."""
     if stage < 3:
         return None
-    from deepspeed.zero import GatheredParameters
+    from deepspeed.runtime.zero import GatheredParameters
 
     params = list(parts.net.parameters())
 
@@ -128,8 +132,9 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     recording = run.recording
     parts = build(spec, data, run.ctx, device)
     counted = _Counted(parts.scheduler)
-    engine, _, _, _ = deepspeed.initialize(model=parts.net, optimizer=parts.optimizer,
-                                           lr_scheduler=parts.scheduler, config=config(spec))
+    with contextlib.redirect_stdout(io.StringIO()):  # the JIT build's "built successfully"
+        engine, _, _, _ = deepspeed.initialize(model=parts.net, optimizer=parts.optimizer,
+                                               lr_scheduler=parts.scheduler, config=config(spec))
     run.check_processes("DeepSpeed", engine.world_size, engine.global_rank, rank)
     tap = Tap(RecordingSink(recording), device, (spec.world, rank))
     # Just before the optimizer steps, inside engine.step() (ZeRO's wrapper calls it too).
