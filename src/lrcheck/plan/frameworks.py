@@ -83,7 +83,7 @@ _FRAMEWORKS = [
               dtype="float32", single_process=True, own_model=True, resumes=True),
     Framework("fsdp", "lrcheck's own loop with the model sharded by PyTorch FSDP2 (fully_shard) "
               "instead of DDP; parameters gathered whole", own_loop=True,
-              settings=("--tail", "--loss-norm")),
+              settings=("--policy", "--tail", "--loss-norm")),
     Framework("deepspeed", "DeepSpeed, run for real: deepspeed.initialize with lrcheck's model, "
               "optimizer and schedule, engine.backward and engine.step on every micro-batch; "
               "the engine owns the boundary, loss scaling and scheduler; float32",

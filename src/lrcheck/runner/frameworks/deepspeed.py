@@ -17,8 +17,8 @@ decides the rest (deepspeed/runtime/engine.py, 0.19.8; docs/frameworks.md cites 
   every ``engine.step()`` as well, the users' mistake (transformers #35484).
 
 lrcheck feeds every sample of each epoch (DeepSpeed owns the epoch's end: ``--tail`` does not
-apply) and records through ``integrations.core.Tap`` into the ``Recording``: the LR by a pre-hook
-on the optimizer's ``step`` (the one ZeRO's wrapper calls too), the samples and each
+apply) and records through ``integrations.core.Tap`` into the ``Recording``: the LR every param
+group will use, read just before the ``engine.step()`` of a boundary, the samples and each
 micro-batch's measured weight, the parameters after each update (gathered whole under ZeRO 3).
 DeepSpeed reduces float32 (and bf16) gradients only: float64 is refused (``plan.frameworks``).
 """
@@ -137,9 +137,6 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
                                                lr_scheduler=parts.scheduler, config=config(spec))
     run.check_processes("DeepSpeed", engine.world_size, engine.global_rank, rank)
     tap = Tap(RecordingSink(recording), device, (spec.world, rank))
-    # Just before the optimizer steps, inside engine.step() (ZeRO's wrapper calls it too).
-    parts.optimizer.register_step_pre_hook(
-        lambda optimizer, args, kwargs: tap.before_step(optimizer, counted.steps))
     recording.attach(parts.net, _whole(parts, spec.zero_stage))
     if on_start is not None:
         on_start()
@@ -157,6 +154,12 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
             tap.micro_batch(loss, n, len(idx), idx)
             engine.backward(loss)
             boundary = engine.is_gradient_accumulation_boundary()
+            if boundary:
+                # The LR the step will use: nothing moves it before the optimizer steps inside
+                # engine.step(). (Not a hook on the optimizer's step: ZeRO 1 and 2 step it once
+                # per param group, each time with param_groups narrowed to that one group,
+                # stage_1_and_2.py _optimizer_step.)
+                tap.before_step(parts.optimizer, counted.steps)
             engine.step()
             if spec.scheduler_stepped_too and not recording.step_scheduler(parts.scheduler,
                                                                            len(recording.updates)):
