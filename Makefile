@@ -14,6 +14,11 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
+# DeepSpeed's first engine JIT-builds a C++ extension (about a minute here), which torch caches
+# in $(TORCH_EXTENSIONS_DIR): a fresh machine pays it once, in the first `make test` (the tests
+# marked deepspeed). Set TORCH_EXTENSIONS_DIR to keep the cache elsewhere (a CI cache, say).
+TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/torch_extensions
+export TORCH_EXTENSIONS_DIR
 # Ludwig lives in its own environment: it is heavy (about 160 packages, 2.5 GB) and pins old
 # packages (rich 12). `make test` runs tests/ludwig/ there (`make test-ludwig`).
 LUDWIG_VENV ?= .venv-ludwig
@@ -28,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning,deepspeed]"
 	touch $(STAMP)
 
 venv-ludwig: $(LUDWIG_STAMP)

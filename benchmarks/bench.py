@@ -5,7 +5,7 @@ peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest sing
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
 The recording overhead is measured in one process instead (see ``record_child``).
 
-    python benchmarks/bench.py [--runs 5] [--only help,compare,record,trace,suite,suite-jobs,ddp]
+    python benchmarks/bench.py [--runs 5] [--only help,compare,...,suite-jobs,fsdp,deepspeed]
                                [--trace-steps 1000000] [--scale]
 """
 
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "trace", "suite", "suite-jobs", "ddp", "transformers",
-           "lightning")
+           "lightning", "fsdp", "deepspeed")
 
 
 class RunFailed(Exception):
@@ -256,6 +256,24 @@ def bench_framework(table: Table, runs: int, out: Path, framework: str) -> None:
     add_workflow(table, f"--framework {framework} (default pair)", lr, bare, FRAMEWORK_TARGET)
 
 
+def bench_sharded(table: Table, runs: int, out: Path, engine: str) -> None:
+    """``--framework fsdp`` (2 processes, bs 8 × accum 2, float64; the default digits pair
+    passes) and ``--framework deepspeed`` (one process, bs 16 × accum 2, float32; it fails at
+    the last window, exit 1) against ``sharded_baseline.py``'s same two runs in the engine."""
+    baseline = str(HERE / "sharded_baseline.py")
+    if engine == "fsdp":
+        flags = ["--nproc", "2", "--bs", "8", "--accum", "2"]
+        bare = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                baseline, "fsdp"]
+    else:
+        flags, bare = ["--dtype", "float32"], [PY, baseline, "deepspeed"]
+    lr, bare_figures = alternate(
+        LRCHECK + ["compare", "--framework", engine, *flags, "--quiet", "--out",
+                   str(out / engine)], bare, runs, a_ok=(0, 1))
+    add_workflow(table, f"--framework {engine} (digits, {' '.join(flags)})", lr, bare_figures,
+                 FRAMEWORK_TARGET)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -316,7 +334,9 @@ def main() -> None:
                    "ddp": lambda: bench_ddp(table, args.runs, out),
                    "transformers": lambda: bench_framework(table, args.runs, out,
                                                            "transformers"),
-                   "lightning": lambda: bench_framework(table, args.runs, out, "lightning")}
+                   "lightning": lambda: bench_framework(table, args.runs, out, "lightning"),
+                   "fsdp": lambda: bench_sharded(table, args.runs, out, "fsdp"),
+                   "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed")}
         for name in TARGETS:
             if name in only:
                 try:

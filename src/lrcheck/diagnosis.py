@@ -61,7 +61,9 @@ class DataDiff:
     both made (``compared``). ``differing``: the updates whose multisets of ids differ;
     ``only_cand``/``only_ref``: at the first of them, the ids fed in one run and not in the other
     (repeated as often as the excess); ``seen``: over the whole run, per epoch (None when the
-    runs agree everywhere)."""
+    runs agree everywhere); ``carried``: the epoch the first differing update ran on into —
+    the candidate's window held the reference's last one of an epoch and the first samples of
+    the next epoch's first (None: not so)."""
 
     compared: int
     lengths: tuple[int, int]
@@ -69,6 +71,7 @@ class DataDiff:
     only_cand: np.ndarray
     only_ref: np.ndarray
     seen: Seen | None
+    carried: int | None = None
 
 
 def _epochs(updates: Sequence[UpdateRecord], count: int) -> np.ndarray:
@@ -110,7 +113,24 @@ def data_diff(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
         only_cand = np.repeat(ids[first & (net > 0)], net[first & (net > 0)])
         only_ref = np.repeat(ids[first & (net < 0)], -net[first & (net < 0)])
     return DataDiff(n, lengths, differing, only_cand, only_ref,
-                    _seen(ref_windows, cand_windows, ref_updates, cand_updates))
+                    _seen(ref_windows, cand_windows, ref_updates, cand_updates),
+                    _carried(differing, only_cand, only_ref, ref_windows, ref_updates))
+
+
+def _carried(differing: np.ndarray, only_cand: np.ndarray, only_ref: np.ndarray,
+             ref_windows: Sequence[Window], ref_updates: Sequence[UpdateRecord]) -> int | None:
+    """The epoch the first differing update ran on into, when its extra samples are all the
+    reference's first samples of the next epoch (``DataDiff.carried``)."""
+    if not len(differing) or len(only_ref) or not len(only_cand):
+        return None
+    k = int(differing[0])
+    if k + 1 >= min(len(ref_windows), len(ref_updates)):
+        return None
+    epoch, after = ref_updates[k].epoch, ref_updates[k + 1].epoch
+    following = {int(i) for m in ref_windows[k + 1] for i in m.ids}
+    if epoch == after or after is None or not {int(i) for i in only_cand} <= following:
+        return None
+    return after
 
 
 def _seen(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
@@ -211,6 +231,11 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     if resumed:
         parts.append("the candidate resumed from its checkpoint just before: its data order did "
                      "not go on where it stopped")
+    elif diff.carried is not None:
+        parts.append(f"its window ran on into epoch {diff.carried}: it holds the reference's "
+                     f"last, partial window of epoch {diff.carried - 1} and the first samples of "
+                     f"epoch {diff.carried}, as a micro-step counter that does not restart at an "
+                     "epoch makes it (DeepSpeed's engine, #7439); every later window is shifted")
     elif diff.seen is not None:
         parts.append(seen_text(diff.seen))
     return "; ".join(parts)

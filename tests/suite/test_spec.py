@@ -203,3 +203,21 @@ def test_bad_suites_name_the_file_entry_and_key(tmp_path, text, where, says):
 def test_a_missing_file_is_bad_input(tmp_path):
     with pytest.raises(SpecError, match="does not exist"):
         load_suite(tmp_path / "nope.toml")
+
+
+def test_deepspeed_keys_are_checked_with_the_type_it_trains_in(tmp_path):
+    path = tmp_path / "ds.toml"
+    path.write_text(textwrap.dedent("""
+        [[grid]]
+        name = "ds-zero{zero_stage}"
+        framework = "deepspeed"
+        dtype = "float32"
+        zero_stage = [0, 2]
+        scheduler_stepped_too = true
+    """))
+    entries = load_suite(path).entries
+    assert [e.pair.candidate.zero_stage for e in entries] == [0, 2]
+    assert all(e.pair.candidate.scheduler_stepped_too for e in entries)
+    path.write_text('[[pair]]\nname = "ds"\nframework = "deepspeed"\n')
+    with pytest.raises(SpecError, match="cannot train dtype float64.*add dtype float32"):
+        load_suite(path)

@@ -41,6 +41,10 @@ class Framework:
     # --resume-at stops its training after update K and resumes it through its own resume; the
     # reference is then the same run uninterrupted.
     resumes: bool = False
+    # lrcheck's own loop trains it (its model wrapped another way): --policy applies.
+    own_loop: bool = False
+    # The floating-point types it cannot train in here, each with the reason.
+    refuses_dtype: dict[str, str] | None = None
 
 
 # Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
@@ -51,6 +55,12 @@ TRAINER_SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "co
 # interval (an epoch by default): it restarts every epoch (ludwig/modules/lr_scheduler.py).
 LUDWIG_SCHEDULES = {"constant": "none", "linear": "linear", "cosine": "cosine",
                     "exponential": "exponential"}
+
+# Why --framework deepspeed refuses float64: its gradient reduction allows only the accelerator's
+# supported types (deepspeed/runtime/engine.py, split_half_float_double_sparse).
+DEEPSPEED_FLOAT64 = ("DeepSpeed reduces only the accelerator's supported gradient types "
+                     "(engine.py split_half_float_double_sparse: \"attempting to reduce an "
+                     "unsupported grad type: torch.float64\"); add --dtype float32")
 
 _FRAMEWORKS = [
     Framework(PLAIN, "lrcheck's own loop: exact, --policy says when the schedule steps",
@@ -71,6 +81,15 @@ _FRAMEWORKS = [
               "float32; --resume-at through its model_resume_path", module="ludwig",
               owns_epoch=True, schedulers=LUDWIG_SCHEDULES, settings=("--resume-at",),
               dtype="float32", single_process=True, own_model=True, resumes=True),
+    Framework("fsdp", "lrcheck's own loop with the model sharded by PyTorch FSDP2 (fully_shard) "
+              "instead of DDP; parameters gathered whole", own_loop=True,
+              settings=("--policy", "--tail", "--loss-norm")),
+    Framework("deepspeed", "DeepSpeed, run for real: deepspeed.initialize with lrcheck's model, "
+              "optimizer and schedule, engine.backward and engine.step on every micro-batch; "
+              "the engine owns the boundary, loss scaling and scheduler; float32",
+              module="deepspeed", owns_epoch=True,
+              settings=("--zero-stage", "--scheduler-stepped-too"),
+              refuses_dtype={"float64": DEEPSPEED_FLOAT64}),
 ]
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in _FRAMEWORKS}

@@ -4,6 +4,7 @@ starts from the same weights."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +55,12 @@ class Parts:
 
 
 def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
-          device: str | None) -> Parts:
+          device: str | None, shard: Callable[[torch.nn.Module], None] | None = None) -> Parts:
     """The task's model seeded by ``spec.seed`` in ``spec.dtype`` (on ``device``; None leaves it
     where it was made, for a framework that places it itself), its optimizer, and the schedule
     ``spec.scheduler`` made with ``ctx`` (None: no schedule yet, for a framework that sizes it
-    once it knows its own step count)."""
+    once it knows its own step count). ``shard``: what shards the model in place (FSDP's
+    ``fully_shard``), before the optimizer is made on the parameters it leaves."""
     torch.manual_seed(spec.seed)
     net = TASKS[spec.task].build_model(data).to(device, getattr(torch, spec.dtype))
     if spec.twin:
@@ -68,6 +70,8 @@ def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
         with torch.no_grad():
             for p in net.parameters():
                 p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+    if shard is not None:
+        shard(net)
     optimizer = make_optimizer(spec, net)
     return Parts(net, optimizer,
                  None if ctx is None else make_scheduler(spec.scheduler, optimizer, ctx))

@@ -102,6 +102,9 @@ def lockstep_reason(pair: PairSpec) -> str | None:
     both in lrcheck's own loop, with the same model, optimizer and dtype. (A GradScaler stays
     each run's own: its skipped steps are checked exactly, by ``skipped-steps``.)"""
     ref, cand = pair.reference, pair.candidate
+    if "fsdp" in (ref.framework, cand.framework):
+        return ("FSDP shards the model: lrcheck does not load the reference's whole state into "
+                "the shards before each update")
     if (ref.framework, cand.framework) != ("plain", "plain"):
         return "a framework's own loop trains a run: lrcheck cannot set its state per update"
     for name in SAME:

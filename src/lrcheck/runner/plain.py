@@ -15,7 +15,7 @@ import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -37,10 +37,22 @@ from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, Resumed, RunTrace
 
 
+class Shards(Protocol):
+    """What shards the model in place of DDP (``frameworks.fsdp``): ``shard(net)`` before the
+    optimizer is made, ``sync(net, on)`` before each micro-batch's backward, ``whole(net)`` the
+    parameters gathered whole (a collective) for the record."""
+
+    def shard(self, net: torch.nn.Module) -> None: ...
+
+    def sync(self, net: torch.nn.Module, on: bool) -> None: ...
+
+    def whole(self, net: torch.nn.Module) -> list[torch.Tensor]: ...
+
+
 def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
           group: dist.ProcessGroup | None = None, on_update: OnUpdate | None = None,
           on_start: Callable[[], None] | None = None, keep_states: bool = False,
-          lockstep: Lockstep | None = None) -> RunTrace:
+          lockstep: Lockstep | None = None, shards: Shards | None = None) -> RunTrace:
     """Train ``spec`` on ``data`` as rank ``rank`` of ``spec.world`` and return what every
     update used. When ``world > 1`` the caller has set up the process group; ``group`` (default:
     the default group) is the one DDP and the loss all-reduce use. ``on_start`` is called once
@@ -53,8 +65,9 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
 
     ``keep_states``: record the optimizer's state after every update too (a reference that a
     candidate runs in lockstep with); ``lockstep``: the reference's states each update of this
-    run starts from (``runner.lockstep``)."""
-    loop = _Loop(spec, data, device, rank, group, on_update, keep_states, lockstep)
+    run starts from (``runner.lockstep``); ``shards``: the model sharded (FSDP) on every rank
+    instead of DDP, on a run of any world (``frameworks.fsdp``)."""
+    loop = _Loop(spec, data, device, rank, group, on_update, keep_states, lockstep, shards)
     pause = resume_point(spec, loop.plan)
     parts = loop.build()
     if on_start is not None:
@@ -85,9 +98,10 @@ class _Loop:
 
     def __init__(self, spec: RunSpec, data: Dataset, device: str, rank: int,
                  group: dist.ProcessGroup | None, on_update: OnUpdate | None,
-                 keep_states: bool = False, lockstep: Lockstep | None = None) -> None:
+                 keep_states: bool = False, lockstep: Lockstep | None = None,
+                 shards: Shards | None = None) -> None:
         self.spec, self.data, self.device, self.rank, self.group = spec, data, device, rank, group
-        self.lockstep, self.restored = lockstep, -1
+        self.lockstep, self.restored, self.shards = lockstep, -1, shards
         self.recording = Recording.for_run(spec, data, device=device, on_update=on_update,
                                            keep_states=keep_states)
         self.plan, self.ctx = self.recording.plan, self.recording.ctx
@@ -114,12 +128,15 @@ class _Loop:
     def build(self) -> Parts:
         """Model, optimizer, scheduler and scaler, from scratch (the same weights every time:
         the generator is seeded first)."""
-        parts = build(self.spec, self.data, self.ctx, self.device)
-        if self.spec.world > 1:
+        shards = self.shards
+        parts = build(self.spec, self.data, self.ctx, self.device,
+                      None if shards is None else shards.shard)
+        if self.spec.world > 1 and shards is None:
             parts.model = torch.nn.parallel.DistributedDataParallel(parts.net,
                                                                     process_group=self.group)
         parts.scaler = make_scaler(self.spec, self.device)
-        self.recording.attach(parts.net)
+        net = parts.net
+        self.recording.attach(net, None if shards is None else lambda: shards.whole(net))
         return parts
 
     def run(self, parts: Parts, progress: LoopPosition, pause: Pause | None) -> bool:
@@ -192,8 +209,10 @@ class _Loop:
                           window: OpenWindow, last: bool) -> None:
         """This rank's share ``idx`` of one micro-batch, forward and backward; its loss joins
         the window's."""
-        # DDP all-reduces gradients only on the last micro-batch of an update.
-        sync = (self.no_sync if last or self.spec.world == 1
+        # DDP (and FSDP) reduce gradients only on the last micro-batch of an update.
+        if self.shards is not None:
+            self.shards.sync(parts.model, last)
+        sync = (self.no_sync if last or self.spec.world == 1 or self.shards is not None
                 else cast(DistributedDataParallel, parts.model).no_sync())
         with sync:
             with self.autocast:

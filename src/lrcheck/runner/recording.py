@@ -23,6 +23,7 @@ and nothing here waits for the device more than once per update.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -101,6 +102,7 @@ class Recording:
         self._snapshots: torch.Tensor | None = None
         self._beyond: list[torch.Tensor] = []  # snapshots of updates past the plan
         self.windows: list[Window] = []  # this rank's, as fed
+        self._whole: Callable[[], list[torch.Tensor]] | None = None
         # A reference a candidate runs in lockstep with: its optimizer's state after every
         # update too (``runner.lockstep``).
         self._states = (StateSnapshots(plan.total_updates, self.dtype, device) if keep_states
@@ -119,17 +121,20 @@ class Recording:
         return cls(spec, plan, ctx, data, device=device, on_update=on_update,
                    keep_states=keep_states)
 
-    def attach(self, net: torch.nn.Module) -> None:
+    def attach(self, net: torch.nn.Module,
+               whole: Callable[[], list[torch.Tensor]] | None = None) -> None:
         """Record ``net``'s parameters from now on (again after a resume builds a new model).
         The run is built, everything it needs imported: the garbage collector starting held
-        off is let go (``runner.startup``)."""
+        off is let go (``runner.startup``). ``whole``: the parameters gathered whole, for a
+        model whose parameters are shards (FSDP; a collective, on every rank)."""
         release()
         self.not_comparable = batch_dependent_layers(net)
+        self._whole = whole
         # Flat views of the parameters' storage, which the optimizer updates in place: a
         # snapshot is then one torch.cat into its row (view() refuses a non-contiguous one).
-        self._flat = [p.detach().view(-1) for p in net.parameters()]
+        self._flat = [] if whole is not None else [p.detach().view(-1) for p in net.parameters()]
         if self._snapshots is None:
-            size = sum(p.numel() for p in self._flat)
+            size = sum(p.numel() for p in (self._flat if whole is None else whole()))
             self._snapshots = torch.empty(self.plan.total_updates, size, dtype=self.dtype,
                                           device=self.device)
             # Its rows as views, made once: indexing the tensor at every update costs ~10 µs.
@@ -169,11 +174,13 @@ class Recording:
                               epoch)
         row = len(self.updates)
         self.updates.append(record)
+        flat = (self._flat if self._whole is None
+                else [t.reshape(-1).to(self.dtype) for t in self._whole()])
         if row < len(self._rows):
             # Straight into the preallocated row: one copy of the parameters, no temporary.
-            torch.cat(self._flat, out=self._rows[row])
+            torch.cat(flat, out=self._rows[row])
         else:  # a framework that ran past lrcheck's plan: its updates are kept all the same
-            self._beyond.append(torch.cat(self._flat))
+            self._beyond.append(torch.cat(flat))
         if self._states is not None and self._optimizer is not None:
             self._states.take(self._optimizer, row)
         if self.on_update is not None:

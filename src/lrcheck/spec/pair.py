@@ -141,7 +141,8 @@ class PairSpec:
         if cand.inject_overflow:
             parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
         settings = {"drop_last": "drop-last", "trainer_loss": "loss-{}",
-                    "even_batches": "uneven", "lightning_sampler": "sampler-{}"}
+                    "even_batches": "uneven", "lightning_sampler": "sampler-{}",
+                    "zero_stage": "zero{}", "scheduler_stepped_too": "scheduler-stepped-too"}
         for field_name, mark in settings.items():
             if getattr(cand, field_name) != getattr(default, field_name):
                 parts.append(mark.format(getattr(cand, field_name)))

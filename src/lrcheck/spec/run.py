@@ -30,7 +30,12 @@ from lrcheck.spec.choices import (
 # The fields of the settings only some frameworks have, by the flag that ``Framework.settings``
 # names for the frameworks it applies to.
 FRAMEWORK_FIELDS = {"drop_last": "--drop-last", "trainer_loss": "--trainer-loss",
-                    "even_batches": "--no-even-batches", "lightning_sampler": "--lightning-sampler"}
+                    "even_batches": "--no-even-batches", "lightning_sampler": "--lightning-sampler",
+                    "zero_stage": "--zero-stage",
+                    "scheduler_stepped_too": "--scheduler-stepped-too"}
+# DeepSpeed's ZeRO stages (--zero-stage): 0 none, 1 optimizer state, 2 and gradients, 3 and
+# parameters partitioned over the processes.
+ZERO_STAGES = (0, 1, 2, 3)
 
 REFERENCE_POLICY = "per-update"
 # Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
@@ -82,6 +87,10 @@ class RunSpec:
     trainer_loss: TrainerLoss = TrainerLoss.MEAN
     even_batches: bool = True
     lightning_sampler: LightningSampler = LightningSampler.DISTRIBUTED
+    zero_stage: int = 0
+    # --framework deepspeed: the loop also calls scheduler.step() after every engine.step(),
+    # though the engine steps the schedule it was given itself (the users' mistake).
+    scheduler_stepped_too: bool = False
     # The noise-floor twin of a reference (never typed by a user): the same run with each
     # update's samples fed in reverse order and every initial weight one unit in the last
     # place higher, so it differs from the reference by rounding alone (checks.check_effect).
@@ -158,6 +167,9 @@ class RunSpec:
         one_of("--framework", self.framework, list(FRAMEWORKS))
         self._choose("trainer_loss", TrainerLoss)
         self._choose("lightning_sampler", LightningSampler)
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
+            raise SpecError(f"--zero-stage must be one of DeepSpeed's ZeRO stages "
+                            f"{', '.join(map(str, ZERO_STAGES))}, got {self.zero_stage!r}")
         for name, (flag, default, frameworks) in framework_settings().items():
             if getattr(self, name) != default and self.framework not in frameworks:
                 raise SpecError(f"{flag} applies to --framework {' or '.join(frameworks)}, "
@@ -165,8 +177,14 @@ class RunSpec:
         if self.framework == PLAIN:
             return
         framework = FRAMEWORKS[self.framework]
-        own_loop = [("--policy", self.policy, REFERENCE_POLICY), ("--amp", self.amp, Amp.OFF),
-                    ("--resume-at-micro", self.resume_at_micro, None)]
+        refused = (framework.refuses_dtype or {}).get(str(self.dtype))
+        if refused is not None:
+            raise SpecError(f"--framework {self.framework} cannot train --dtype {self.dtype} "
+                            f"here: {refused}")
+        own_loop: list[tuple[str, Any, Any]] = [
+            ("--amp", self.amp, Amp.OFF), ("--resume-at-micro", self.resume_at_micro, None)]
+        if not framework.own_loop:
+            own_loop.append(("--policy", self.policy, REFERENCE_POLICY))
         if not framework.resumes:
             own_loop.append(("--resume-at", self.resume_at, None))
         for flag, value, default in own_loop:

@@ -45,9 +45,13 @@ UPDATE_LIST_KEYS = ("inject_overflow",)
 NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"},
          "drop_last": {"framework": "transformers"}, "even_batches": {"framework": "transformers"},
          "trainer_loss": {"framework": "transformers"},
-         "lightning_sampler": {"framework": "lightning"}}
+         "lightning_sampler": {"framework": "lightning"},
+         # float32: the type every framework trains in (deepspeed refuses float64).
+         "framework": {"dtype": "float32"},
+         "zero_stage": {"framework": "deepspeed", "dtype": "float32"},
+         "scheduler_stepped_too": {"framework": "deepspeed", "dtype": "float32"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("drop_last", "even_batches", "fast")
+BOOL_KEYS = ("drop_last", "even_batches", "fast", "scheduler_stepped_too")
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.

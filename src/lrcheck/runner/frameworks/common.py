@@ -104,6 +104,11 @@ class PlannedOrder(torch.utils.data.Sampler[int]):
         self._set = False
 
     @property
+    def streams(self) -> list[np.ndarray]:
+        """Each epoch's stream of sample ids."""
+        return self._streams
+
+    @property
     def lengths(self) -> list[int]:
         """Samples in each epoch's stream."""
         return [len(s) for s in self._streams]
@@ -214,3 +219,29 @@ class RecordingSink:
         self.recording.update(len(self.recording.updates),
                               float("nan") if loss is None else loss, self.samples_seen,
                               epoch or 0, window)
+
+
+@contextlib.contextmanager
+def process_group(world: int, device: torch.device | str) -> Iterator[None]:
+    """A process group for the block: the default group lrcheck's torchrun worker made, of
+    ``world`` processes, or — a run of one process outside any (the reference, trained after the
+    candidate's job or in lrcheck's own process) — a group of one on an in-memory store, left
+    afterwards. FSDP's device mesh and DeepSpeed's engine both need one, even alone."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        if dist.get_world_size() != world:
+            raise RunError(f"a run of {world} process(es) inside a process group of "
+                           f"{dist.get_world_size()}: lrcheck planned another world")
+        yield
+        return
+    if world != 1:
+        raise RunError(f"a run of {world} processes needs the process group of its torchrun job")
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    from torch.distributed import HashStore  # type: ignore[attr-defined]
+
+    dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
