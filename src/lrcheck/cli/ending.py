@@ -7,7 +7,8 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from types import FrameType
+from typing import Any, Protocol
 
 import typer
 from rich.console import Console
@@ -46,7 +47,17 @@ def warning(text: str) -> None:
         escape(f"lrcheck: warning: {text}"))
 
 
-def _usage_code(usage: Any) -> int:
+class _ClickError(Protocol):
+    """What ``_usage_code`` reads of a click exception (``ClickException``, ``UsageError``)."""
+
+    exit_code: int
+
+    def show(self) -> None: ...
+
+    def format_message(self) -> str: ...
+
+
+def _usage_code(usage: _ClickError) -> int:
     """A usage error (the click typer runs on, ``_click``, which mypy does not see) told in one
     line: exit 2; click >= 8.2's ``NoArgsIsHelpError`` is help, shown."""
     if type(usage).__name__ == "NoArgsIsHelpError":
@@ -118,7 +129,7 @@ def stop_on_signals(under_torchrun: bool) -> list[int]:
 
     arrived: list[int] = []
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         for name in STOP_SIGNALS:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
         arrived.append(signum)
@@ -131,7 +142,7 @@ def stop_on_signals(under_torchrun: bool) -> list[int]:
     return arrived
 
 
-def exit_status(code: Any, arrived: list[int]) -> int:
+def exit_status(code: str | int | None, arrived: list[int]) -> int:
     """The process's exit status for what ``SystemExit`` carried: None 0, a message 1 (printed),
     and 128 + the signal's number for a command stopped by SIGTERM or SIGHUP instead of Ctrl-C's
     130."""
