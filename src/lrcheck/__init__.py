@@ -15,8 +15,6 @@ from lrcheck.spec import PairSpec, RunSpec, Tolerances
 from lrcheck.version import __version__
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from lrcheck.result import Report
 
 __all__ = ["compare", "trace_schedule", "diff", "save_report", "Recorder", "PairSpec", "RunSpec",
@@ -24,32 +22,32 @@ __all__ = ["compare", "trace_schedule", "diff", "save_report", "Recorder", "Pair
            "Interrupted", "__version__"]
 
 
-def compare(*args: Any, **kwargs: Any) -> Report | None:
-    """See ``lrcheck.api.compare``."""
-    from lrcheck.api import compare as _compare
+if TYPE_CHECKING:  # their own signatures, to a type checker and an editor
+    from lrcheck.api import compare, diff, save_report, trace_schedule
+else:  # lazily, so that importing lrcheck does not import torch
+    def compare(*args, **kwargs):
+        """See ``lrcheck.api.compare``."""
+        from lrcheck.api import compare as _compare
 
-    return _compare(*args, **kwargs)
+        return _compare(*args, **kwargs)
 
+    def trace_schedule(*args, **kwargs):
+        """See ``lrcheck.api.trace_schedule``."""
+        from lrcheck.api import trace_schedule as _trace_schedule
 
-def trace_schedule(*args: Any, **kwargs: Any) -> Report:
-    """See ``lrcheck.api.trace_schedule``."""
-    from lrcheck.api import trace_schedule as _trace_schedule
+        return _trace_schedule(*args, **kwargs)
 
-    return _trace_schedule(*args, **kwargs)
+    def diff(*args, **kwargs):
+        """See ``lrcheck.api.diff``."""
+        from lrcheck.api import diff as _diff
 
+        return _diff(*args, **kwargs)
 
-def diff(*args: Any, **kwargs: Any) -> Report:
-    """See ``lrcheck.api.diff``."""
-    from lrcheck.api import diff as _diff
+    def save_report(*args, **kwargs):
+        """See ``lrcheck.api.save_report``."""
+        from lrcheck.api import save_report as _save_report
 
-    return _diff(*args, **kwargs)
-
-
-def save_report(*args: Any, **kwargs: Any) -> Path:
-    """See ``lrcheck.api.save_report``."""
-    from lrcheck.api import save_report as _save_report
-
-    return _save_report(*args, **kwargs)
+        return _save_report(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -53,7 +53,7 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
             tolerances: Tolerances | None = None, ref_framework: str | None = None,
             fast: bool = False, progress: Progress | None = None,
             timeout: float | None = DEFAULT_TIMEOUT_S,
-            cache: dict[RunSpec, RunTrace] | None = None, **candidate: Any) -> Report | None:
+            cache: dict[RunSpec, RunTrace] | None = None, **candidate: object) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
 
     Either pass a ``PairSpec``, or the candidate's ``RunSpec`` fields as keywords
@@ -102,7 +102,7 @@ def ready(pair: PairSpec) -> None:
 
 def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
                    tolerances: Tolerances | None = None, progress: Progress | None = None,
-                   **candidate: Any) -> Report:
+                   **candidate: object) -> Report:
     """``lrcheck trace``: step both schedules without a model over ``samples`` training samples
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
     Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
@@ -127,7 +127,7 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
-         tolerances: Tolerances | None = None, **unknown: Any) -> Report:
+         tolerances: Tolerances | None = None, **unknown: object) -> Report:
     """``lrcheck diff``: read two files written by ``lrcheck.Recorder``, align their updates by
     ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``, and
     ``params`` where both files carry parameter fingerprints). Trains
@@ -162,7 +162,7 @@ def save_report(report: Report, out: str | Path) -> Path:
 
 
 def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
-                    candidate: dict[str, Any]) -> None:
+                    candidate: dict[str, object]) -> None:
     """A ``SpecError`` for a keyword of ``function``'s ``**candidate`` that is no candidate
     field (naming it, the nearest accepted one, and all that are accepted), and for candidate
     fields beside a ``pair``: rather than Python's TypeError, or keywords silently unused."""

@@ -11,13 +11,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.plan.windows import Window, windows_from_json, windows_to_json
 from lrcheck.spec import RunSpec
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class UpdateRecord:
 OnUpdate = Callable[[UpdateRecord, int], None]
 
 
-def _maybe(kind: type, value: Any) -> Any:
+def _maybe(kind: Callable[[Any], T], value: object) -> T | None:
     return None if value is None else kind(value)
 
 

@@ -5,7 +5,6 @@ schedules that stepped differently."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -232,8 +231,9 @@ def offset_text(d: float) -> str:
             f"{amount} {'ahead' if d > 0 else 'behind'}")
 
 
-def lr_with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace, ref_at: Any = slice(None),
-                  cand_at: Any = slice(None)) -> CheckResult:
+def lr_with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace,
+                 ref_at: slice | np.ndarray = slice(None),
+                 cand_at: slice | np.ndarray = slice(None)) -> CheckResult:
     """A failed ``lr`` check with what the candidate's schedule does (group 0; ``ref_at``/
     ``cand_at``: the updates aligned): an offset of a fraction of an update, or how much faster
     or slower it runs, when that can be told."""

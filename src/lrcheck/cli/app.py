@@ -7,7 +7,7 @@ the exit code of DESIGN.md in one place, ``ending.exit_code``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -68,7 +68,7 @@ def main() -> None:
     arrived = stop_on_signals(under_torchrun())
     try:
         app()
-        code: Any = 0
+        code: str | int | None = 0
     except SystemExit as exc:
         code = exc.code
     leave(exit_status(code, arrived))

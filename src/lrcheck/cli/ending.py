@@ -9,7 +9,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, TypeVar
+from types import FrameType
+from typing import Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -66,12 +67,12 @@ def noted(build: Callable[[], T]) -> T:
                                          warned.lineno)
 
 
-def _choice_message(usage: Any) -> str | None:
+def _choice_message(usage: object) -> str | None:
     """A fixed choice that is none of its values, said as the library says it (``spec.choose``)
     rather than as typer's validation does."""
     param = getattr(usage, "param", None)
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
-    errors = getattr(usage.__cause__, "errors", None)
+    errors = getattr(getattr(usage, "__cause__", None), "errors", None)
     if param is None or not (isinstance(annotation, type) and issubclass(annotation, Enum)
                              and callable(errors)):
         return None
@@ -80,7 +81,17 @@ def _choice_message(usage: Any) -> str | None:
     return f"{flag} {given!r} is not known; choose one of: {', '.join(m.value for m in annotation)}"
 
 
-def _usage_code(usage: Any) -> int:
+class _ClickError(Protocol):
+    """What ``_usage_code`` reads of a click exception (``ClickException``, ``UsageError``)."""
+
+    exit_code: int
+
+    def show(self) -> None: ...
+
+    def format_message(self) -> str: ...
+
+
+def _usage_code(usage: _ClickError) -> int:
     """A usage error (the click typer runs on, ``_click``, which mypy does not see) told in one
     line: exit 2; click >= 8.2's ``NoArgsIsHelpError`` is help, shown."""
     if type(usage).__name__ == "NoArgsIsHelpError":
@@ -159,7 +170,7 @@ def stop_on_signals(under_torchrun: bool) -> list[int]:
 
     arrived: list[int] = []
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         for name in STOP_SIGNALS:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
         arrived.append(signum)
@@ -172,7 +183,7 @@ def stop_on_signals(under_torchrun: bool) -> list[int]:
     return arrived
 
 
-def exit_status(code: Any, arrived: list[int]) -> int:
+def exit_status(code: str | int | None, arrived: list[int]) -> int:
     """The process's exit status for what ``SystemExit`` carried: None 0, a message 1 (printed),
     and 128 + the signal's number for a command stopped by SIGTERM or SIGHUP instead of Ctrl-C's
     130."""

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,6 +17,9 @@ from rich.markup import escape
 from lrcheck.errors import Interrupted
 
 if TYPE_CHECKING:
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
+
     from lrcheck.api import Progress, Report
     from lrcheck.reports.render import Renderer
     from lrcheck.spec import PairSpec
@@ -146,8 +149,8 @@ class ProgressBar:
     is no bar)."""
 
     def __init__(self, active: bool) -> None:
-        self._bar: Any = None
-        self._tasks: dict[str, Any] = {}
+        self._bar: Bar | None = None
+        self._tasks: dict[str, TaskID] = {}
         console = Console(stderr=True, highlight=False)
         if active and console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -162,6 +165,7 @@ class ProgressBar:
         return None if self._bar is None else self._update
 
     def _update(self, role: str, done: int, total: int) -> None:
+        assert self._bar is not None  # update is None without a bar
         if role not in self._tasks:
             self._tasks[role] = self._bar.add_task(f"{role} updates", total=total)
         self._bar.update(self._tasks[role], completed=done)

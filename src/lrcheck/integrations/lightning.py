@@ -23,9 +23,9 @@ Lightning's ``outputs["loss"]`` in ``on_train_batch_end`` is already divided by
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from lightning.pytorch import Callback
@@ -33,8 +33,12 @@ from lightning.pytorch import Callback
 from lrcheck.experiments.tasks import IGNORE_INDEX
 from lrcheck.integrations.core import CallbackBase, Sink
 
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
 
-def batch_counts(batch: Any) -> tuple[int | torch.Tensor, int, torch.Tensor | None]:
+
+def batch_counts(batch: object) -> tuple[int | torch.Tensor, int, torch.Tensor | None]:
     """(loss items, samples, sample ids) of a micro-batch: a dict with ``labels`` counts the
     labels that are not ``-100``; otherwise every sample is one item. Samples: the length of
     the first tensor found."""
@@ -47,10 +51,10 @@ def batch_counts(batch: Any) -> tuple[int | torch.Tensor, int, torch.Tensor | No
     return samples, samples, ids if isinstance(ids, torch.Tensor) else None
 
 
-def _first_tensor(batch: Any) -> torch.Tensor | None:
+def _first_tensor(batch: object) -> torch.Tensor | None:
     if isinstance(batch, torch.Tensor):
         return batch
-    values = batch.values() if isinstance(batch, dict) else (
+    values: Iterable[object] = batch.values() if isinstance(batch, dict) else (
         batch if isinstance(batch, (list, tuple)) else ())
     for value in values:
         found = _first_tensor(value)
@@ -59,7 +63,7 @@ def _first_tensor(batch: Any) -> torch.Tensor | None:
     return None
 
 
-def _mean_loss(output: Any) -> torch.Tensor | None:
+def _mean_loss(output: object) -> torch.Tensor | None:
     """The loss ``training_step`` returned (a tensor, or a dict's ``loss``)."""
     if isinstance(output, dict):
         output = output.get("loss")
@@ -79,7 +83,7 @@ class LrcheckCallback(CallbackBase, Callback):
         self._stepped = False
         self._first_step = 0
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
         # The trainer's processes, not the default group's: a single-process fit inside a live
@@ -87,49 +91,53 @@ class LrcheckCallback(CallbackBase, Callback):
         # device is known at the start of training.
         tap = self.open_tap(pl_module.parameters, (trainer.world_size, trainer.global_rank),
                             None)
-        step: Callable[..., Any] = pl_module.training_step
+        step: Callable[..., STEP_OUTPUT] = pl_module.training_step
 
-        def training_step(batch: Any, *args: Any, **kwargs: Any) -> Any:
+        def training_step(batch: object, *args: object, **kwargs: object) -> STEP_OUTPUT:
             output = step(batch, *args, **kwargs)
             items, samples, ids = batch_counts(batch)
             tap.micro_batch(_mean_loss(output), items, samples, ids)
             return output
 
-        pl_module.training_step = training_step
+        # On the instance, for this run (``_finish`` takes it off). setattr: the plain assignment
+        # reads to mypy as assigning to a method.
+        setattr(pl_module, "training_step", training_step)  # noqa: B010
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.tap is not None:
             self.tap.device = pl_module.device
         self._first_step = _scheduler_steps(trainer) or 0
 
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                                 optimizer: torch.optim.Optimizer) -> None:
         if self.tap is None:
             return
         steps = _scheduler_steps(trainer)
         self.tap.before_step(optimizer, None if steps is None else steps - self._first_step)
         self._stepped = True
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: STEP_OUTPUT, batch: object, batch_idx: int) -> None:
         if self.tap is None or not self._stepped:
             return
         self._stepped = False
         self.tap.end_update(epoch=trainer.current_epoch)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             self._finish(pl_module)
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
         self._finish(pl_module)  # Lightning calls no teardown hook after an exception
 
-    def _finish(self, pl_module: Any) -> None:
+    def _finish(self, pl_module: pl.LightningModule) -> None:
         pl_module.__dict__.pop("training_step", None)  # the class's own again
         self._stepped = False
         self.close_sink()
 
 
-def _scheduler_steps(trainer: Any) -> int | None:
+def _scheduler_steps(trainer: pl.Trainer) -> int | None:
     """How many times the first LR scheduler has stepped (None: no scheduler)."""
     configs = trainer.lr_scheduler_configs
     if not configs:

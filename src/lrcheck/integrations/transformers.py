@@ -28,13 +28,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
 
 from lrcheck.experiments.tasks import IGNORE_INDEX
 from lrcheck.integrations.core import CallbackBase, Sink
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 class LrcheckCallback(CallbackBase, TrainerCallback):
@@ -52,43 +55,49 @@ class LrcheckCallback(CallbackBase, TrainerCallback):
     # The Trainer's events, in the order it calls them (trainer.py, _inner_training_loop and
     # _run_epoch).
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, *, model: Any = None,
-                       lr_scheduler: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                       control: TrainerControl, *, model: torch.nn.Module | None = None,
+                       lr_scheduler: object = None, **kwargs: object) -> None:
         # The Trainer has set up its processes by now (a callback is often made before).
+        assert model is not None  # the Trainer passes its model to every event
         self.open_tap(model.parameters, (args.world_size, args.process_index), args.device)
         self._first_step = getattr(lr_scheduler, "last_epoch", 0) or 0
         self._shifts = shifts_labels(model)
         self._hook = model.register_forward_hook(self._forward, with_kwargs=True)
 
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, *,
-                              lr_scheduler: Any = None, optimizer: Any = None,
-                              **kwargs: Any) -> None:
-        assert self.tap is not None
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState,
+                              control: TrainerControl, *, lr_scheduler: object = None,
+                              optimizer: torch.optim.Optimizer | None = None,
+                              **kwargs: object) -> None:
+        assert self.tap is not None and optimizer is not None
         last = getattr(lr_scheduler, "last_epoch", None)
         self.tap.before_step(optimizer, None if last is None else last - self._first_step)
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: object) -> None:
         assert self.tap is not None
         # state.epoch is epoch + (micro-batches done) / (micro-batches in the epoch): it reaches
         # e + 1 exactly at the last update of epoch e.
         epoch = max(math.ceil(state.epoch) - 1, 0) if state.epoch is not None else None
         self.tap.end_update(epoch)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: object) -> None:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
         self.close_sink()
 
-    def _forward(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 output: Any) -> None:
+    def _forward(self, module: torch.nn.Module, args: tuple[object, ...],
+                 kwargs: dict[str, Any], output: object) -> None:
         """Every forward that trains is a micro-batch of the update in progress."""
         if not (module.training and torch.is_grad_enabled()) or self.tap is None:
             return
         loss = _loss_of(output)
         labels = kwargs.get("labels")
         if isinstance(labels, torch.Tensor):
-            items: Any = _loss_items(labels, kwargs.get("shift_labels"), self._shifts)
+            items: int | torch.Tensor = _loss_items(labels, kwargs.get("shift_labels"),
+                                                    self._shifts)
             samples = int(labels.shape[0]) if labels.ndim else 1
         else:
             samples = _batch_size(args, kwargs)
@@ -102,7 +111,7 @@ class LrcheckCallback(CallbackBase, TrainerCallback):
         self.tap.micro_batch(loss, items, samples, kwargs.get("ids"), scale=scale)
 
 
-def shifts_labels(model: Any) -> bool:
+def shifts_labels(model: object) -> bool:
     """Whether ``model``'s loss predicts token t+1 from token t, so that its items are the labels
     of ``labels[..., 1:]``: a decoder-only causal LM. Either of the Trainer's own two tests says
     so — the loss function its ``loss_type`` maps to is ``ForCausalLMLoss`` (``Trainer.__init__``),
@@ -122,7 +131,7 @@ def shifts_labels(model: Any) -> bool:
             or type(inner).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
 
 
-def _loss_items(labels: torch.Tensor, shift_labels: Any, shifts: bool) -> torch.Tensor:
+def _loss_items(labels: torch.Tensor, shift_labels: object, shifts: bool) -> torch.Tensor:
     """The loss items of a micro-batch: its labels other than -100 that the loss predicts."""
     if isinstance(shift_labels, torch.Tensor):
         return (shift_labels != IGNORE_INDEX).sum()
@@ -131,7 +140,7 @@ def _loss_items(labels: torch.Tensor, shift_labels: Any, shifts: bool) -> torch.
     return (labels != IGNORE_INDEX).sum()
 
 
-def _loss_of(output: Any) -> torch.Tensor | None:
+def _loss_of(output: object) -> torch.Tensor | None:
     """The loss a model's output carries, as the Trainer reads it (``compute_loss``)."""
     if isinstance(output, Mapping):
         loss = output.get("loss")
@@ -142,7 +151,7 @@ def _loss_of(output: Any) -> torch.Tensor | None:
     return loss if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
 
 
-def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+def _batch_size(args: tuple[object, ...], kwargs: dict[str, Any]) -> int:
     """Samples in a batch without labels: the first dimension of its first tensor."""
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor) and value.ndim:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lrcheck.errors import Recorded, SpecError
 from lrcheck.reports.atomic import atomic_path, new_file_beside
@@ -49,7 +49,7 @@ def write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def to_json(data: Any) -> str:
+def to_json(data: object) -> str:
     """Strict JSON: a non-finite float (a run that diverged) is written as null.
 
     ``data`` is a tree of plain values (``to_dict()``s), so the encoder skips its check for
@@ -62,7 +62,7 @@ def to_json(data: Any) -> str:
     return text + "\n"
 
 
-def _finite(value: Any) -> Any:
+def _finite(value: object) -> object:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -225,7 +225,7 @@ def _written_before(out: Path) -> set[str]:
         return set()
     names = {"result.json", "report.md", "report.html", *plot_names()}
     return names & {name for name in listed if isinstance(name, str)}
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     write_text(path, to_json(data))
 
 

@@ -14,7 +14,6 @@ import html
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -30,12 +29,12 @@ class Html(str):
     """Markup, inserted as it is (everything else is escaped)."""
 
 
-def esc(value: Any) -> Html:
+def esc(value: object) -> Html:
     """``value`` as text in a page (``&``, ``<``, ``>``, quotes escaped)."""
     return value if isinstance(value, Html) else Html(html.escape(str(value), quote=True))
 
 
-def tag(name: str, content: Any = "", **attributes: Any) -> Html:
+def tag(name: str, content: object = "", **attributes: object) -> Html:
     """``<name a="v">content</name>``: ``content`` escaped unless ``Html``; an attribute whose
     value is None is left out, ``class_`` is ``class``, ``data_k`` is ``data-k``."""
     attrs = "".join(f' {key.rstrip("_").replace("_", "-")}="{esc(value)}"'
@@ -43,11 +42,11 @@ def tag(name: str, content: Any = "", **attributes: Any) -> Html:
     return Html(f"<{name}{attrs}>{esc(content)}</{name}>")
 
 
-def join(parts: Iterable[Any], sep: str = "") -> Html:
+def join(parts: Iterable[object], sep: str = "") -> Html:
     return Html(sep.join(esc(p) for p in parts))
 
 
-Cell = Any  # text, a number, or Html; a (content, class) pair gives the cell a class
+Cell = object  # text, a number, or Html; a (content, class) pair gives the cell a class
 
 
 def grid(headers: Sequence[Cell], rows: Iterable[Sequence[Cell]], *, caption: str | None = None,
@@ -68,7 +67,7 @@ def grid(headers: Sequence[Cell], rows: Iterable[Sequence[Cell]], *, caption: st
 def rich_grid(table: Table) -> Html:
     """A Rich table of the report (the one the CLI prints under the checks) as a page's
     table: the same title, headers and cells."""
-    def text(value: Any) -> str:
+    def text(value: object) -> str:
         return value.plain if isinstance(value, Text) else str(value)
 
     columns = [[text(c) for c in column.cells] for column in table.columns]
@@ -84,7 +83,7 @@ def status(value: str) -> tuple[str, str]:
     return (value.replace("_", " "), f"status s-{value}")
 
 
-def json_script(element_id: str, data: Any) -> Html:
+def json_script(element_id: str, data: object) -> Html:
     """``data`` as JSON in a ``<script type="application/json">``, safe whatever its strings
     hold (``<`` ``>`` ``&`` as \\u escapes, so no ``</script>`` can end it)."""
     text = (json.dumps(data, allow_nan=False, separators=(",", ":"))

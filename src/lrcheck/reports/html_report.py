@@ -144,7 +144,7 @@ def _checks(report: Report) -> Html:
                  grid(["check", "status", "max |Δ|", "first divergence", "detail"], rows)])
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value) or "—"
     return "—" if value is None else str(value)

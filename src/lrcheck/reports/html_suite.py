@@ -5,16 +5,15 @@ reads the same with JavaScript off."""
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import quote
 
 from lrcheck.checks import CHECK_NAMES
-from lrcheck.reports.html import Html, esc, grid, join, page, status, tag
+from lrcheck.reports.html import Cell, Html, esc, grid, join, page, status, tag
 from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
 from lrcheck.words import plural
 
 
-def _number(value: float | None, fmt: str) -> Any:
+def _number(value: float | None, fmt: str) -> tuple[str, str]:
     return ("—", "num") if value is None else (fmt.format(value), "num")
 
 
@@ -32,7 +31,7 @@ def _matrix(result: SuiteResult) -> Html:
         link = _page_link(o)
         name = tag("a", o.entry.name, href=link) if link else esc(o.entry.name)
         checks = {c.name: c for c in o.report.checks} if o.report else {}
-        cells: list[Any] = [tag("code", name), o.entry.expect, status(o.verdict),
+        cells: list[Cell] = [tag("code", name), o.entry.expect, status(o.verdict),
                             status(o.status)]
         for check_name in CHECK_NAMES:
             check = checks.get(check_name)
@@ -40,7 +39,7 @@ def _matrix(result: SuiteResult) -> Html:
                 cells.append("—")
                 continue
             word, css = status(check.status)
-            content: Any = word
+            content: str | Html = word
             if check.first_divergence is not None and check.status == "fail":
                 plot = "loss" if check.name == "loss" else "lr"
                 content = join([word, " ", tag("a", f"@{check.first_divergence}", href=_page_link(

@@ -18,7 +18,10 @@ import numpy as np
 from lrcheck.trace import METRICS, thin_indices
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from lrcheck.result import Report
+    from lrcheck.trace import RunTrace
 
 MAX_POINTS = 4000
 DPI = 100
@@ -88,7 +91,7 @@ def loss_plot(report: Report, path: Path) -> Plot:
 
 def metrics_plot(report: Report, path: Path) -> Plot:
     """metrics.png: accuracy and macro-F1 on the test split after every epoch."""
-    def series(trace: Any) -> dict[str, list[float]]:
+    def series(trace: RunTrace) -> dict[str, list[float]]:
         return {"epoch": [e.epoch + 1 for e in trace.epochs],
                 "accuracy": [e.accuracy for e in trace.epochs],
                 "f1_macro": [e.f1_macro for e in trace.epochs]}
@@ -99,7 +102,8 @@ def metrics_plot(report: Report, path: Path) -> Plot:
                 weight=1.3)
 
 
-def new_figure(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Any, Any]:
+def new_figure(*args: int, figsize: tuple[float, float],
+               **kwargs: Any) -> tuple[Figure, Any]:
     """A figure and its axes, without pyplot: importing pyplot (its backends and figure manager)
     costs about half a second per process, and a ``Figure`` made directly is drawn by the Agg
     canvas ``savefig`` picks for a png and freed like any object."""
@@ -153,7 +157,7 @@ def draw_metrics(path: Path, *, ref: dict[str, list[float]], cand: dict[str, lis
                             "wspace": 0.22})
 
 
-def save_figure(fig: Any, path: Path, margins: dict[str, float] | None = None) -> None:
+def save_figure(fig: Figure, path: Path, margins: dict[str, float] | None = None) -> None:
     """Write ``fig`` as a png (atomically); laid out with ``margins``, or by tight_layout."""
     from lrcheck.reports.atomic import atomic_path
 

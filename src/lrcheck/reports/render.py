@@ -226,7 +226,7 @@ class Renderer:
     def __enter__(self) -> Renderer:
         return self
 
-    def __exit__(self, kind: Any, *rest: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         try:
             if kind is None:
                 self.finish()

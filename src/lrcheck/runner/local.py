@@ -7,7 +7,7 @@ import os
 import platform
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, LrcheckError, RunError
@@ -21,8 +21,14 @@ from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 from lrcheck.version import __version__
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
-def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: Any = None,
+    from lrcheck.trace import UpdateRecord
+
+
+def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0,
+              group: ProcessGroup | None = None,
               on_update: OnUpdate | None = None,
               on_start: Callable[[], None] | None = None,
               lockstep: Lockstep | None = None) -> RunTrace:
@@ -41,7 +47,7 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0, group: An
 
 
 def _then(first: OnUpdate | None, second: OnUpdate) -> OnUpdate:
-    def both(record: Any, total: int) -> None:
+    def both(record: UpdateRecord, total: int) -> None:
         if first is not None:
             first(record, total)
         second(record, total)
@@ -71,7 +77,8 @@ def cpu_threads(device: str) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _run_local(spec: RunSpec, role: str, *, device: str, rank: int, group: Any,
+def _run_local(spec: RunSpec, role: str, *, device: str, rank: int,
+               group: ProcessGroup | None,
                on_update: OnUpdate | None, on_start: Callable[[], None] | None,
                lockstep: Lockstep | None) -> RunTrace:
     data = load_data(spec.task, spec.seed, spec.samples)

@@ -19,12 +19,15 @@ what the candidate's checkpoint restored, so whatever a resume loses shows at th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from lrcheck.trace import RunTrace
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 
 def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -48,7 +51,7 @@ class StateSnapshots:
     first snapshot, when the state exists. A state whose size changes is an error: the rows
     would not fit the candidate's."""
 
-    def __init__(self, updates: int, dtype: torch.dtype, device: Any) -> None:
+    def __init__(self, updates: int, dtype: torch.dtype, device: torch.device | str) -> None:
         self.updates, self.dtype, self.device = updates, dtype, device
         self.rows: torch.Tensor | None = None
         self.beyond: list[torch.Tensor] = []
@@ -129,7 +132,8 @@ def lockstep_from(reference: RunTrace | None) -> Lockstep | None:
     return Lockstep(reference.params, reference.optimizer_states)
 
 
-def broadcast(lockstep: Lockstep | None, rank: int, device: str, group: Any = None) -> Lockstep:
+def broadcast(lockstep: Lockstep | None, rank: int, device: str,
+              group: ProcessGroup | None = None) -> Lockstep:
     """Rank 0's ``lockstep`` on every rank of the process group (one broadcast of the shapes,
     two of the arrays; on ``device``, which nccl needs): the reference trained on rank 0
     alone."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, SpecError, stop_words
@@ -185,7 +185,7 @@ NeedsFloor = Callable[[RunTrace, RunTrace], bool]
 
 
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
-             member: Any = None, cache: dict[RunSpec, RunTrace] | None = None,
+             member: Member | None = None, cache: dict[RunSpec, RunTrace] | None = None,
              needs_floor: NeedsFloor | None = None) -> PairTraces | None:
     """The reference, then the candidate, each from scratch — or, for a multi-process candidate
     with a single-process reference, one torchrun job whose rank 0 trains the reference (first,
@@ -213,7 +213,7 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     return PairTraces(traces["reference"], traces["candidate"], environment, traces.get(TWIN))
 
 
-def _how(trace: RunTrace, member: Any) -> str:
+def _how(trace: RunTrace, member: Member | None) -> str:
     """Where a run trained (a reference from the cache: where it trained the first time)."""
     spec = trace.spec
     assert spec is not None  # a run lrcheck trained
@@ -248,7 +248,7 @@ def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, Environment]:
     return device, replace(environment(device, spec.world), frameworks=frameworks)
 
 
-def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Any,
+def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Member | None,
               cache: dict[RunSpec, RunTrace] | None,
               needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
     ref, cand = pair.reference, pair.candidate
@@ -323,7 +323,7 @@ def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
     return launch(spec, role, timeout=timeout, on_update=tracker.hook(role), lockstep=lockstep)
 
 
-def _run_in_group(pair: PairSpec, member: Any, tracker: _Tracker,
+def _run_in_group(pair: PairSpec, member: Member, tracker: _Tracker,
                   needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
     from lrcheck.runner.local import run_local
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from lrcheck.errors import SpecError
 
@@ -92,7 +92,7 @@ class LightningSampler(Choice):
 C = TypeVar("C", bound=Choice)
 
 
-def choose(flag: str, value: Any, choices: type[C]) -> C:
+def choose(flag: str, value: object, choices: type[C]) -> C:
     """``value`` as a member of ``choices``; a ``SpecError`` naming ``flag`` and every choice
     when it is none of them."""
     try:

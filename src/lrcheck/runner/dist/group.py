@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
-
 import torch
 import torch.distributed as dist
 
@@ -22,7 +20,7 @@ class Member:
 
     env: TorchrunEnv
     device: str
-    group: Any = None
+    group: dist.ProcessGroup | None = None
     owned: bool = True  # lrcheck initialised the default group (not the user's script)
 
     @property

@@ -61,7 +61,7 @@ def params_path(folder: Path, role: str) -> Path:
     return folder / f"{role}-params.npy"
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: object) -> None:
     text = json.dumps(data, allow_nan=True)
     _replace_into(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 

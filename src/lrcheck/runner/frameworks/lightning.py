@@ -231,7 +231,8 @@ def _classes() -> tuple[Any, Any]:
                                      len(self.recording.updates) - 1)
 
     class RaisesCtrlC(pl.Callback):
-        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                         exception: BaseException) -> None:
             if isinstance(exception, KeyboardInterrupt):
                 raise exception  # not Lightning's sys.exit(1): lrcheck reports the stop
 

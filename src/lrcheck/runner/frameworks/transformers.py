@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sized
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,9 @@ from lrcheck.runner.build import build
 from lrcheck.runner.frameworks.common import FrameworkRun, PlannedOrder, framework_process
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 class TaskModel(torch.nn.Module):
@@ -72,7 +75,7 @@ def train(spec: RunSpec, data: Dataset, *, device: str, rank: int = 0,
         return _train(spec, data, device, rank, out, on_update, on_start)
 
 
-def _arguments(spec: RunSpec, device: str, out: str) -> Any:
+def _arguments(spec: RunSpec, device: str, out: str) -> TrainingArguments:
     from transformers import TrainingArguments
 
     return TrainingArguments(
@@ -121,8 +124,10 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
 
         epoch = 0
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, *,
-                           train_dataloader: Any = None, **kwargs: Any) -> None:
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                           control: TrainerControl, *, train_dataloader: Sized | None = None,
+                           **kwargs: object) -> None:
+            assert train_dataloader is not None  # the Trainer passes it to every event
             # After the Trainer placed and prepared the model: snapshot what it trains.
             recording.attach(parts.net)
             # What the Trainer sized its schedule with (set_initial_training_values): its
@@ -135,13 +140,14 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, out: str,
             if on_start is not None:
                 on_start()
 
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
+                         control: TrainerControl, **kwargs: object) -> None:
             if rank == 0:
                 recording.end_epoch(parts.net, self.epoch, len(recording.updates) - 1)
             self.epoch += 1
 
     class PlannedTrainer(Trainer):
-        def _get_train_sampler(self, train_dataset: Any = None) -> PlannedOrder:
+        def _get_train_sampler(self, train_dataset: object = None) -> PlannedOrder:
             return order
 
     trainer = PlannedTrainer(model=model, args=args, train_dataset=run.dataset(),
