@@ -53,7 +53,7 @@ def test_accum_2_trains_like_bs_32_at_stage_0():
     # The engine divided each micro-batch's mean by GAS, and stepped the schedule once per update.
     assert {m.weight for w in cand.windows for m in w} == {0.5}
     assert [u.scheduler_steps for u in cand.updates[:3]] == [0, 1, 2]
-    assert report.environment["deepspeed"] == deepspeed.__version__
+    assert report.environment.frameworks["deepspeed"] == deepspeed.__version__
 
 
 @pytest.mark.slow
