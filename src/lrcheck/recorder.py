@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from lrcheck.errors import SpecError
 
 REQUIRED = ("step", "samples_seen", "lr")
+# What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
+# steps since the previous update, and (with a fingerprint) the squared gradient norm.
+COUNTS = ("scheduler_steps", "skipped")
 
 # JSON has no NaN or infinity (Python's json writes them as bare NaN and Infinity, which other
 # readers refuse): a Recorder file holds them as these strings, and read_records reads them back.
@@ -57,19 +60,22 @@ class Recorder:
         self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
 
     def log(self, *, lr: Sequence[float], samples: int, loss: Any = None,
-            fingerprint: Sequence[float] | None = None) -> None:
+            fingerprint: Sequence[float] | None = None,
+            extra: Mapping[str, Any] | None = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback);
         ``fingerprint``: the parameters after the update, in brief
-        (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``."""
+        (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``;
+        ``extra``: more keys of the line (``lrcheck record``'s ``EXTRA``)."""
         count = _samples(samples)
         if not self.enabled or self._file is None:
             return
         self.samples_seen += count
-        line = {"step": self.step, "samples_seen": self.samples_seen,
+        line: dict[str, Any] = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [_number(v) for v in lr],
                 "loss": None if loss is None else _number(loss)}
         if fingerprint is not None:
             line["fingerprint"] = [_number(v) for v in fingerprint]
+        line.update(extra or {})
         self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
         self.step += 1
@@ -193,6 +199,17 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
               "lr": lrs, "loss": loss_value}
     if fingerprint is not None:
         record["fingerprint"] = [float(v) for v in fingerprint]
+    for key in COUNTS:
+        if key in item:
+            if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
+                raise SpecError(f"{where}: {key!r} must be a whole number >= 0, "
+                                f"got {item[key]!r}")
+            record[key] = item[key]
+    if "grad_sq" in item:
+        grad_sq = _read_number(item["grad_sq"])
+        if grad_sq is None or grad_sq < 0:
+            raise SpecError(f"{where}: 'grad_sq' must be a number >= 0, got {item['grad_sq']!r}")
+        record["grad_sq"] = grad_sq
     return record
 
 

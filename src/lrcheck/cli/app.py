@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lrcheck.cli import compare, diff, suite, trace
+from lrcheck.cli import compare, diff, record, suite, trace
 from lrcheck.cli import list as listing
 from lrcheck.cli.ending import Commands, exit_status, stop_on_signals
 
@@ -46,6 +46,8 @@ def _options(
 app.command("compare", help=compare.HELP)(compare.compare_command)
 app.command("trace")(trace.trace_command)
 app.command("diff")(diff.diff_command)
+app.command("record", context_settings=record.PASS_ON)(record.record_command)
+app.command("run")(record.run_command)
 app.command("suite")(suite.suite_command)
 app.command("list")(listing.list_command)
 
