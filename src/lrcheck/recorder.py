@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +44,7 @@ class Recorder:
         self.step = 0
         self.samples_seen = 0
         self._file: IO[str] | None = None
+        self._pending: tuple[Any, list[float], int, Any, Any] | None = None
         if enabled:
             if append and self.path.exists():
                 last = _last_record(self.path)
@@ -52,12 +53,35 @@ class Recorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
-    def record(self, optimizer: Any, *, samples: int, loss: Any = None) -> None:
+    def record(self, optimizer: Any, *, samples: int, loss: Any = None,
+               model: Any = None) -> None:
         """Call just before ``optimizer.step()``: ``samples`` is this update's global batch, a
         whole number >= 1 (any integer type: ``int``, numpy's, a one-element integer tensor).
         Anything else raises ``lrcheck.SpecError`` at once and writes nothing, rather than a
-        file ``lrcheck diff`` would reject later."""
-        self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
+        file ``lrcheck diff`` would reject later. With ``model`` (a ``torch.nn.Module``), the
+        line is written once the step is done, with a fingerprint of the model's parameters
+        after it (``fingerprint``), which ``lrcheck diff`` checks as ``params``; a step that
+        never happens (a GradScaler's skip) is written at the next call or ``close``."""
+        lr = [float(g["lr"]) for g in optimizer.param_groups]
+        if model is None:
+            self.log(lr=lr, samples=samples, loss=loss)
+            return
+        count = _samples(samples)
+        self._write_pending()
+
+        def after(*_: Any) -> None:
+            self._write_pending()
+
+        handle = optimizer.register_step_post_hook(after)
+        self._pending = (handle, lr, count, loss, model)
+
+    def _write_pending(self) -> None:
+        if self._pending is None:
+            return
+        handle, lr, count, loss, model = self._pending
+        self._pending = None
+        handle.remove()
+        self.log(lr=lr, samples=count, loss=loss, fingerprint=fingerprint(model.parameters()))
 
     def log(self, *, lr: Sequence[float], samples: int, loss: Any = None,
             fingerprint: Sequence[float] | None = None,
@@ -81,6 +105,7 @@ class Recorder:
         self.step += 1
 
     def close(self) -> None:
+        self._write_pending()
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -90,6 +115,26 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fingerprint(params: Iterable[Any]) -> list[float]:
+    """Two numbers per parameter tensor, flat: its sum (accumulated in float64) and its largest
+    absolute value. Moving any one element by ``d`` moves its tensor's sum by ``d``; comparing
+    the sums relative to the largest absolute value is the ``params`` check's
+    ``max|Δp| / max|p|`` for such a move. Two reductions per tensor, no copy of the
+    parameters, memory O(number of tensors)."""
+    import torch
+
+    with torch.no_grad():
+        tensors = [p.detach() for p in params]
+        if not tensors:
+            return []
+        sums = torch.stack([t.sum(dtype=torch.float64) for t in tensors])
+        peaks = torch.stack([torch.linalg.vector_norm(t, float("inf")).to(torch.float64)
+                             if t.numel() else torch.zeros((), dtype=torch.float64,
+                                                           device=t.device)
+                             for t in tensors])
+        return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
 
 
 def _samples(samples: Any) -> int:

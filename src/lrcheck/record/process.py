@@ -36,8 +36,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.integrations.core import fingerprint
-from lrcheck.recorder import Recorder
+from lrcheck.recorder import Recorder, fingerprint
 
 HPARAMS = ("momentum", "betas", "weight_decay")
 _local = threading.local()
