@@ -24,7 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
-TARGETS = ("help", "compare", "record", "trace", "suite", "ddp", "transformers", "lightning")
+TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "ddp", "transformers",
+           "lightning")
 
 
 class RunFailed(Exception):
@@ -127,6 +128,17 @@ def bench_record(table: Table, runs: int) -> None:
               f"{res['with']:.3f} s loop, A/B {100 * res['overhead']:+.1f} %",
               f"{res['without']:.3f} s loop (no update recorded)", 100 * res["inside"], 3.0,
               " %")
+
+
+def bench_record_command(table: Table, runs: int) -> None:
+    out = subprocess.run([PY, str(HERE / "record_overhead.py"), str(max(runs, 5))], check=True,
+                         capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    table.add("lrcheck record, LR only (2.1 M-parameter MLP)",
+              f"{res['lr_s']:.3f} s", f"{res['bare_s']:.3f} s", 100 * res["lr_overhead"], 3.0,
+              " %")
+    table.add(f"lrcheck record, fingerprint every {res['every']}", f"{res['fingerprint_s']:.3f} s",
+              f"{res['bare_s']:.3f} s", 100 * res["fingerprint_overhead"], 5.0, " %")
 
 
 def record_child(runs: int) -> None:
@@ -299,6 +311,7 @@ def main() -> None:
         figures = {"help": lambda: bench_help(table, args.runs),
                    "compare": lambda: bench_compare(table, args.runs, out),
                    "record": lambda: bench_record(table, args.runs),
+                   "record-command": lambda: bench_record_command(table, args.runs),
                    "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
                    "suite": lambda: bench_suite(table, args.runs, out),
                    "ddp": lambda: bench_ddp(table, args.runs, out),

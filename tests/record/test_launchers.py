@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 PY = sys.executable
 PLAIN = [PY, str(FIXTURES / "user_train.py")]
-TORCHRUN = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             str(FIXTURES / "user_train.py")]
 
 

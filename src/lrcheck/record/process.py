@@ -141,8 +141,9 @@ class ProcessRecorder:
         fp = None
         if self.every and st.recorder.step % self.every == 0:
             with torch.no_grad():
-                squares = torch.stack([torch.sum(g.detach().to(torch.float64) ** 2)
-                                       for g in grads]).sum()
+                norms = torch.stack([torch.linalg.vector_norm(g.detach(), dtype=torch.float64)
+                                     for g in grads])
+                squares = torch.sum(norms * norms)
             extra["grad_sq"] = float(squares)
             fp = fingerprint(_local_tensor(p) for p in params)
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
