@@ -17,11 +17,11 @@ from lrcheck.spec import DIFF_DTYPE, Tolerances
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
-EveryOpt = Annotated[int | None, typer.Option("--fingerprint-every", min=0, metavar="K", help="A parameter fingerprint and the gradient norm every K updates (0: none, LR only). [default: 10]")]
+EveryOpt = Annotated[int | None, typer.Option("--fingerprint-every", min=0, metavar="K", help="A parameter fingerprint and the gradient norm every K updates (0: none, LR only). [default: 50]")]
 
 
 def record_command(
-    command: Annotated[list[str] | None, typer.Argument(help="The command, after '--': a script, python -m, torchrun, accelerate launch, deepspeed …", show_default=False, metavar="-- COMMAND...")] = None,
+    command: Annotated[list[str] | None, typer.Argument(help="The command, after '--': a script, python -m, torchrun, accelerate launch, deepspeed …", show_default=False)] = None,
     out: Annotated[Path | None, out_option("Record folder. [default: ./lrcheck-records/<program>]")] = None,
     samples: SamplesOpt = None,
     fingerprint_every: EveryOpt = None,
