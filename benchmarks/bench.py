@@ -24,8 +24,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
-TARGETS = ("help", "compare", "record", "trace", "suite", "suite-jobs", "ddp", "transformers",
-           "lightning", "fsdp", "deepspeed")
+TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
+           "transformers", "lightning", "fsdp", "deepspeed")
 
 
 class RunFailed(Exception):
@@ -128,6 +128,19 @@ def bench_record(table: Table, runs: int) -> None:
               f"{res['with']:.3f} s loop, A/B {100 * res['overhead']:+.1f} %",
               f"{res['without']:.3f} s loop (no update recorded)", 100 * res["inside"], 3.0,
               " %")
+
+
+def bench_record_command(table: Table, runs: int) -> None:
+    out = subprocess.run([PY, str(HERE / "record_overhead.py"), str(max(runs, 5))], check=True,
+                         capture_output=True, text=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    # As for bench_record: the time inside the hooks over the rest of the loop.
+    table.add("lrcheck record, LR only (2.1 M-parameter MLP; time in the hooks)",
+              f"{res['lr_s']:.3f} s, A/B {100 * res['lr_ab']:+.1f} %", f"{res['bare_s']:.3f} s",
+              100 * res["lr_overhead"], 3.0, " %")
+    table.add(f"lrcheck record, fingerprint every {res['every']} (time in the hooks)",
+              f"{res['fingerprint_s']:.3f} s, A/B {100 * res['fingerprint_ab']:+.1f} %",
+              f"{res['bare_s']:.3f} s", 100 * res["fingerprint_overhead"], 5.0, " %")
 
 
 def record_child(runs: int) -> None:
@@ -328,6 +341,7 @@ def main() -> None:
         figures = {"help": lambda: bench_help(table, args.runs),
                    "compare": lambda: bench_compare(table, args.runs, out),
                    "record": lambda: bench_record(table, args.runs),
+                   "record-command": lambda: bench_record_command(table, args.runs),
                    "trace": lambda: bench_trace(table, args.runs, out, args.trace_steps),
                    "suite": lambda: bench_suite(table, args.runs, out),
                    "suite-jobs": lambda: bench_suite_jobs(table, args.runs, out),

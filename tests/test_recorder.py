@@ -119,3 +119,24 @@ def test_two_runs_in_one_file_are_bad_input_naming_the_file_and_line(tmp_path):
     path.write_text(first + first.splitlines()[-1] + "\n")
     with pytest.raises(SpecError, match=f"{path}:4: 'samples_seen' does not grow: 24 after 24"):
         read_records(path)
+
+
+def test_record_with_a_model_writes_the_fingerprint_of_the_parameters_after_the_step(tmp_path):
+    import torch
+
+    from lrcheck.recorder import fingerprint
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    with Recorder(tmp_path / "r.jsonl") as rec:
+        for _ in range(2):
+            model(torch.ones(1, 3)).sum().backward()
+            rec.record(optimizer, samples=4, model=model)
+            optimizer.step()
+            after = fingerprint(model.parameters())
+            optimizer.zero_grad()
+        rec.record(optimizer, samples=4, model=model)  # a step that never came: written at close
+    records = read_records(tmp_path / "r.jsonl")
+    assert len(records) == 3 and records[1]["fingerprint"] == after
+    assert records[0]["fingerprint"] != records[1]["fingerprint"]

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from lrcheck.comparison import (
     check_processes,
@@ -20,7 +21,7 @@ from lrcheck.comparison import (
     run_comparison,
     under_torchrun,
 )
-from lrcheck.errors import SpecError
+from lrcheck.errors import RunError, SpecError
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     TRACE_DEFAULTS,
@@ -32,6 +33,7 @@ from lrcheck.spec import (
 )
 
 if TYPE_CHECKING:
+    from lrcheck.record.launch import RecordedRun
     from lrcheck.reports.render import Renderer
     from lrcheck.result import Report as Report
     from lrcheck.runner.pair import Progress as Progress
@@ -40,8 +42,9 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite as Suite
     from lrcheck.trace import RunTrace
 
-__all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff",
-           "save_report", "ready", "load_suite", "run_suite", "merge_suites", "starting", "leave",
+__all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff", "record",
+           "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
+           "starting", "leave",
            "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
 
 # The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
@@ -128,29 +131,74 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 
 def diff(reference: str | Path, candidate: str | Path, *,
          tolerances: Tolerances | None = None, **unknown: object) -> Report:
-    """``lrcheck diff``: read two files written by ``lrcheck.Recorder``, align their updates by
-    ``samples_seen`` and run the checks that apply (``updates``, ``lr``, ``loss``, and
-    ``params`` where both files carry parameter fingerprints). Trains
-    nothing and needs no torch. A missing or malformed file is a ``SpecError`` naming it (and
-    the line). Default tolerances are float32's (a file does not say its dtype). A keyword
-    other than ``tolerances`` is a ``SpecError`` naming it."""
+    """``lrcheck diff``: read two runs — each a file written by ``lrcheck.Recorder`` or a folder
+    ``lrcheck record`` wrote — align their updates by ``samples_seen`` (by update index where a
+    folder does not know its samples per update) and run the checks that apply (``updates``,
+    ``lr``, ``loss``, and ``params`` where both carry parameter fingerprints; a recorded folder
+    adds ``skipped-steps``, ``grad-norm`` and its replicas' agreement). Trains nothing. A
+    missing or malformed file is a ``SpecError`` naming it (and the line). Default tolerances
+    are float32's (a file does not say its dtype). A keyword other than ``tolerances`` is a
+    ``SpecError`` naming it."""
     if unknown:
         raise _unknown("diff", list(unknown), ("tolerances",),
                        "it takes the two Recorder files and tolerances")
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
-    from lrcheck.recorder import read_records
+    from lrcheck.record.sides import read_sides
     from lrcheck.result import Kind, Report
-    from lrcheck.trace import RunTrace
     from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))
-    ref, cand = (RunTrace.from_records(read_records(path), str(path))
-                 for path in (reference, candidate))
-    checks = recorded_checks(ref, cand, pair.tolerances)
+    ref, cand, more = read_sides(Path(reference), Path(candidate), pair.tolerances.params)
+    checks = recorded_checks(ref, cand, pair.tolerances, more)
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)
+
+
+def record(command: Sequence[str], out: str | Path, *, samples: int | None = None,
+           fingerprint_every: int | None = None, echo: TextIO | None = None,
+           capture: bool = False) -> RecordedRun:
+    """``lrcheck record``: run ``command`` (a list of arguments) with lrcheck's recording in
+    every Python process it starts, into the folder ``out`` (``record.launch.record_command``).
+    ``samples``: samples per update, where known (else updates align by index);
+    ``fingerprint_every``: a parameter fingerprint and gradient norm every K updates (0: none;
+    default ``DEFAULT_EVERY``). A command that cannot run, a Python flag that keeps the
+    recording out and an unwritable ``out`` are ``SpecError``s; so is a command that ended well
+    but made no optimizer update (saying what it saw)."""
+    from lrcheck.record.launch import DEFAULT_EVERY, record_command
+
+    run = record_command(command, Path(out), samples=samples,
+                         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
+                         echo=echo, capture=capture)
+    if run.exit_code == 0 and not run.updates:
+        raise SpecError(f"{shlex.join(command)}: ended well but made no optimizer update: "
+                        f"{run.nothing_recorded()}")
+    return run
+
+
+def run_commands(reference: str, candidate: str, out: str | Path, *,
+                 samples: int | None = None, fingerprint_every: int | None = None,
+                 echo: TextIO | None = None, tolerances: Tolerances | None = None) -> Report:
+    """``lrcheck run``: record the two command lines (each split as a shell would, not run
+    through one) into ``out``/reference and ``out``/candidate, then ``diff`` them. A command
+    that fails is a ``RunError`` with its exit code and last lines; Ctrl-C keeps what was
+    recorded."""
+    commands = {}
+    for side, line in (("reference", reference), ("candidate", candidate)):
+        try:
+            commands[side] = shlex.split(line)
+        except ValueError as exc:
+            raise SpecError(f"the {side} command {line!r} does not split: {exc}") from None
+    for side, argv in commands.items():
+        run = record(argv, Path(out) / side, samples=samples,
+                     fingerprint_every=fingerprint_every, echo=echo, capture=True)
+        if run.exit_code != 0:
+            last = "\n".join(run.tail[-8:])
+            raise RunError(f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
+                           f"; its last lines:\n{last}" if last else
+                           f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})")
+    return diff(Path(out) / "reference", Path(out) / "candidate", tolerances=tolerances)
 
 
 def save_report(report: Report, out: str | Path) -> Path:

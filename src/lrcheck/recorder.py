@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from lrcheck.errors import SpecError
 
 REQUIRED = ("step", "samples_seen", "lr")
+# What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
+# steps since the previous update, and (with a fingerprint) the squared gradient norm.
+COUNTS = ("scheduler_steps", "skipped")
 
 # JSON has no NaN or infinity (Python's json writes them as bare NaN and Infinity, which other
 # readers refuse): a Recorder file holds them as these strings, and read_records reads them back.
@@ -41,6 +44,7 @@ class Recorder:
         self.step = 0
         self.samples_seen = 0
         self._file: IO[str] | None = None
+        self._pending: tuple[Any, list[float], int, Any, Any] | None = None
         if enabled:
             if append and self.path.exists():
                 last = _last_record(self.path)
@@ -49,32 +53,59 @@ class Recorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
-    def record(self, optimizer: Any, *, samples: int, loss: Any = None) -> None:
+    def record(self, optimizer: Any, *, samples: int, loss: Any = None,
+               model: Any = None) -> None:
         """Call just before ``optimizer.step()``: ``samples`` is this update's global batch, a
         whole number >= 1 (any integer type: ``int``, numpy's, a one-element integer tensor).
         Anything else raises ``lrcheck.SpecError`` at once and writes nothing, rather than a
-        file ``lrcheck diff`` would reject later."""
-        self.log(lr=[float(g["lr"]) for g in optimizer.param_groups], samples=samples, loss=loss)
+        file ``lrcheck diff`` would reject later. With ``model`` (a ``torch.nn.Module``), the
+        line is written once the step is done, with a fingerprint of the model's parameters
+        after it (``fingerprint``), which ``lrcheck diff`` checks as ``params``; a step that
+        never happens (a GradScaler's skip) is written at the next call or ``close``."""
+        lr = [float(g["lr"]) for g in optimizer.param_groups]
+        if model is None:
+            self.log(lr=lr, samples=samples, loss=loss)
+            return
+        count = _samples(samples)
+        self._write_pending()
+
+        def after(*_: Any) -> None:
+            self._write_pending()
+
+        handle = optimizer.register_step_post_hook(after)
+        self._pending = (handle, lr, count, loss, model)
+
+    def _write_pending(self) -> None:
+        if self._pending is None:
+            return
+        handle, lr, count, loss, model = self._pending
+        self._pending = None
+        handle.remove()
+        self.log(lr=lr, samples=count, loss=loss, fingerprint=fingerprint(model.parameters()))
 
     def log(self, *, lr: Sequence[float], samples: int, loss: Any = None,
-            fingerprint: Sequence[float] | None = None) -> None:
+            fingerprint: Sequence[float] | None = None,
+            extra: Mapping[str, Any] | None = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback);
         ``fingerprint``: the parameters after the update, in brief
-        (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``."""
+        (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``;
+        ``extra``: more keys of the line (``lrcheck record``'s ``EXTRA``)."""
         count = _samples(samples)
         if not self.enabled or self._file is None:
             return
         self.samples_seen += count
-        line = {"step": self.step, "samples_seen": self.samples_seen,
+        line: dict[str, Any] = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [_number(v) for v in lr],
                 "loss": None if loss is None else _number(loss)}
         if fingerprint is not None:
             line["fingerprint"] = [_number(v) for v in fingerprint]
+        line.update(extra or {})
         self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
         self.step += 1
 
     def close(self) -> None:
+        self._write_pending()
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -84,6 +115,26 @@ class Recorder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def fingerprint(params: Iterable[Any]) -> list[float]:
+    """Two numbers per parameter tensor, flat: its sum (accumulated in float64) and its largest
+    absolute value. Moving any one element by ``d`` moves its tensor's sum by ``d``; comparing
+    the sums relative to the largest absolute value is the ``params`` check's
+    ``max|Δp| / max|p|`` for such a move. Two reductions per tensor, no copy of the
+    parameters, memory O(number of tensors)."""
+    import torch
+
+    with torch.no_grad():
+        tensors = [p.detach() for p in params]
+        if not tensors:
+            return []
+        sums = torch.stack([t.sum(dtype=torch.float64) for t in tensors])
+        peaks = torch.stack([torch.linalg.vector_norm(t, float("inf")).to(torch.float64)
+                             if t.numel() else torch.zeros((), dtype=torch.float64,
+                                                           device=t.device)
+                             for t in tensors])
+        return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
 
 
 def _samples(samples: Any) -> int:
@@ -193,6 +244,17 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
               "lr": lrs, "loss": loss_value}
     if fingerprint is not None:
         record["fingerprint"] = [float(v) for v in fingerprint]
+    for key in COUNTS:
+        if key in item:
+            if not isinstance(item[key], int) or isinstance(item[key], bool) or item[key] < 0:
+                raise SpecError(f"{where}: {key!r} must be a whole number >= 0, "
+                                f"got {item[key]!r}")
+            record[key] = item[key]
+    if "grad_sq" in item:
+        grad_sq = _read_number(item["grad_sq"])
+        if grad_sq is None or grad_sq < 0:
+            raise SpecError(f"{where}: 'grad_sq' must be a number >= 0, got {item['grad_sq']!r}")
+        record["grad_sq"] = grad_sq
     return record
 
 

@@ -125,7 +125,9 @@ class RunTrace:
     shape ``(tensors, 2)``; not in JSON), ``optimizer_states`` (a reference of lrcheck's own
     loop: the optimizer's state after every update, ``runner.lockstep``; not in JSON) and
     ``lockstep`` (a candidate run in lockstep with its reference: how many of its updates
-    started from the reference's state)."""
+    started from the reference's state). A run ``lrcheck record`` recorded may have
+    ``grad_norms`` (per update, None where not taken) and ``skips`` (per update, the steps a
+    GradScaler skipped before it); neither in JSON."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -147,6 +149,8 @@ class RunTrace:
     fingerprints: list[np.ndarray | None] | None = None
     optimizer_states: np.ndarray | None = None
     lockstep: int | None = None
+    grad_norms: list[float | None] | None = None
+    skips: list[int] | None = None
 
     @property
     def metrics(self) -> Metrics | None:
@@ -159,17 +163,27 @@ class RunTrace:
     @classmethod
     def from_records(cls, records: Sequence[dict[str, Any]], source: str) -> RunTrace:
         """A run read from a Recorder file (``lrcheck.recorder.read_records``): its updates in
-        the file's order and, where the file has them, their parameter fingerprints."""
-        updates = [UpdateRecord(r["step"], tuple(r["lr"]), r["loss"], r["samples_seen"], None,
-                                None) for r in records]
+        the file's order and, where the file has them, their parameter fingerprints, the
+        ``scheduler.step()`` calls (``lrcheck record``'s per-update counts, summed into the
+        count when each LR was read), the GradScaler-skipped steps before each update
+        (``skips``) and gradient norms."""
+        counted = all("scheduler_steps" in r for r in records)
+        steps = np.cumsum([r.get("scheduler_steps", 0) for r in records]).tolist()
+        updates = [UpdateRecord(r["step"], tuple(r["lr"]), r["loss"], r["samples_seen"],
+                                int(steps[k]) if counted else None, None)
+                   for k, r in enumerate(records)]
         fingerprints: list[np.ndarray | None] | None = None
         if any("fingerprint" in r for r in records):
             fingerprints = [None if "fingerprint" not in r else
                             np.asarray(r["fingerprint"], dtype=np.float64).reshape(-1, 2)
                             for r in records]
+        grad_norms = ([None if "grad_sq" not in r else float(np.sqrt(r["grad_sq"]))
+                       for r in records] if any("grad_sq" in r for r in records) else None)
+        skips = [int(r["skipped"]) for r in records] if all("skipped" in r for r in records) \
+            else None
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
                    planned_updates=len(updates), context=None, source=source,
-                   fingerprints=fingerprints)
+                   fingerprints=fingerprints, grad_norms=grad_norms, skips=skips)
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""

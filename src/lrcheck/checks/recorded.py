@@ -8,8 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import jump_or_drift, loss_scale, relative
-from lrcheck.checks.lr import check_lr, lr_with_pace
+from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, CheckResult
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace
@@ -66,16 +67,26 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
     what = "|Δsum|/max|p|"
     result = jump_or_drift(relative("params", diff, scale, tol, None, steps, what), diff, scale,
                            tol, steps)
+    first = ""
+    if steps[0] == 0:
+        gap0 = diff[0] / max(scale[0], 1e-300)
+        why = ("the floor of the order of a float sum" if gap0 <= tol
+               else "already beyond the tolerance: the runs part at their first update")
+        first = (f"; after update 0, which both runs start from the same weights, {what} is "
+                 f"{gap0:.3g}, {why}")
     return replace(result, detail=f"{result.detail}; from parameter fingerprints: {what} is, "
                                   "over the tensors, the change of a tensor's sum over the "
-                                  "largest |p| of the reference, not an element's relative gap")
+                                  "largest |p| of the reference, not an element's relative "
+                                  f"gap{first}")
 
 
-def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[CheckResult]:
+def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
+                    more: Sequence[CheckResult] = ()) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
-    are not recorded."""
+    are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps`` and
+    ``grad-norm`` (``checks.commands``), and ``more`` (the replicas' agreement) follows."""
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
@@ -89,7 +100,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
     else:
         loss = CheckResult("loss", SKIP, None, None,
                            "not recorded: no update has a loss in both files")
-    lr = lr_with_pace(check_lr(ref, cand, tol.lr, pairs), ref, cand, ref_at, cand_at)
+    lr = lr_with_pace(lr_with_cause(check_lr(ref, cand, tol.lr, pairs), ref, cand), ref, cand,
+                      ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("data", "weights", "params", "metrics")}
     found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
@@ -102,4 +114,6 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> list[Chec
         found["params"] = CheckResult("params", SKIP, None, None,
                                       f"not recorded: only the {who} file has parameter "
                                       "fingerprints")
-    return [found[name] for name in CHECK_NAMES]
+    extra = [check_skips(ref, cand, pairs), check_grad_norm(ref, cand, pairs, tol.params)]
+    return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
+            + list(more))

@@ -16,6 +16,7 @@ from lrcheck.cli.compare import compare_command
 from lrcheck.cli.diff import diff_command
 from lrcheck.cli.ending import Commands, exit_status, stop_on_signals
 from lrcheck.cli.list import list_command
+from lrcheck.cli.record import PASS_ON, record_command, run_command
 from lrcheck.cli.suite import merge_command, suite_command
 from lrcheck.cli.trace import trace_command
 
@@ -50,6 +51,8 @@ def _options(
 app.command("compare", help=COMPARE_HELP)(compare_command)
 app.command("trace")(trace_command)
 app.command("diff")(diff_command)
+app.command("record", context_settings=PASS_ON)(record_command)
+app.command("run")(run_command)
 app.command("suite")(suite_command)
 app.command("suite-merge")(merge_command)
 app.command("list")(list_command)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from lrcheck.plan.windows import MicroBatch, Window
-from lrcheck.recorder import Recorder
+from lrcheck.recorder import Recorder, fingerprint
 
 
 def world_and_rank() -> tuple[int, int]:
@@ -125,24 +125,6 @@ class Tap:
             return None
         count = max(len(p) for p in parts)
         return [tuple(m for p in parts if k < len(p) for m in p[k]) for k in range(count)]
-
-
-def fingerprint(params: Iterable[torch.Tensor]) -> list[float]:
-    """Two numbers per parameter tensor, flat: its sum (accumulated in float64) and its largest
-    absolute value. Moving any one element by ``d`` moves its tensor's sum by ``d``; comparing
-    the sums relative to the largest absolute value is the ``params`` check's
-    ``max|Δp| / max|p|`` for such a move. Two reductions per tensor, no copy of the
-    parameters, memory O(number of tensors)."""
-    with torch.no_grad():
-        tensors = [p.detach() for p in params]
-        if not tensors:
-            return []
-        sums = torch.stack([t.sum(dtype=torch.float64) for t in tensors])
-        peaks = torch.stack([torch.linalg.vector_norm(t, float("inf")).to(torch.float64)
-                             if t.numel() else torch.zeros((), dtype=torch.float64,
-                                                           device=t.device)
-                             for t in tensors])
-        return torch.stack([sums, peaks.to(sums.device)], dim=1).flatten().tolist()
 
 
 def _check_every(every: object) -> None:

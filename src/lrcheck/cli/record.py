@@ -1,0 +1,81 @@
+"""``lrcheck record`` and ``lrcheck run``: your own training, unmodified, recorded in every
+Python process a command starts, and two such commands compared."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lrcheck.cli.ending import note
+from lrcheck.cli.options import JsonOpt, TolLrOpt, out_option
+from lrcheck.cli.output import DEFAULT_REPORTS, Output
+from lrcheck.spec import DIFF_DTYPE, Tolerances
+
+PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
+EveryOpt = Annotated[int | None, typer.Option("--fingerprint-every", min=0, metavar="K", help="A parameter fingerprint and the gradient norm every K updates (0: none, LR only). [default: 50]")]
+
+
+def record_command(
+    command: Annotated[list[str] | None, typer.Argument(help="The command, after '--': a script, python -m, torchrun, accelerate launch, deepspeed …", show_default=False)] = None,
+    out: Annotated[Path | None, out_option("Record folder. [default: ./lrcheck-records/<program>]")] = None,
+    samples: SamplesOpt = None,
+    fingerprint_every: EveryOpt = None,
+) -> None:
+    """Run COMMAND with lrcheck's recording in every Python process it starts: per optimizer
+    update the LR of every param group, the scheduler steps and GradScaler-skipped steps since
+    the previous update, and every K updates the gradient norm and a parameter fingerprint. One
+    Recorder file per rank and run.json go into the folder; `lrcheck diff` compares two.
+
+    Your code is not changed and imports nothing of lrcheck. Exit code: the command's.
+    """
+    from lrcheck.api import record
+
+    command = command or []
+    folder = out if out is not None else Path("lrcheck-records") / _name(command)
+    run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every)
+    ranks = len({name.split("-")[0] for name in run.updates})
+    updates = max(run.updates.values(), default=0)
+    note(f"recorded {updates} update(s) on {ranks} rank(s) into {folder} "
+         f"(the command: {run.how_it_ended})")
+    raise typer.Exit(run.exit_code if run.exit_code >= 0 else 128 - run.exit_code)
+
+
+def run_command(
+    reference: Annotated[str, typer.Argument(help="The reference command line, quoted: 'python train.py --bs 32'.", show_default=False)],
+    candidate: Annotated[str, typer.Argument(help="The candidate command line, quoted.", show_default=False)],
+    samples: SamplesOpt = None,
+    fingerprint_every: EveryOpt = None,
+    tol_lr: TolLrOpt = None,
+    out: Annotated[Path | None, out_option("Report folder; the records go into its reference/ and candidate/. [default: ./lrcheck-reports/run-<candidate program>]")] = None,
+    json_out: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Neither the commands' output nor the tables: only the verdict line.")] = False,
+) -> None:
+    """Record two commands of your own training (each a quoted command line, split as a shell
+    would, not run through one) and compare them as `lrcheck diff` does, with the whole
+    report: the table, plots, report.md, report.html and result.json.
+
+    Exit codes: 0 the runs match, 1 a check fails, 2 bad input, 3 a command failed.
+    """
+    from lrcheck.api import run_commands, save_report
+
+    tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr)
+    output = Output(json=json_out, quiet=quiet)
+    folder = out if out is not None else DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}"
+    with output.running():
+        report = run_commands(reference, candidate, folder, samples=samples,
+                              fingerprint_every=fingerprint_every, tolerances=tolerances,
+                              echo=None if quiet or json_out else sys.stderr)
+        output.show(report, save_report(report, folder))
+    raise typer.Exit(report.exit_code)
+
+
+def _name(command: list[str]) -> str:
+    """A folder name for ``command``: its script's or module's stem."""
+    words = [w for w in command if not w.startswith("-")]
+    pick = next((w for w in words if w.endswith(".py")), words[0] if words else "command")
+    return Path(pick).stem or "command"

@@ -1,0 +1,130 @@
+"""A record folder (``lrcheck record --out DIR``) read as one run: its ranks' Recorder files of
+one optimizer merged into the records of the whole run.
+
+Merging: the LR, the scheduler steps and the skipped steps are rank 0's (every rank steps the
+same schedule). Parameters sharded over the ranks (FSDP2's DTensors; ZeRO's partitions) are
+fingerprinted per shard: the sums add and the largest absolute values max, which gives the
+whole tensor's fingerprint exactly. Replicated parameters (DDP) are rank 0's, and every other
+rank's are checked against them: replicas that part are a failure of their own."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lrcheck.errors import SpecError
+from lrcheck.recorder import read_records
+
+_RANK_FILE = re.compile(r"^rank(\d+)(-opt(\d+))?\.jsonl$")
+
+
+@dataclass(frozen=True)
+class ReplicaGap:
+    """The largest gap between a replica's fingerprint and rank 0's: ``|Δsum| / max|p|``, the
+    update where it is largest and the rank."""
+
+    gap: float
+    update: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class FolderRun:
+    """A record folder as one run: its merged records, its description (``run.json``), how
+    many ranks it had, whether they were sharded, and the replicas' largest gap (None: one
+    rank, or sharded)."""
+
+    records: list[dict[str, Any]]
+    description: dict[str, Any]
+    ranks: int
+    sharded: bool
+    replicas: ReplicaGap | None
+    optimizers: int
+
+    @property
+    def samples_known(self) -> bool:
+        return self.description.get("samples_per_update") is not None
+
+
+def description(folder: Path) -> dict[str, Any]:
+    path = folder / "run.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise SpecError(f"{str(folder)!r} is a folder but not a record folder (no run.json): "
+                        "pass one that lrcheck record --out wrote, or a Recorder file") from None
+    except ValueError as exc:
+        raise SpecError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != "lrcheck-record":
+        raise SpecError(f"{path} is not the description lrcheck record writes")
+    return data
+
+
+def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
+    """The run recorded in ``folder``, optimizer ``optimizer`` of each process (numbered in the
+    order they first stepped); a ``SpecError`` when it holds none."""
+    about = description(folder)
+    files: dict[int, dict[int, Path]] = {}
+    for path in folder.iterdir():
+        found = _RANK_FILE.match(path.name)
+        if found:
+            files.setdefault(int(found[3] or 0), {})[int(found[1])] = path
+    if not files:
+        raise SpecError(f"{folder}: the command ({about.get('ended', '?')}) made no optimizer "
+                        "update that lrcheck saw")
+    if optimizer not in files:
+        raise SpecError(f"{folder} has no optimizer {optimizer}: its processes stepped "
+                        f"{len(files)} optimizer(s), 0 to {max(files)}")
+    ranks = files[optimizer]
+    if sorted(ranks) != list(range(len(ranks))):
+        raise SpecError(f"{folder}: Recorder files of ranks {sorted(ranks)}, not 0 to "
+                        f"{len(ranks) - 1}: a rank recorded nothing")
+    per_rank = [read_records(ranks[r]) for r in range(len(ranks))]
+    sharded = any(o.get("sharded") for p in about.get("processes", [])
+                  for o in p.get("optimizers", []) if o.get("index") == optimizer)
+    records, gap = merge(per_rank, sharded)
+    return FolderRun(records, about, len(ranks), sharded, gap, len(files))
+
+
+def merge(per_rank: list[list[dict[str, Any]]],
+          sharded: bool) -> tuple[list[dict[str, Any]], ReplicaGap | None]:
+    """The ranks' records as the whole run's (see the module's docstring), up to the updates
+    every rank recorded."""
+    count = min(len(r) for r in per_rank)
+    merged: list[dict[str, Any]] = []
+    worst: ReplicaGap | None = None
+    for k in range(count):
+        lines = [r[k] for r in per_rank]
+        record = dict(lines[0])
+        prints = [line.get("fingerprint") for line in lines]
+        if len(lines) > 1 and all(p is not None for p in prints):
+            arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
+            if sharded and len({a.shape for a in arrays}) == 1:
+                stacked = np.stack(arrays)
+                record["fingerprint"] = np.column_stack(
+                    [stacked[:, :, 0].sum(axis=0), stacked[:, :, 1].max(axis=0)]).ravel().tolist()
+            elif sharded:  # partitions of unequal shapes (ZeRO's flat groups): whole-run totals
+                record["fingerprint"] = [float(sum(a[:, 0].sum() for a in arrays)),
+                                         float(max(a[:, 1].max() for a in arrays))]
+            else:
+                worst = _replica_gap(arrays, k, worst)
+        if sharded and all("grad_sq" in line for line in lines):
+            record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
+        merged.append(record)
+    return merged, worst
+
+
+def _replica_gap(arrays: list[np.ndarray], k: int, worst: ReplicaGap | None) -> ReplicaGap | None:
+    scale = max(float(np.max(arrays[0][:, 1], initial=0.0)), 1e-300)
+    for rank, other in enumerate(arrays[1:], start=1):
+        if other.shape != arrays[0].shape:
+            return ReplicaGap(float("inf"), k, rank)
+        gap = float(np.max(np.abs(other[:, 0] - arrays[0][:, 0]), initial=0.0)) / scale
+        if worst is None or gap > worst.gap:
+            worst = ReplicaGap(gap, k, rank)
+    return worst

@@ -1,0 +1,221 @@
+"""``lrcheck record``: run a command with lrcheck's recording in every Python process it starts,
+and describe the record folder it wrote (``run.json``).
+
+The recording is injected, not imported by the user's code: ``boot/`` holds a
+``sitecustomize.py`` put first on ``PYTHONPATH`` and switched on by ``LRCHECK_RECORD_DIR``
+(``record.startup``). It never changes what the command computes, and the command's exit code
+is kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from lrcheck.errors import SpecError
+from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
+
+BOOT = Path(__file__).with_name("boot")
+DESCRIPTION = "run.json"
+LOG = "output.log"
+TAIL_LINES = 20
+# A fingerprint and gradient norm cost about 3 AdamW steps (21 ms for 2.1 M parameters on this
+# CPU, against 7 ms for the step): every 50 updates keeps them near 3 % of a loop whose update
+# takes 16 ms (BENCHMARKS.md, "Recording overhead"). LR-only recording costs ~17 µs per update.
+DEFAULT_EVERY = 50
+# Python's flags that keep sitecustomize from running or PYTHONPATH from being read.
+_BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",
+             "E": "-E (ignores PYTHON* variables, PYTHONPATH among them)",
+             "S": "-S (does not import site, so no sitecustomize runs)"}
+_OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|run\.json|output\.log|\.torch-\d+)$")
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """What one recorded command left: its folder, its exit code (negative: ended by that
+    signal), the updates of each Recorder file, the last lines it printed (where captured), and
+    whether lrcheck was interrupted while it ran."""
+
+    folder: Path
+    command: tuple[str, ...]
+    exit_code: int
+    updates: dict[str, int]
+    seconds: float
+    tail: tuple[str, ...] = ()
+    interrupted: bool = False
+    torch_processes: int = 0
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def how_it_ended(self) -> str:
+        if self.exit_code < 0:
+            return f"killed by {signal.Signals(-self.exit_code).name}"
+        return f"exit code {self.exit_code}"
+
+    def nothing_recorded(self) -> str:
+        """Why no update was recorded, in words (what the processes showed)."""
+        if not self.torch_processes:
+            return ("no Python process it started imported torch (a command that is not "
+                    "Python, or a launcher that starts Python with -I/-E/-S or a filtered "
+                    "environment, is not recorded)")
+        return (f"{self.torch_processes} Python process(es) imported torch but none called "
+                "optimizer.step()")
+
+
+def check_command(command: Sequence[str]) -> list[str]:
+    """``command`` with its program found on PATH; a ``SpecError`` for nothing to run, a program
+    that cannot be found, or a Python flag that would keep the recording out."""
+    if not command:
+        raise SpecError("nothing to record: give the command after '--', e.g. "
+                        "lrcheck record -- python train.py")
+    found = shutil.which(command[0])
+    if found is None:
+        raise SpecError(f"command not found: {command[0]!r} (not an executable file, nor on "
+                        "PATH)")
+    if re.fullmatch(r"python[\d.]*", Path(command[0]).name):
+        for arg in command[1:]:
+            if not arg.startswith("-") or arg in ("-m", "-c") or arg.startswith("--"):
+                break
+            for letter in arg[1:]:
+                if letter in _BLOCKING:
+                    raise SpecError(f"{command[0]} {arg}: the flag {_BLOCKING[letter]}, which "
+                                    "keeps lrcheck's recording out of the process; drop it")
+    return [found, *command[1:]]
+
+
+def environment(folder: Path, samples: int | None, every: int,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The command's environment: ``base`` (default: this process's) with ``boot/`` first on
+    ``PYTHONPATH`` and the recording's settings."""
+    env = dict(os.environ if base is None else base)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOT), *([path] if path else [])])
+    env[ENV_DIR] = str(folder.resolve())
+    env[ENV_EVERY] = str(every)
+    env[ENV_SAMPLES] = "" if samples is None else str(samples)
+    env[ENV_LIB] = str(Path(__file__).resolve().parents[2])  # the folder holding lrcheck/
+    return env
+
+
+def prepare_folder(out: Path) -> Path:
+    """``out`` made (and emptied of a previous recording's files); a ``SpecError`` when it
+    cannot be written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for old in out.iterdir():
+            if _OURS.match(old.name):
+                old.unlink()
+        probe = out / ".lrcheck-probe"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise SpecError(f"--out {str(out)!r} cannot be written: {exc.strerror or exc}") from None
+    return out
+
+
+def record_command(command: Sequence[str], out: Path, *, samples: int | None = None,
+                   every: int = DEFAULT_EVERY, echo: TextIO | None = None,
+                   capture: bool = False) -> RecordedRun:
+    """Run ``command`` recorded into ``out``. ``capture``: read its output (stdout and stderr
+    together) to keep the last lines and ``output.log``, passing it on to ``echo`` (None:
+    silent); otherwise it writes to this process's terminal. Ctrl-C (or SIGTERM) while it runs
+    is passed on to the command, which is given time to end; what was recorded is kept."""
+    if samples is not None and samples < 1:
+        raise SpecError(f"--samples must be a whole number >= 1, got {samples!r}")
+    if every < 0:
+        raise SpecError(f"--fingerprint-every must be >= 0 (0: none), got {every!r}")
+    argv = check_command(command)
+    folder = prepare_folder(out)
+    env = environment(folder, samples, every)
+    started = time.monotonic()
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    interrupted = False
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE if capture else None,
+                            stderr=subprocess.STDOUT if capture else None, text=capture,
+                            errors="replace" if capture else None)
+    try:
+        if capture:
+            _pass_on(proc, folder / LOG, tail, echo)
+        code = proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        code = _stop(proc)
+    run = _finish(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
+                  samples, every)
+    if interrupted:
+        raise KeyboardInterrupt
+    return run
+
+
+def _pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str],
+             echo: TextIO | None) -> None:
+    assert proc.stdout is not None
+    with log.open("w", encoding="utf-8") as file:
+        for line in proc.stdout:
+            file.write(line)
+            tail.append(line.rstrip("\n"))
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
+
+
+def _stop(proc: subprocess.Popen[Any]) -> int:
+    """The command after Ctrl-C: it had the SIGINT too where it shares the terminal; else it
+    gets one now; SIGTERM after 10 s, SIGKILL after 5 more."""
+    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        if proc.poll() is not None:
+            break
+        proc.send_signal(sig)
+        try:
+            return proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:
+            continue
+    return proc.wait()
+
+
+def _finish(folder: Path, command: tuple[str, ...], code: int, seconds: float,
+            tail: deque[str], interrupted: bool, samples: int | None, every: int) -> RecordedRun:
+    """The folder's ``run.json``, written from what the processes left."""
+    processes = []
+    for path in sorted(folder.glob("rank*.json")):
+        try:
+            processes.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            processes.append({"file": path.name, "unreadable": True})
+    updates = {path.name: _lines(path) for path in sorted(folder.glob("rank*.jsonl"))}
+    run = RecordedRun(folder, command, code, updates, seconds, tuple(tail), interrupted,
+                      len(list(folder.glob(".torch-*"))), processes)
+    worlds = [p.get("world", 1) for p in processes]
+    document = {
+        "kind": "lrcheck-record", "schema_version": 1, "command": list(command),
+        "exit_code": code, "ended": run.how_it_ended, "interrupted": interrupted,
+        "seconds": round(seconds, 3), "samples_per_update": samples,
+        "fingerprint_every": every, "world_size": max(worlds, default=1),
+        "updates": updates, "processes": processes,
+        "versions": {"python": sys.version.split()[0], "lrcheck": _version(),
+                     "torch": next((p["torch"] for p in processes if "torch" in p), None)}}
+    (folder / DESCRIPTION).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return run
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as file:
+        return sum(1 for line in file if line.strip())
+
+
+def _version() -> str:
+    from lrcheck.version import __version__
+
+    return __version__

@@ -1,0 +1,256 @@
+"""The recording inside one process of a recorded command: torch's global optimizer step hooks
+(``register_optimizer_step_pre_hook`` / ``_post_hook``), which fire for every optimizer of the
+process, whatever framework steps it.
+
+Per optimizer update it writes one Recorder line (``lrcheck.recorder``): the LR of every param
+group (read in the pre-hook, as the step is about to use it), the other hyperparameters a
+schedule may drive (momentum or betas, weight decay), the ``scheduler.step()`` calls made on
+the optimizer since the previous update, the steps a GradScaler skipped since then, and every
+``every``-th update the gradient norm and a parameter fingerprint, taken in the post-hook (where
+Lightning, which runs the last backward inside ``optimizer.step`` through its closure, has the
+final gradients and parameters).
+
+What it guards against: an optimizer subclass whose ``step`` calls ``super().step()`` fires the
+hooks twice (only the outermost step counts); DeepSpeed's bf16 wrapper steps once at
+construction with no gradient (a step where no parameter has a gradient is counted as a phantom
+step, not recorded); a GradScaler-skipped step fires no hook (``GradScaler.step`` is wrapped to
+count it); parameters sharded as DTensors (FSDP2) are fingerprinted on this rank's shard, which
+``record.folder`` merges over the ranks."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.optim.lr_scheduler import LRScheduler
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from lrcheck.recorder import Recorder, fingerprint
+
+HPARAMS = ("momentum", "betas", "weight_decay")
+_local = threading.local()
+
+
+class _Optimizer:
+    """What is recorded of one optimizer of this process."""
+
+    def __init__(self, index: int, recorder: Recorder, optimizer: torch.optim.Optimizer,
+                 params: list[torch.Tensor]) -> None:
+        self.index, self.recorder = index, recorder
+        self.cls = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+        self.tensors = len(params)
+        self.sharded = any(hasattr(p, "to_local") for p in params)
+        self.depth = 0
+        self.lr: list[float] = []
+        self.hparams: dict[str, list[Any]] = {}
+        self.scheduler_steps = 0
+        self.skipped = 0
+        self.phantom = 0
+
+
+class ProcessRecorder:
+    """The optimizers of this process, each recorded into ``folder`` as ``rank{R}.jsonl``
+    (its first optimizer) or ``rank{R}-opt{I}.jsonl``, with ``rank{R}.json`` describing the
+    process. ``samples``: samples per update (None: updates are counted, 1 each)."""
+
+    def __init__(self, folder: Path, samples: int | None, every: int) -> None:
+        self.folder, self.samples, self.every = folder, samples, every
+        self.optimizers: dict[int, _Optimizer] = {}
+        self.pending: dict[int, list[int]] = {}  # id(optimizer) → [scheduler steps, skipped]
+        self.stepped: dict[int, int] = {}  # id(optimizer) → pre-hooks seen, for GradScaler
+        self.name: str | None = None
+        self.world = 1
+
+    def _claim(self) -> str:
+        """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
+        of the command took that rank's name already)."""
+        rank, self.world = _rank_and_world()
+        for stem in (f"rank{rank}", f"rank{rank}-p{os.getpid()}"):
+            try:
+                os.close(os.open(self.folder / f"{stem}.json", os.O_CREAT | os.O_EXCL))
+                return stem
+            except FileExistsError:
+                continue
+        raise RuntimeError(f"rank {rank}'s files exist twice in {self.folder}")
+
+    def state(self, optimizer: torch.optim.Optimizer) -> _Optimizer:
+        found = self.optimizers.get(id(optimizer))
+        if found is None:
+            if self.name is None:
+                self.name = self._claim()
+            index = len(self.optimizers)
+            stem = self.name if index == 0 else f"{self.name}-opt{index}"
+            found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
+                               _params(optimizer))
+            self.optimizers[id(optimizer)] = found
+            self.describe()
+        return found
+
+    def describe(self) -> None:
+        if self.name is None:
+            return
+        text = json.dumps({
+            "pid": os.getpid(), "rank": int(self.name[4:].split("-")[0]), "world": self.world,
+            "argv": sys.argv, "torch": torch.__version__,
+            "optimizers": [{"index": o.index, "file": o.recorder.path.name,
+                            "class": o.cls, "tensors": o.tensors,
+                            "sharded": o.sharded, "updates": o.recorder.step,
+                            "phantom_steps": o.phantom}
+                           for o in self.optimizers.values()]}, indent=1)
+        (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
+
+    def pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.stepped[id(optimizer)] = self.stepped.get(id(optimizer), 0) + 1
+        st = self.state(optimizer)
+        st.depth += 1
+        if st.depth > 1:  # super().step() of a subclass: the outer step is the update
+            return
+        groups = optimizer.param_groups
+        st.lr = [float(g["lr"]) for g in groups]
+        st.hparams = {key: [_plain(g[key]) for g in groups] for key in HPARAMS
+                      if all(key in g for g in groups)}
+        steps, skipped = self.pending.pop(id(optimizer), [0, 0])
+        st.scheduler_steps, st.skipped = steps, skipped
+
+    def post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        st = self.optimizers.get(id(optimizer))
+        if st is None:
+            return
+        st.depth -= 1
+        if st.depth > 0:
+            return
+        params = _params(optimizer)
+        grads = [_local_tensor(p.grad) for p in params if p.grad is not None]
+        if not grads:  # nothing to update: DeepSpeed bf16's phantom step at construction
+            st.phantom += 1
+            self.describe()
+            return
+        extra: dict[str, Any] = {"scheduler_steps": st.scheduler_steps, "skipped": st.skipped,
+                                 **st.hparams}
+        fp = None
+        if self.every and st.recorder.step % self.every == 0:
+            with torch.no_grad():
+                norms = torch.stack([torch.linalg.vector_norm(g.detach(), dtype=torch.float64)
+                                     for g in grads])
+                squares = torch.sum(norms * norms)
+            extra["grad_sq"] = float(squares)
+            fp = fingerprint(_local_tensor(p) for p in params)
+        st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
+
+    def scheduler_stepped(self, optimizer: Any) -> None:
+        self.pending.setdefault(id(_torch_optimizer(optimizer)), [0, 0])[0] += 1
+
+    def scaler_step(self, step: Callable[..., Any], scaler: Any, optimizer: Any,
+                    *args: Any, **kwargs: Any) -> Any:
+        inner = _torch_optimizer(optimizer)
+        before = self.stepped.get(id(inner), 0)
+        result = step(scaler, optimizer, *args, **kwargs)
+        if self.stepped.get(id(inner), 0) == before:
+            self.pending.setdefault(id(inner), [0, 0])[1] += 1
+        return result
+
+    def close(self) -> None:
+        self.describe()
+        for st in self.optimizers.values():
+            st.recorder.close()
+
+
+def _rank_and_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for g in optimizer.param_groups for p in g["params"]]
+
+
+def _local_tensor(t: Any) -> torch.Tensor:
+    """A DTensor's shard on this rank; any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t  # type: ignore[no-any-return]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return [float(v) for v in value]
+    return float(value) if isinstance(value, (int, float, torch.Tensor)) else None
+
+
+def _torch_optimizer(optimizer: Any) -> Any:
+    """The torch optimizer behind a wrapper (Accelerate's, DeepSpeed's: ``.optimizer``)."""
+    for _ in range(4):
+        if isinstance(optimizer, torch.optim.Optimizer) or optimizer is None:
+            return optimizer
+        optimizer = getattr(optimizer, "optimizer", None)
+    return optimizer
+
+
+def _count_scheduler_steps(cls: type, recorder: ProcessRecorder) -> None:
+    """Wrap ``cls.step`` (where ``cls`` defines it) so that each outermost ``scheduler.step()``
+    counts for the scheduler's optimizer: SequentialLR's and ChainedScheduler's inner steps are
+    part of their one step."""
+    original = cls.__dict__.get("step")
+    if original is None or getattr(original, "_lrcheck", False):
+        return
+
+    @functools.wraps(original)
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_local, "depth", 0)
+        if depth == 0:
+            recorder.scheduler_stepped(getattr(self, "optimizer", None))
+        _local.depth = depth + 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _local.depth = depth
+
+    step._lrcheck = True  # type: ignore[attr-defined]
+    cls.step = step  # type: ignore[attr-defined]
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = [cls]
+    sub: type
+    for sub in cls.__subclasses__():
+        found.extend(_subclasses(sub))
+    return found
+
+
+def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
+    """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``)."""
+    recorder = ProcessRecorder(Path(folder), samples, every)
+    register_optimizer_step_pre_hook(recorder.pre)
+    register_optimizer_step_post_hook(recorder.post)
+    for cls in _subclasses(LRScheduler):
+        _count_scheduler_steps(cls, recorder)
+    original_init_subclass = LRScheduler.__dict__.get("__init_subclass__")
+
+    def init_subclass(cls: Any, /, **kwargs: Any) -> None:
+        if original_init_subclass is not None:
+            original_init_subclass.__func__(cls, **kwargs)
+        _count_scheduler_steps(cls, recorder)
+
+    LRScheduler.__init_subclass__ = classmethod(init_subclass)  # type: ignore[method-assign,assignment]
+    scaler_step = torch.amp.GradScaler.step
+
+    @functools.wraps(scaler_step)
+    def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        return recorder.scaler_step(scaler_step, scaler, optimizer, *args, **kwargs)
+
+    torch.amp.GradScaler.step = step  # type: ignore[method-assign,assignment]
+    (Path(folder) / f".torch-{os.getpid()}").touch()
+    atexit.register(recorder.close)
+    return recorder

@@ -1,0 +1,39 @@
+"""The two runs ``lrcheck diff`` compares, each a Recorder file or a record folder, read as
+traces: a folder's ranks merged (``record.folder``), and both aligned by update index where a
+folder does not know its samples per update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lrcheck.checks.commands import check_replicas
+from lrcheck.checks.status import CheckResult
+from lrcheck.record.folder import FolderRun, read_folder
+from lrcheck.recorder import read_records
+from lrcheck.trace import RunTrace
+
+
+def read_sides(reference: Path, candidate: Path,
+               tol: float) -> tuple[RunTrace, RunTrace, list[CheckResult]]:
+    """Both runs as traces, and the checks of their replicas' agreement."""
+    sides: list[tuple[list[dict[str, Any]], FolderRun | None]] = []
+    for path in (reference, candidate):
+        if path.is_dir():
+            folder = read_folder(path)
+            sides.append((folder.records, folder))
+        else:
+            sides.append((read_records(path), None))
+    if any(run is not None and not run.samples_known for _, run in sides):
+        sides = [([{**r, "samples_seen": k + 1} for k, r in enumerate(records)], run)
+                 for records, run in sides]
+    traces = [RunTrace.from_records(records, str(path))
+              for (records, _), path in zip(sides, (reference, candidate), strict=True)]
+    more = []
+    for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
+        if run is not None and run.replicas is not None:
+            gap = run.replicas
+            found = check_replicas(name, (gap.gap, gap.update, gap.rank), run.ranks, tol)
+            if found is not None:
+                more.append(found)
+    return traces[0], traces[1], more

@@ -1,0 +1,73 @@
+"""What ``boot/sitecustomize.py`` starts in each process of a recorded command: nothing until
+the process imports torch (most processes a launcher starts never do, and importing torch for
+them would cost seconds), then the global optimizer hooks of ``record.process``."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+ENV_DIR = "LRCHECK_RECORD_DIR"
+ENV_SAMPLES = "LRCHECK_RECORD_SAMPLES"
+ENV_EVERY = "LRCHECK_RECORD_EVERY"
+ENV_LIB = "LRCHECK_RECORD_LIB"
+
+
+class _TorchWatch(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when ``torch`` is being imported it takes the spec the other
+    finders give and runs ``_torch_ready`` once the module has executed."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec: importlib.machinery.ModuleSpec | None = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            found = find(name, path, target) if find is not None else None
+            if isinstance(found, importlib.machinery.ModuleSpec):
+                spec = found
+                break
+        if spec is None:
+            return None
+        loader: Any = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            _torch_ready()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _torch_ready() -> None:
+    try:
+        from lrcheck.record.process import install_hooks
+
+        install_hooks(os.environ[ENV_DIR], samples=_number(ENV_SAMPLES),
+                      every=_number(ENV_EVERY) or 0)
+    except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens
+        print(f"lrcheck: warning: recording is off in process {os.getpid()}: {exc!r}",
+              file=sys.stderr)
+
+
+def _number(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value else None
+
+
+def install() -> None:
+    """Watch for torch's import (or install at once where torch is already imported)."""
+    if "torch" in sys.modules:
+        _torch_ready()
+    elif not any(isinstance(f, _TorchWatch) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchWatch())

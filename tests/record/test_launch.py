@@ -1,0 +1,57 @@
+"""``record.launch``: the command's checks, its environment, and a user's own sitecustomize
+still running under the injection."""
+
+import subprocess
+import sys
+
+import pytest
+
+from lrcheck.errors import SpecError
+from lrcheck.record.launch import BOOT, check_command, environment, prepare_folder
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    ([], "nothing to record"),
+    (["no-such-program-lrcheck"], "command not found: 'no-such-program-lrcheck'"),
+    ([sys.executable, "-I", "train.py"], "-I (isolated mode"),
+    ([sys.executable, "-sE", "train.py"], "-E (ignores PYTHON*"),
+    ([sys.executable, "-S", "-m", "pkg"], "-S (does not import site"),
+])
+def test_bad_commands_are_refused_in_one_line(command, words):
+    with pytest.raises(SpecError, match=None) as caught:
+        check_command(command)
+    print(caught.value)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_flags_after_the_script_are_the_scripts():
+    assert check_command([sys.executable, "-u", "train.py", "-I"])[1:] == ["-u", "train.py", "-I"]
+
+
+def test_the_environment_puts_boot_first_and_keeps_the_users_path(tmp_path):
+    env = environment(tmp_path, 32, 5, base={"PYTHONPATH": "/users/own"})
+    assert env["PYTHONPATH"].split(":") == [str(BOOT), "/users/own"]
+    assert env["LRCHECK_RECORD_SAMPLES"] == "32" and env["LRCHECK_RECORD_EVERY"] == "5"
+    assert env["LRCHECK_RECORD_DIR"] == str(tmp_path.resolve())
+
+
+def test_an_unwritable_out_is_bad_input(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SpecError, match="cannot be written"):
+        prepare_folder(blocker / "sub")
+
+
+def test_a_previous_recordings_files_are_removed_and_others_kept(tmp_path):
+    for name in ("rank0.jsonl", "rank1-opt1.jsonl", "run.json", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    prepare_folder(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_users_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("print('users own sitecustomize ran')\n")
+    env = environment(tmp_path, None, 0, base={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin"})
+    out = subprocess.run([sys.executable, "-c", "print('script')"], env=env,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["users own sitecustomize ran", "script"], out.stderr

@@ -1,0 +1,79 @@
+"""Users' own training recorded unmodified under each launcher (tests/fixtures/user_*.py): a
+correct configuration passes against its big-batch reference, a known bug fails at the update
+it acts on. Slow: every run is a fresh Python process that imports torch (and a framework)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PY = sys.executable
+PLAIN = [PY, str(FIXTURES / "user_train.py")]
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            str(FIXTURES / "user_train.py")]
+
+
+def _checks(report):
+    return {c.name: c for c in report.checks}
+
+
+def _diff(tmp_path, ref, cand, name):
+    api.record(ref, tmp_path / "ref", fingerprint_every=1) if not (tmp_path / "ref").exists() \
+        else None
+    api.record(cand, tmp_path / name, fingerprint_every=1)
+    report = api.diff(tmp_path / "ref", tmp_path / name)
+    for c in report.checks:
+        print(name, c.name, c.status.value, c.first_divergence, c.detail)
+    return report
+
+
+def test_plain_script_and_torchrun_pass_and_their_bugs_fail_at_update_0(tmp_path):
+    ref = [*PLAIN, "--bs", "32"]
+    assert _diff(tmp_path, ref, [*PLAIN, "--bs", "16", "--accum", "2"], "accum").exit_code == 0
+    bug = _checks(_diff(tmp_path, ref, [*PLAIN, "--bs", "16", "--accum", "2", "--bug",
+                                        "per-micro-batch"], "per-micro"))
+    assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
+    assert "2 steps per update against 1" in bug["lr"].detail
+    ddp = _diff(tmp_path, ref, [*TORCHRUN, "--bs", "8", "--accum", "2"], "ddp")
+    assert ddp.exit_code == 0 and _checks(ddp)["replicas (candidate)"].status == "pass"
+    about = json.loads((tmp_path / "ddp" / "run.json").read_text())
+    assert about["world_size"] == 2 and sorted(about["updates"]) == ["rank0.jsonl", "rank1.jsonl"]
+    world = _checks(_diff(tmp_path, ref, [*TORCHRUN, "--bs", "8", "--accum", "2", "--bug",
+                                          "forget-world"], "forget-world"))
+    assert world["lr"].status == "fail" and world["lr"].first_divergence == 0
+
+
+@pytest.mark.parametrize("framework", ["trainer", "lightning", "accelerate"])
+def test_a_framework_passes_and_its_schedule_sized_in_micro_batches_fails(tmp_path, framework):
+    run = [PY, str(FIXTURES / "user_frameworks.py"), framework, "--out", str(tmp_path / "x")]
+    good = _diff(tmp_path, [*run, "--bs", "32"], [*run, "--bs", "16", "--accum", "2"], "good")
+    assert good.exit_code == 0 and _checks(good)["params"].status == "pass"
+    bug = _checks(_diff(tmp_path, [*run, "--bs", "32"],
+                        [*run, "--bs", "16", "--accum", "2", "--bug", "forget-accum"], "bug"))
+    assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
+
+
+def test_lrcheck_run_writes_the_report_and_exits_with_the_verdict_or_3(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(api.__file__).parents[1])}
+    ref = f"{PY} {PLAIN[1]} --bs 32 --epochs 1"
+    cand = f"{PY} {PLAIN[1]} --bs 16 --accum 2 --epochs 1"
+    done = subprocess.run([PY, "-m", "lrcheck", "run", "--quiet", "--samples", "32", "--out",
+                           str(tmp_path / "r"), ref, cand], env=env, capture_output=True, text=True)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0 and done.stdout.startswith("verdict: PASS")
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["schema_version"] == 1 and result["verdict"] == "pass"
+    assert {"report.md", "report.html", "reference", "candidate"} <= {
+        p.name for p in (tmp_path / "r").iterdir()}
+    failed = subprocess.run([PY, "-m", "lrcheck", "run", "--quiet", "--out", str(tmp_path / "f"),
+                             ref, f"{PY} -c 'import sys; print(\"boom\"); sys.exit(5)'"],
+                            env=env, capture_output=True, text=True)
+    print(failed.stderr)
+    assert failed.returncode == 3 and "exit code 5" in failed.stderr and "boom" in failed.stderr

@@ -1,0 +1,96 @@
+"""``record.process``: what one process records per update, driven through its hooks by hand
+(installing them in the test process would record every other test's optimizers)."""
+
+import json
+
+import pytest
+import torch
+
+from lrcheck.record.process import ProcessRecorder, _count_scheduler_steps
+from lrcheck.recorder import read_records
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)
+
+
+def _update(recorder, optimizer, model):
+    model(torch.ones(1, 3)).sum().backward()
+    recorder.pre(optimizer, (), {})
+    optimizer.step()
+    recorder.post(optimizer, (), {})
+    optimizer.zero_grad()
+
+
+def test_each_update_is_one_line_with_lr_hparams_and_a_fingerprint_every_k(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=32, every=2)
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+    for _ in range(3):
+        _update(recorder, optimizer, model)
+    recorder.close()
+    records = read_records(tmp_path / "rank0.jsonl")
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [r["samples_seen"] for r in records] == [32, 64, 96]
+    assert lines[0]["betas"] == [[0.9, 0.999]] and lines[0]["weight_decay"] == [0.5]
+    assert ["fingerprint" in r for r in records] == [True, False, True]
+    assert ["grad_sq" in r for r in records] == [True, False, True]
+    about = json.loads((tmp_path / "rank0.json").read_text())
+    assert about["optimizers"][0]["updates"] == 3 and about["optimizers"][0]["tensors"] == 2
+
+
+def test_a_nested_step_counts_once_and_a_step_without_gradients_is_a_phantom(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    recorder.pre(optimizer, (), {})  # DeepSpeed bf16's step at construction: no gradient
+    recorder.post(optimizer, (), {})
+    model(torch.ones(1, 3)).sum().backward()
+    recorder.pre(optimizer, (), {})
+    recorder.pre(optimizer, (), {})  # super().step() of a subclass fires the hooks again
+    recorder.post(optimizer, (), {})
+    recorder.post(optimizer, (), {})
+    recorder.close()
+    assert len(read_records(tmp_path / "rank0.jsonl")) == 1
+    assert json.loads((tmp_path / "rank0.json").read_text())["optimizers"][0]["phantom_steps"] == 1
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Outer(torch.optim.lr_scheduler.LambdaLR):
+        def step(self, *args, **kwargs):  # an inner step counts as part of the outer one
+            super().step(*args, **kwargs)
+
+    base = torch.optim.lr_scheduler.LRScheduler
+    originals = {cls: cls.__dict__["step"] for cls in (Outer, base)}
+    for cls in originals:
+        _count_scheduler_steps(cls, recorder)
+    try:
+        scheduler = Outer(optimizer, lambda s: 1.0)  # its first step, at construction, counts
+        scheduler.step()
+        scheduler.step()
+        recorder.scaler_step(lambda scaler, opt: None, object(), optimizer)  # skipped: no hook
+        _update(recorder, optimizer, model)
+        _update(recorder, optimizer, model)
+    finally:
+        for cls, step in originals.items():
+            cls.step = step
+    recorder.close()
+    lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
+    assert [(r["scheduler_steps"], r["skipped"]) for r in lines] == [(3, 1), (0, 0)]
+
+
+@pytest.mark.parametrize("name", ["rank0", "rank0-p"])
+def test_a_second_process_of_the_same_rank_gets_its_own_files(tmp_path, name):
+    if name == "rank0-p":
+        (tmp_path / "rank0.json").write_text("{}")
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    _update(recorder, torch.optim.SGD(model.parameters(), lr=0.1), model)
+    recorder.close()
+    assert any(p.name.startswith(name) and p.suffix == ".jsonl" for p in tmp_path.iterdir())
