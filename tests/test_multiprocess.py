@@ -395,3 +395,84 @@ def test_a_framework_trains_alike_inside_torchrun_and_against_a_two_process_refe
     assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
     assert result["runs"]["reference"]["spec"]["world"] == 2
     reverse.assert_no_survivors()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _two_nodes(tmp_path: Path, *flags: str, **env: str) -> list[Run]:
+    """Two torchrun launchers of one job, each a "node" of 1 process with a folder of its own,
+    meeting at a c10d rendezvous on a free loopback port, as on two machines. Node 0 hosts the
+    rendezvous store (``is_host``), and each node's address (``--local-addr``) sorts in node
+    order: the c10d rendezvous numbers nodes by address, not by ``--node-rank``, so this makes
+    node 0 hold global rank 0."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    runs = []
+    for node in (0, 1):
+        folder = tmp_path / f"node{node}"
+        folder.mkdir()
+        runs.append(Run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                         "--nproc-per-node", "1", "--node-rank", str(node),
+                         "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                         "--rdzv-id", "two-nodes", "--rdzv-conf", f"is_host={int(node == 0)}",
+                         "--local-addr", f"127.0.0.{node + 1}", "--max-restarts", "0",
+                         "-m", "lrcheck", "compare", "--bs", "8", "--accum", "2",
+                         "--ref-bs", "32", "--epochs", "1", "--out", "out", *flags],
+                        folder, **env))
+    return runs
+
+
+def test_two_torchrun_nodes_run_lrcheck_and_global_rank_0_alone_reports(tmp_path):
+    nodes = [run.finish() for run in _two_nodes(tmp_path)]
+    assert [run.code for run in nodes] == [0, 0]  # each launcher exits 0 only when all did
+    first, second = nodes
+    assert first.out.count("bs8x2x2w (world 2, per-update) vs bs32 (world 1)") == 1
+    assert first.out.count("verdict: PASS") == 1 and first.err.count("report: out") == 1
+    assert "verdict" not in second.out and "report" not in second.err
+    assert not (second.tmp / "out").exists()
+    result = first.result()
+    assert [c["status"] for c in result["checks"]] == ["pass"] * len(CHECK_NAMES)
+    assert _check(result, "params")["max_rel_diff"] <= 1e-9
+    assert result["environment"]["launch"] == {
+        "reference": "inside torchrun, rank 0 alone",
+        "candidate": "inside torchrun, 2 processes on 2 nodes"}
+    for run in nodes:
+        run.assert_no_survivors()
+
+
+def test_a_rank_that_raises_on_another_node_is_named_by_rank_0(tmp_path):
+    nodes = [run.finish() for run in _two_nodes(tmp_path, LRCHECK_FAULT="1:3")]
+    # torchrun exits 1 when a process of its node failed; lrcheck on rank 0 exited 3.
+    assert [run.code for run in nodes] == [1, 1]
+    assert "exitcode  : 3" in nodes[0].err
+    line = next(line for line in nodes[0].err.splitlines() if line.startswith("lrcheck: "))
+    assert line.startswith("lrcheck: error: the candidate run on rank 1 crashed: InjectedFault: "
+                           "LRCHECK_FAULT=1:3 made rank 1 raise after update 3 (rank 1 of 2, "
+                           "on node 1 of 2, host ")
+    assert line.endswith("); rank 0 then lost its peers")
+    for run in nodes:
+        run.assert_no_survivors()
+
+
+def test_a_node_whose_rank_is_killed_is_named_by_rank_0(tmp_path):
+    # Rank 1 (node 1's only process) stops after update 3, so the kill lands mid-run.
+    nodes = _two_nodes(tmp_path, LRCHECK_FAULT="1:3:hang")
+    pid_file = nodes[1].tmp / "fault-hang-rank1.pid"
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), HANG_S,
+                       "rank 1 to stop after update 3", proc=nodes[1].proc))
+    os.kill(pid, signal.SIGKILL)
+    first, second = (run.finish() for run in nodes)
+    assert [first.code, second.code] == [1, 1]
+    assert "exitcode  : 3" in first.err and "(SIGKILL)" in second.err
+    line = next(line for line in first.err.splitlines() if line.startswith("lrcheck: "))
+    assert line.startswith("lrcheck: error: rank 1 of 2, on node 1 of 2, host ")
+    assert (f", pid {pid} died without a word (killed, or its node was lost); then the "
+            "candidate run on rank 0 crashed: ") in line
+    # Only torchrun's own report of the failed process (after its "failed (exitcode" line)
+    # has a traceback.
+    assert "Traceback" not in first.err.split("failed (exitcode", 1)[0]
+    for run in (first, second):
+        run.assert_no_survivors()

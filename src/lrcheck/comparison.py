@@ -53,10 +53,13 @@ def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
         traces = run_pair(pair, progress, timeout=timeout, member=member, cache=cache,
                           needs_floor=lambda ref, cand: needs_floor(ref, cand,
                                                                     pair.tolerances))
-    except BaseException:
-        if member is not None:  # a later comparison in this process joins afresh
-            release_torchrun(member)
-        raise
+    except BaseException as exc:
+        if member is None:
+            raise
+        told = release_torchrun(member, exc)  # a later comparison in this process joins afresh
+        if told is exc:
+            raise
+        raise told from exc
     report = None
     if traces is not None:
         checks = run_checks(traces.reference, traces.candidate, pair.tolerances, traces.twin)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
-from lrcheck.errors import Interrupted, SpecError, stop_words
+from lrcheck.errors import Interrupted, RunError, SpecError, stop_words
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
@@ -156,11 +156,19 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     return join(env, spec.device, timeout)
 
 
-def release_torchrun(member: Member) -> None:
-    """Leave the process group after a failure, without waiting for the other ranks."""
+def release_torchrun(member: Member, error: BaseException) -> BaseException:
+    """Leave the process group after ``error``, without waiting for the other ranks; returns
+    the error to raise: ``error``, or on rank 0, when it only lost its peers, one naming the
+    rank that failed and its node (``dist.notes``)."""
     from lrcheck.runner.dist.group import release
 
-    release(member)
+    try:
+        if isinstance(error, RunError) and member.notes is not None:
+            member.notes.failed(str(error))
+            error = member.notes.blame(error)
+    finally:
+        release(member)
+    return error
 
 
 def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]) -> int:
@@ -220,7 +228,8 @@ def _how(trace: RunTrace, member: Member | None) -> str:
     if trace.launch is not None:
         return trace.launch
     if member is not None:
-        return (f"inside torchrun, {spec.world} processes" if spec.world > 1
+        nodes = f" on {member.env.nodes} nodes" if member.env.nodes > 1 else ""
+        return (f"inside torchrun, {spec.world} processes{nodes}" if spec.world > 1
                 else "inside torchrun, rank 0 alone")
     if spec.world > 1:
         return f"launched through torchrun, {spec.world} processes"

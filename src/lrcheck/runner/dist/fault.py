@@ -1,12 +1,15 @@
 """A test-only fault switch: ``LRCHECK_FAULT=RANK:UPDATE`` makes rank RANK of a multi-process
-candidate raise right after update UPDATE; ``RANK:UPDATE:hang`` makes it stop there for good.
-The tests of "failure is loud, fast and clean" use it; nobody else should set it."""
+candidate raise right after update UPDATE; ``RANK:UPDATE:hang`` makes it stop there for good (and say so in a file:
+``_tell_hang``). The tests of "failure is loud, fast and clean" use it; nobody else should set it."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lrcheck.errors import SpecError
@@ -29,10 +32,18 @@ class Fault:
         if (rank, update) != (self.rank, self.update):
             return
         if self.hang:
+            _tell_hang(rank)
             while True:  # stopped only by a signal: what --timeout is for
                 time.sleep(60)
         raise InjectedFault(f"{FAULT_ENV}={self.rank}:{self.update} made rank {rank} raise "
                             f"after update {update}")
+
+
+def _tell_hang(rank: int) -> None:
+    """Leave ``fault-hang-rank{rank}.pid`` (this process's id) in the temporary folder: how a
+    test finds a rank inside a torchrun job it did not launch, once it is known to be stuck."""
+    path = Path(tempfile.gettempdir()) / f"fault-hang-rank{rank}.pid"
+    path.write_text(str(os.getpid()))
 
 
 def parse_fault(text: str) -> Fault:

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from lrcheck.errors import SpecError
 from lrcheck.runner.device import resolve_device
+from lrcheck.runner.dist.notes import Notes
 from lrcheck.runner.dist.torchrun import TorchrunEnv
 
 
@@ -22,6 +23,7 @@ class Member:
     device: str
     group: dist.ProcessGroup | None = None
     owned: bool = True  # lrcheck initialised the default group (not the user's script)
+    notes: Notes | None = None  # where each rank runs, and its error (``dist.notes``)
 
     @property
     def rank(self) -> int:
@@ -72,7 +74,8 @@ def join(env: TorchrunEnv, device: str, timeout: float | None = None) -> Member:
     group = None
     if timeout is not None:
         group = dist.new_group(backend=backend, timeout=timedelta(seconds=timeout))
-    return Member(env, env.device(kind), group, owned)
+    notes = Notes(env.rank, env.world, env.node, env.nodes)
+    return Member(env, env.device(kind), group, owned, notes)
 
 
 def leave() -> None:
