@@ -3,7 +3,8 @@
 commands; the suite's calls (from ``lrcheck.suites``: ``load_suite``, ``run_suite``,
 ``merge_suites``); and what the command line needs of a process (``starting``, ``leave``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
-the command refuse the same input with the same message. Importing this module does not import torch; training does."""
+the command refuse the same input with the same message. Importing this module does not import
+torch; training does."""
 
 from __future__ import annotations
 
