@@ -89,6 +89,9 @@ def config(spec: RunSpec) -> dict[str, Any]:
     return {"train_micro_batch_size_per_gpu": spec.bs,
             "gradient_accumulation_steps": spec.accum,
             "zero_optimization": {"stage": spec.zero_stage},
+            # --amp bf16: the module in bfloat16, float32 master weights in the engine's
+            # optimizer wrapper; its other settings DeepSpeed's defaults.
+            "bf16": {"enabled": spec.amp == "bf16"},
             # ZeRO tests its own optimizers only; torch's SGD and AdamW need this to be wrapped.
             "zero_allow_untested_optimizer": True,
             "gradient_clipping": 0.0,  # lrcheck compares the unclipped updates
@@ -140,7 +143,9 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     recording.attach(parts.net, _whole(parts, spec.zero_stage))
     if on_start is not None:
         on_start()
-    x = as_input(data.x_train, recording.dtype, device)
+    # The features in the module's type (bfloat16 under --amp bf16: the engine casts the
+    # module, not its inputs).
+    x = as_input(data.x_train, next(parts.net.parameters()).dtype, device)
     y = torch.as_tensor(data.y_train, device=device)
     items = torch.as_tensor(data.items_per_sample(), device=device)
     order = run.order(dealt=False, rank=rank)
@@ -148,7 +153,8 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     for epoch, stream in enumerate(order.streams):
         for start in range(0, len(stream), spec.bs):
             idx = torch.from_numpy(np.ascontiguousarray(stream[start:start + spec.bs]))
-            per_item = item_losses(engine, x[idx], y[idx])
+            # The loss from float32 logits, as transformers' models upcast them under bf16.
+            per_item = item_losses(engine, x[idx], y[idx], float_logits=True)
             n = items[idx].sum()
             loss = per_item.sum() / n.clamp(min=1)  # the micro-batch's mean, as users write it
             tap.micro_batch(loss, n, len(idx), idx)
@@ -160,11 +166,14 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
                 # per param group, each time with param_groups narrowed to that one group,
                 # stage_1_and_2.py _optimizer_step.)
                 tap.before_step(parts.optimizer, counted.steps)
+                steps_before = counted.steps
             engine.step()
             if spec.scheduler_stepped_too and not recording.step_scheduler(parts.scheduler,
                                                                            len(recording.updates)):
                 return run.finish(tap)
             if boundary:
+                if not engine.was_step_applied():  # --amp bf16's overflow check skipped it
+                    recording.skipped_step(len(recording.updates), counted.steps - steps_before)
                 tap.end_update(epoch)
         recording.end_epoch(parts.net, epoch, len(recording.updates) - 1)
     return run.finish(tap)
