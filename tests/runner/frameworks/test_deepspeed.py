@@ -44,6 +44,18 @@ def test_the_config_is_lrchecks_run():
     assert cfg["gradient_clipping"] == 0.0
 
 
+def test_bf16_is_asked_of_the_engine_and_refused_where_its_accelerator_has_none(monkeypatch):
+    assert config(RunSpec(framework="deepspeed", dtype="float32", amp="bf16"))["bf16"] == {
+        "enabled": True}
+    assert config(RunSpec(framework="deepspeed", dtype="float32"))["bf16"] == {"enabled": False}
+    from deepspeed.accelerator import get_accelerator
+
+    monkeypatch.setattr(type(get_accelerator()), "is_bf16_supported", lambda self: False)
+    with pytest.raises(SpecError, match=r"--amp bf16: DeepSpeed's cpu accelerator has no "
+                                        r"bfloat16 here .*Type bf16 is not supported"):
+        through_engine(amp="bf16", epochs=1)
+
+
 @pytest.mark.slow
 @pytest.mark.deepspeed
 def test_accum_2_trains_like_bs_32_at_stage_0():

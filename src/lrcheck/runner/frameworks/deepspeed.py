@@ -21,6 +21,14 @@ apply) and records through ``integrations.core.Tap`` into the ``Recording``: the
 group will use, read just before the ``engine.step()`` of a boundary, the samples and each
 micro-batch's measured weight, the parameters after each update (gathered whole under ZeRO 3).
 DeepSpeed reduces float32 (and bf16) gradients only: float64 is refused (``plan.frameworks``).
+
+``--amp bf16`` sets ``bf16.enabled``: the engine casts the module to bfloat16 and keeps float32
+master weights in its optimizer wrapper (at ZeRO 0 ``FP16_UnfusedOptimizer``, whose constructor
+steps the optimizer once with zero gradients, fp16/unfused_optimizer.py
+``initialize_optimizer_states``: AdamW's step count starts at 1 in both runs; lrcheck records no
+update and the schedule does not move for it). lrcheck feeds the features in bfloat16, takes the
+loss from float32 logits, records the bfloat16 model's parameters, and a step the engine's
+overflow check skipped (``was_step_applied``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lrcheck.errors import SpecError
 from lrcheck.experiments.tasks import Dataset
 from lrcheck.integrations.core import Tap
 from lrcheck.runner.build import Parts, as_input, build
@@ -127,10 +136,23 @@ def _whole(parts: Parts, stage: int) -> Callable[[], list[torch.Tensor]] | None:
     return whole
 
 
+def _check_bf16() -> None:
+    """``--amp bf16`` where DeepSpeed's accelerator has it, else bad input with DeepSpeed's
+    reason (engine.py ``_do_sanity_check``; its CPU accelerator says yes on every CPU)."""
+    from deepspeed.accelerator import get_accelerator
+
+    if not get_accelerator().is_bf16_supported():
+        raise SpecError(f"--amp bf16: DeepSpeed's {get_accelerator().device_name()} accelerator "
+                        "has no bfloat16 here (engine.py: \"Type bf16 is not supported on your "
+                        "device\"); train without --amp")
+
+
 def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUpdate | None,
            on_start: Callable[[], None] | None) -> RunTrace:
     import deepspeed
 
+    if spec.amp == "bf16":
+        _check_bf16()
     run = FrameworkRun.start(spec, data, device=device, on_update=on_update)
     recording = run.recording
     parts = build(spec, data, run.ctx, device)
