@@ -255,7 +255,7 @@ def test_bad_input_found_after_the_report_folder_was_made_leaves_no_folder_behin
 
 
 @pytest.mark.parametrize("flag, value, choices", [("--dtype", "float16", "float64, float32"),
-                                                   ("--amp", "bf16", "off, fp16")])
+                                                   ("--amp", "fp8", "off, fp16, bf16")])
 def test_a_fixed_choice_that_is_none_of_its_values_is_told_as_the_library_tells_it(flag, value,
                                                                                       choices):
     result = invoke("compare", flag, value)

@@ -51,7 +51,15 @@ def test_tolerances_per_dtype_and_overrides():
 @pytest.mark.parametrize("changes,needle", [
     ({"amp": "fp16"}, "add --dtype float32"),
     ({"inject_overflow": (3,)}, "--inject-overflow needs --amp fp16"),
-    ({"amp": "bf16"}, "--amp 'bf16' is not known; choose one of: off, fp16"),
+    ({"amp": "fp8"}, "--amp 'fp8' is not known; choose one of: off, fp16, bf16"),
+    ({"amp": "bf16", "dtype": "float32"}, "--framework plain cannot train --amp bf16 here: "
+                                          "lrcheck's own loop autocasts float16 only"),
+    ({"amp": "bf16", "dtype": "float32", "framework": "fsdp"},
+     "--amp bf16 applies to --framework deepspeed, not fsdp"),
+    ({"amp": "fp16", "dtype": "float32", "framework": "deepspeed"},
+     "--framework deepspeed cannot train --amp fp16 here: DeepSpeed's fp16 needs an "
+     "accelerator that has it"),
+    ({"amp": "bf16", "framework": "deepspeed"}, "add --dtype float32"),
     ({"amp": "fp16", "dtype": "float32", "inject_overflow": (-1,)}, "--inject-overflow must be"),
 ])
 def test_amp_values(changes, needle):

@@ -180,7 +180,7 @@ def test_amp_and_inject_overflow_are_checked_with_the_pairs_other_keys(tmp_path)
      "float16; add dtype float32"),
     ("[defaults]\ninject_overflow = [3]\n[[pair]]\n", "[[pair]] #1:",
      "inject_overflow needs amp fp16"),
-    ("[[pair]]\namp = 'bf16'\ndtype = 'float32'\n", "[[pair]] #1, key 'amp'", "'bf16' is not"),
+    ("[[pair]]\namp = 'fp8'\ndtype = 'float32'\n", "[[pair]] #1, key 'amp'", "'fp8' is not"),
     ("[[pair]]\ninject_overflow = ['3']\n", "[[pair]] #1, key 'inject_overflow'",
      "expected update numbers, such as [3, 7] or 3, got ['3']"),
     ("[[pair]]\ninject_overflow = [-1]\n", "[[pair]] #1, key 'inject_overflow'", ">= 0, got -1"),

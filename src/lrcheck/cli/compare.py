@@ -91,7 +91,7 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
     dtype: Annotated[Dtype, typer.Option(help=f"Floating-point type: {choices(Dtype)} (--framework ludwig trains in float32 whatever is asked; --framework deepspeed refuses float64).")] = DEFAULT.dtype,
     device: Annotated[Device, typer.Option(help=f"Device: {choices(Device)}.")] = DEFAULT.device,
-    amp: Annotated[Amp, typer.Option(help=f"Mixed precision: {choices(Amp)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients; needs --dtype float32).")] = DEFAULT.amp,
+    amp: Annotated[Amp, typer.Option(help=f"Mixed precision: {choices(Amp)} (fp16: float16 autocast and a GradScaler that skips steps with non-finite gradients, lrcheck's own loop; bf16: --framework deepspeed's bf16.enabled, a bfloat16 model on float32 master weights; both need --dtype float32).")] = DEFAULT.amp,
     resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on. --framework ludwig: stop Ludwig after update K as its Ctrl-C handler does, resume through its model_resume_path, against the same Ludwig run uninterrupted.")] = None,
     resume_at_micro: Annotated[int | None, typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",

@@ -45,6 +45,9 @@ class Framework:
     own_loop: bool = False
     # The floating-point types it cannot train in here, each with the reason.
     refuses_dtype: dict[str, str] | None = None
+    # The --amp modes it trains, and those it cannot here, each with the reason.
+    amps: tuple[str, ...] = ()
+    refuses_amp: dict[str, str] | None = None
 
 
 # Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
@@ -62,9 +65,20 @@ DEEPSPEED_FLOAT64 = ("DeepSpeed reduces only the accelerator's supported gradien
                      "(engine.py split_half_float_double_sparse: \"attempting to reduce an "
                      "unsupported grad type: torch.float64\"); add --dtype float32")
 
+# Why --framework deepspeed refuses --amp fp16: on the CPU its accelerator says so at
+# deepspeed.initialize (engine.py _do_sanity_check), and on an accelerator its loss scaler skips
+# steps that lrcheck does not record for it.
+DEEPSPEED_FP16 = ("DeepSpeed's fp16 needs an accelerator that has it (on the CPU, engine.py: "
+                  "\"Type fp16 is not supported on your device\"), and lrcheck does not record "
+                  "its loss scaler's skipped steps; use --amp bf16")
+# Why lrcheck's own loop refuses --amp bf16.
+PLAIN_BF16 = ("lrcheck's own loop autocasts float16 only (--amp fp16); --amp bf16 is "
+              "DeepSpeed's bf16.enabled (--framework deepspeed)")
+
 _FRAMEWORKS = [
     Framework(PLAIN, "lrcheck's own loop: exact, --policy says when the schedule steps",
-              settings=("--policy", "--tail", "--loss-norm", "--amp", "--resume-at")),
+              settings=("--policy", "--tail", "--loss-norm", "--amp", "--resume-at"),
+              amps=("fp16",), refuses_amp={"bf16": PLAIN_BF16}),
     Framework("accelerate", "HF Accelerate, run for real: prepare, accumulate, backward; "
               "lrcheck's loss normalisation", module="accelerate", lengths_times_world=True,
               settings=("--tail", "--loss-norm", "--no-even-batches")),
@@ -86,10 +100,11 @@ _FRAMEWORKS = [
               settings=("--policy", "--tail", "--loss-norm")),
     Framework("deepspeed", "DeepSpeed, run for real: deepspeed.initialize with lrcheck's model, "
               "optimizer and schedule, engine.backward and engine.step on every micro-batch; "
-              "the engine owns the boundary, loss scaling and scheduler; float32",
+              "the engine owns the boundary, loss scaling and scheduler; float32, --amp bf16",
               module="deepspeed", owns_epoch=True,
-              settings=("--zero-stage", "--scheduler-stepped-too"),
-              refuses_dtype={"float64": DEEPSPEED_FLOAT64}),
+              settings=("--zero-stage", "--scheduler-stepped-too", "--amp"),
+              refuses_dtype={"float64": DEEPSPEED_FLOAT64},
+              amps=("bf16",), refuses_amp={"fp16": DEEPSPEED_FP16}),
 ]
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in _FRAMEWORKS}

@@ -54,6 +54,11 @@ class Parts:
         self.model = self.net
 
 
+def net_dtype(net: torch.nn.Module) -> torch.dtype:
+    """The floating-point type of ``net``'s parameters."""
+    return next(net.parameters()).dtype
+
+
 def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
           device: str | None, shard: Callable[[torch.nn.Module], None] | None = None) -> Parts:
     """The task's model seeded by ``spec.seed`` in ``spec.dtype`` (on ``device``; None leaves it
@@ -67,9 +72,13 @@ def build(spec: RunSpec, data: Dataset, ctx: ScheduleContext | None,
         # The noise-floor twin starts one unit in the last place away from the reference too:
         # the smallest difference there is, which the training then amplifies as it does the
         # candidate's rounding (its samples are also summed in another order: plan/order.py).
+        # Under --amp bf16 the unit is bfloat16's: the engine casts the model to it, which
+        # would round a float32 unit away.
+        unit = torch.bfloat16 if spec.amp == "bf16" else net_dtype(net)
         with torch.no_grad():
             for p in net.parameters():
-                p.copy_(torch.nextafter(p, torch.full_like(p, float("inf"))))
+                low = p.to(unit)
+                p.copy_(torch.nextafter(low, torch.full_like(low, float("inf"))))
     if shard is not None:
         shard(net)
     optimizer = make_optimizer(spec, net)

@@ -13,9 +13,13 @@ from lrcheck.experiments.tasks import IGNORE_INDEX
 from lrcheck.spec import RunSpec
 
 
-def item_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy per loss item: per sample, or per token (padding positions give 0)."""
+def item_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
+                float_logits: bool = False) -> torch.Tensor:
+    """Cross-entropy per loss item: per sample, or per token (padding positions give 0);
+    ``float_logits``: from the logits in float32 (a bfloat16 model's)."""
     logits = model(x)
+    if float_logits:
+        logits = logits.float()
     if logits.ndim > 2:  # tokens: one item per position (a view per micro-batch costs ~5 µs)
         logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
     return F.cross_entropy(logits, y, reduction="none", ignore_index=IGNORE_INDEX)

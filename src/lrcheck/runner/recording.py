@@ -129,6 +129,9 @@ class Recording:
         model whose parameters are shards (FSDP; a collective, on every rank)."""
         release()
         self.not_comparable = batch_dependent_layers(net)
+        first = next(net.parameters(), None)
+        if first is not None and self.x_test.is_floating_point() and first.dtype != self.dtype:
+            self.x_test = self.x_test.to(first.dtype)  # a bfloat16 model (--amp bf16)
         self._whole = whole
         # Flat views of the parameters' storage, which the optimizer updates in place: a
         # snapshot is then one torch.cat into its row (view() refuses a non-contiguous one).
@@ -203,7 +206,7 @@ class Recording:
             params=params.cpu().numpy(), planned_updates=self.plan.total_updates,
             context=self.ctx, not_comparable=self.not_comparable,
             stopped=self.stopped, seconds=time.perf_counter() - self.started,
-            resumed=self.resumed, skipped=self.skipped if self.spec.amp == "fp16" else None,
+            resumed=self.resumed, skipped=self.skipped if self.spec.amp != "off" else None,
             windows=None if windows is None else by_items(windows, self.items),
             optimizer_states=None if self._states is None else self._states.array(
                 len(self.updates)),

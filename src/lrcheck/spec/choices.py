@@ -59,8 +59,13 @@ class Device(Choice):
 
 
 class Amp(Choice):
+    """``--amp``: ``fp16``, float16 autocast and a GradScaler (lrcheck's own loop); ``bf16``,
+    DeepSpeed's ``bf16.enabled``: the model in bfloat16, float32 master weights in its
+    optimizer wrapper (``--framework deepspeed``)."""
+
     OFF = "off"
     FP16 = "fp16"
+    BF16 = "bf16"
 
 
 class Optimizer(Choice):

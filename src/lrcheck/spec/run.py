@@ -137,6 +137,9 @@ class RunSpec:
             at_least("--inject-overflow", k, 0)
         if self.amp == Amp.FP16 and self.dtype != Dtype.FLOAT32:
             raise SpecError("--amp fp16 autocasts float32 to float16; add --dtype float32")
+        if self.amp == Amp.BF16 and self.dtype != Dtype.FLOAT32:
+            raise SpecError("--amp bf16 trains a bfloat16 model on float32 master weights; add "
+                            "--dtype float32")
         for flag, value in (("--resume-at", self.resume_at),
                             ("--resume-at-micro", self.resume_at_micro)):
             if value is not None:
@@ -165,6 +168,7 @@ class RunSpec:
         """The framework is known, its settings apply to it, and what lrcheck's own loop alone
         does (policies, resume, AMP) is asked of that loop only."""
         one_of("--framework", self.framework, list(FRAMEWORKS))
+        self._check_amp_applies()
         self._choose("trainer_loss", TrainerLoss)
         self._choose("lightning_sampler", LightningSampler)
         if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
@@ -182,7 +186,7 @@ class RunSpec:
             raise SpecError(f"--framework {self.framework} cannot train --dtype {self.dtype} "
                             f"here: {refused}")
         own_loop: list[tuple[str, Any, Any]] = [
-            ("--amp", self.amp, Amp.OFF), ("--resume-at-micro", self.resume_at_micro, None)]
+            ("--resume-at-micro", self.resume_at_micro, None)]
         if not framework.own_loop:
             own_loop.append(("--policy", self.policy, REFERENCE_POLICY))
         if not framework.resumes:
@@ -211,6 +215,20 @@ class RunSpec:
             raise SpecError(f"--framework {self.framework} runs its own schedules; --scheduler "
                             f"{self.scheduler!r} has none there: choose one of "
                             f"{', '.join(framework.schedulers)}")
+
+    def _check_amp_applies(self) -> None:
+        """``--amp`` names a mode the framework trains, or is refused with the reason."""
+        self._choose("amp", Amp)
+        framework = FRAMEWORKS[self.framework]
+        if self.amp == Amp.OFF or self.amp in framework.amps:
+            return
+        refused = (framework.refuses_amp or {}).get(str(self.amp))
+        if refused is not None:
+            raise SpecError(f"--framework {self.framework} cannot train --amp {self.amp} here: "
+                            f"{refused}")
+        where = [f.name for f in FRAMEWORKS.values() if self.amp in f.amps]
+        raise SpecError(f"--amp {self.amp} applies to --framework {' or '.join(where)}, "
+                        f"not {self.framework}")
 
     @property
     def effective_batch(self) -> int:

@@ -15,7 +15,13 @@ from lrcheck.spec.choices import Amp, Dtype, choose
 _DTYPE_TOL = {Dtype.FLOAT64: (1e-9, 1e-9), Dtype.FLOAT32: (1e-4, 1e-3)}
 # --amp fp16 (float16 autocast): over 4 pairs (digits accum 2/4, breast-cancer, adamw; 5 epochs)
 # the largest differences measured were 1.0e-2 (params) and 5.9e-3 (loss): about 5x margin.
-_AMP_TOL = {Amp.FP16: (5e-2, 3e-2)}
+# --amp bf16 (--framework deepspeed, bfloat16 model, float32 master weights): over 3 correct
+# pairs with SGD (synthetic 1600, accum 2 and 4 at ZeRO 0, accum 2 at ZeRO 2; 5 epochs) the
+# largest differences measured were 4.7e-2 (params) and 8.6e-3 (loss): about 2x and 6x margin.
+# AdamW amplifies bfloat16's rounding to 0.55 (params) and 0.36 (loss), beyond any useful
+# tolerance: those pairs pass against the reference's twin (docs/checks.md, "Tolerances,
+# measured").
+_AMP_TOL = {Amp.FP16: (5e-2, 3e-2), Amp.BF16: (1e-1, 5e-2)}
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ why. The first engine in a fresh environment JIT-builds an extension (about a mi
 cached in ~/.cache/torch_extensions): these tests are marked ``slow`` and ``deepspeed``."""
 
 import pytest
+import torch
 
 import lrcheck
 from lrcheck.errors import SpecError
@@ -41,6 +42,18 @@ def test_the_config_is_lrchecks_run():
     assert cfg["gradient_accumulation_steps"] == 4
     assert cfg["zero_optimization"] == {"stage": 2}
     assert cfg["gradient_clipping"] == 0.0
+
+
+def test_bf16_is_asked_of_the_engine_and_refused_where_its_accelerator_has_none(monkeypatch):
+    assert config(RunSpec(framework="deepspeed", dtype="float32", amp="bf16"))["bf16"] == {
+        "enabled": True}
+    assert config(RunSpec(framework="deepspeed", dtype="float32"))["bf16"] == {"enabled": False}
+    from deepspeed.accelerator import get_accelerator
+
+    monkeypatch.setattr(type(get_accelerator()), "is_bf16_supported", lambda self: False)
+    with pytest.raises(SpecError, match=r"--amp bf16: DeepSpeed's cpu accelerator has no "
+                                        r"bfloat16 here .*Type bf16 is not supported"):
+        through_engine(amp="bf16", epochs=1)
 
 
 @pytest.mark.slow
@@ -104,4 +117,32 @@ def test_a_loop_that_steps_the_scheduler_too_is_caught():
     lr = report.check("lr")
     assert lr.status == "fail" and lr.first_divergence == 0, summary(report)
     assert "3 steps per update against 2" in lr.detail
+    assert report.check("data").status == report.check("weights").status == "pass"
+
+
+@pytest.mark.slow
+@pytest.mark.deepspeed
+def test_bf16_trains_like_bs_32_within_its_calibrated_tolerances():
+    """--amp bf16: the module in bfloat16, float32 master weights in the engine's wrapper
+    (FP16_UnfusedOptimizer at ZeRO 0), whose construction steps the optimizer once with zero
+    gradients (fp16/unfused_optimizer.py initialize_optimizer_states, in both runs): no update
+    of lrcheck's, and no scheduler step."""
+    report = through_engine(amp="bf16")
+    assert report.ok, summary(report)
+    cand = report.candidate
+    assert len(cand.updates) == len(report.reference.updates) == 80
+    assert [u.scheduler_steps for u in cand.updates[:3]] == [0, 1, 2]
+    assert cand.skipped == [] and report.check("lr").status == "pass"
+    assert report.pair.tolerances.params == 1e-1 and report.pair.tolerances.loss == 5e-2
+    # The parameters recorded are the bfloat16 model's (its values, stored as float32).
+    first = torch.from_numpy(cand.params[0])
+    assert torch.equal(first, first.bfloat16().float())
+
+
+@pytest.mark.slow
+@pytest.mark.deepspeed
+def test_bf16_with_the_scheduler_stepped_too_fails_at_update_0():
+    report = through_engine(amp="bf16", scheduler_stepped_too=True, epochs=1)
+    lr = report.check("lr")
+    assert lr.status == "fail" and lr.first_divergence == 0, summary(report)
     assert report.check("data").status == report.check("weights").status == "pass"

@@ -21,6 +21,14 @@ apply) and records through ``integrations.core.Tap`` into the ``Recording``: the
 group will use, read just before the ``engine.step()`` of a boundary, the samples and each
 micro-batch's measured weight, the parameters after each update (gathered whole under ZeRO 3).
 DeepSpeed reduces float32 (and bf16) gradients only: float64 is refused (``plan.frameworks``).
+
+``--amp bf16`` sets ``bf16.enabled``: the engine casts the module to bfloat16 and keeps float32
+master weights in its optimizer wrapper (at ZeRO 0 ``FP16_UnfusedOptimizer``, whose constructor
+steps the optimizer once with zero gradients, fp16/unfused_optimizer.py
+``initialize_optimizer_states``: AdamW's step count starts at 1 in both runs; lrcheck records no
+update and the schedule does not move for it). lrcheck feeds the features in bfloat16, takes the
+loss from float32 logits, records the bfloat16 model's parameters, and a step the engine's
+overflow check skipped (``was_step_applied``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lrcheck.errors import SpecError
 from lrcheck.experiments.tasks import Dataset
 from lrcheck.integrations.core import Tap
 from lrcheck.runner.build import Parts, as_input, build
@@ -89,6 +98,9 @@ def config(spec: RunSpec) -> dict[str, Any]:
     return {"train_micro_batch_size_per_gpu": spec.bs,
             "gradient_accumulation_steps": spec.accum,
             "zero_optimization": {"stage": spec.zero_stage},
+            # --amp bf16: the module in bfloat16, float32 master weights in the engine's
+            # optimizer wrapper; its other settings DeepSpeed's defaults.
+            "bf16": {"enabled": spec.amp == "bf16"},
             # ZeRO tests its own optimizers only; torch's SGD and AdamW need this to be wrapped.
             "zero_allow_untested_optimizer": True,
             "gradient_clipping": 0.0,  # lrcheck compares the unclipped updates
@@ -124,10 +136,23 @@ def _whole(parts: Parts, stage: int) -> Callable[[], list[torch.Tensor]] | None:
     return whole
 
 
+def _check_bf16() -> None:
+    """``--amp bf16`` where DeepSpeed's accelerator has it, else bad input with DeepSpeed's
+    reason (engine.py ``_do_sanity_check``; its CPU accelerator says yes on every CPU)."""
+    from deepspeed.accelerator import get_accelerator
+
+    if not get_accelerator().is_bf16_supported():
+        raise SpecError(f"--amp bf16: DeepSpeed's {get_accelerator().device_name()} accelerator "
+                        "has no bfloat16 here (engine.py: \"Type bf16 is not supported on your "
+                        "device\"); train without --amp")
+
+
 def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUpdate | None,
            on_start: Callable[[], None] | None) -> RunTrace:
     import deepspeed
 
+    if spec.amp == "bf16":
+        _check_bf16()
     run = FrameworkRun.start(spec, data, device=device, on_update=on_update)
     recording = run.recording
     parts = build(spec, data, run.ctx, device)
@@ -140,7 +165,9 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     recording.attach(parts.net, _whole(parts, spec.zero_stage))
     if on_start is not None:
         on_start()
-    x = as_input(data.x_train, recording.dtype, device)
+    # The features in the module's type (bfloat16 under --amp bf16: the engine casts the
+    # module, not its inputs).
+    x = as_input(data.x_train, next(parts.net.parameters()).dtype, device)
     y = torch.as_tensor(data.y_train, device=device)
     items = torch.as_tensor(data.items_per_sample(), device=device)
     order = run.order(dealt=False, rank=rank)
@@ -148,7 +175,8 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     for epoch, stream in enumerate(order.streams):
         for start in range(0, len(stream), spec.bs):
             idx = torch.from_numpy(np.ascontiguousarray(stream[start:start + spec.bs]))
-            per_item = item_losses(engine, x[idx], y[idx])
+            # The loss from float32 logits, as transformers' models upcast them under bf16.
+            per_item = item_losses(engine, x[idx], y[idx], float_logits=True)
             n = items[idx].sum()
             loss = per_item.sum() / n.clamp(min=1)  # the micro-batch's mean, as users write it
             tap.micro_batch(loss, n, len(idx), idx)
@@ -160,11 +188,14 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
                 # per param group, each time with param_groups narrowed to that one group,
                 # stage_1_and_2.py _optimizer_step.)
                 tap.before_step(parts.optimizer, counted.steps)
+                steps_before = counted.steps
             engine.step()
             if spec.scheduler_stepped_too and not recording.step_scheduler(parts.scheduler,
                                                                            len(recording.updates)):
                 return run.finish(tap)
             if boundary:
+                if not engine.was_step_applied():  # --amp bf16's overflow check skipped it
+                    recording.skipped_step(len(recording.updates), counted.steps - steps_before)
                 tap.end_update(epoch)
         recording.end_epoch(parts.net, epoch, len(recording.updates) - 1)
     return run.finish(tap)
