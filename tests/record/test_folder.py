@@ -27,6 +27,28 @@ def test_shards_of_unequal_shapes_merge_to_totals():
     assert merged[0]["fingerprint"] == [4.0, 3.0]
 
 
+def test_zero_partitions_merge_to_the_whole_model_even_on_one_rank():
+    two = [[_line(0, [1.0, 2.0])], [_line(0, [4.0, 3.0])]]
+    assert merge(two, sharded=True, partitioned=True)[0][0]["fingerprint"] == [5.0, 3.0]
+    one = [[_line(0, [1.0, 2.0, -3.0, 0.5])]]
+    assert merge(one, sharded=True, partitioned=True)[0][0]["fingerprint"] == [-2.0, 2.0]
+
+
+def test_a_partitioned_run_is_compared_with_the_other_runs_whole_model(tmp_path):
+    from lrcheck.record.sides import read_sides
+
+    for name, fp, partitioned in (("ref", [1.0, 2.0, 3.0, 0.5], False),
+                                  ("zero", [4.0, 2.0], True)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rank0.jsonl").write_text(json.dumps(_line(0, fp)) + "\n")
+        (tmp_path / name / "run.json").write_text(json.dumps({
+            "kind": "lrcheck-record", "samples_per_update": None,
+            "processes": [{"optimizers": [{"index": 0, "sharded": partitioned,
+                                           "partitioned": partitioned}]}]}))
+    ref, cand, _ = read_sides(tmp_path / "ref", tmp_path / "zero", 1e-4)
+    assert ref.fingerprints[0].tolist() == cand.fingerprints[0].tolist() == [[4.0, 2.0]]
+
+
 def test_replicas_are_checked_against_rank_0():
     ranks = [[_line(0, [1.0, 2.0])], [_line(0, [1.5, 2.0])]]
     merged, gap = merge(ranks, sharded=False)

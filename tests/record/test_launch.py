@@ -31,8 +31,13 @@ def test_flags_after_the_script_are_the_scripts():
 def test_the_environment_puts_boot_first_and_keeps_the_users_path(tmp_path):
     env = environment(tmp_path, 32, 5, base={"PYTHONPATH": "/users/own"})
     assert env["PYTHONPATH"].split(":") == [str(BOOT), "/users/own"]
-    assert env["LRCHECK_RECORD_SAMPLES"] == "32" and env["LRCHECK_RECORD_EVERY"] == "5"
-    assert env["LRCHECK_RECORD_DIR"] == str(tmp_path.resolve())
+    assert env["PYTHON_LRCHECK_RECORD_SAMPLES"] == "32"
+    assert env["PYTHON_LRCHECK_RECORD_EVERY"] == "5"
+    assert env["PYTHON_LRCHECK_RECORD_DIR"] == str(tmp_path.resolve())
+    # DeepSpeed's multi-node runner passes on PYTHON* variables only (launcher/runner.py,
+    # EXPORT_ENVS): every setting the recording needs must be one.
+    added = {k for k in env if k != "PYTHONPATH"}
+    assert added and all(k.startswith("PYTHON") for k in added)
 
 
 def test_an_unwritable_out_is_bad_input(tmp_path):

@@ -56,7 +56,38 @@ def test_a_nested_step_counts_once_and_a_step_without_gradients_is_a_phantom(tmp
     assert json.loads((tmp_path / "rank0.json").read_text())["optimizers"][0]["phantom_steps"] == 1
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+def test_a_wrapper_stepping_the_optimizer_is_named_and_zeros_partitions_are_marked(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class ZeROOptimizer:  # as deepspeed.runtime.base_optimizer names ZeRO's optimizers' base
+        pass
+
+    ZeROOptimizer.__module__ = "deepspeed.runtime.base_optimizer"
+
+    class Stage2(ZeROOptimizer):
+        def __init__(self, optimizer):
+            self.optimizer = optimizer
+
+        def step(self):
+            _update(recorder, self.optimizer, model)
+
+    Stage2(optimizer).step()
+    recorder.close()
+    about = json.loads((tmp_path / "rank0.json").read_text())["optimizers"][0]
+    assert about["wrapper"].endswith("Stage2") and about["partitioned"] and about["sharded"]
+
+
+def test_an_optimizer_stepped_directly_has_no_wrapper(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    _update(recorder, torch.optim.SGD(model.parameters(), lr=0.1), model)
+    recorder.close()
+    about = json.loads((tmp_path / "rank0.json").read_text())["optimizers"][0]
+    assert about["wrapper"] is None and not about["partitioned"] and not about["sharded"]
+
+
 def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
     recorder = ProcessRecorder(tmp_path, samples=None, every=0)
     model = _model()
@@ -72,8 +103,11 @@ def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
         _count_scheduler_steps(cls, recorder)
     try:
         scheduler = Outer(optimizer, lambda s: 1.0)  # its first step, at construction, counts
-        scheduler.step()
-        scheduler.step()
+        # Stepping the schedule before the first optimizer step is what torch warns about (and
+        # what the recording must count before update 0).
+        with pytest.warns(UserWarning, match=r"lr_scheduler.step\(\)` before `optimizer.step"):
+            scheduler.step()
+            scheduler.step()
         recorder.scaler_step(lambda scaler, opt: None, object(), optimizer)  # skipped: no hook
         _update(recorder, optimizer, model)
         _update(recorder, optimizer, model)

@@ -4,7 +4,10 @@ one optimizer merged into the records of the whole run.
 Merging: the LR, the scheduler steps and the skipped steps are rank 0's (every rank steps the
 same schedule). Parameters sharded over the ranks (FSDP2's DTensors; ZeRO's partitions) are
 fingerprinted per shard: the sums add and the largest absolute values max, which gives the
-whole tensor's fingerprint exactly. Replicated parameters (DDP) are rank 0's, and every other
+whole tensor's fingerprint exactly. ZeRO steps its optimizer on flat partitions of the model's
+parameters rather than on its tensors: a partitioned run's fingerprint is the whole model's
+(one sum, one largest absolute value), and ``record.sides`` compares the other run's whole
+model with it. Replicated parameters (DDP) are rank 0's, and every other
 rank's are checked against them: replicas that part are a failure of their own."""
 
 from __future__ import annotations
@@ -36,13 +39,14 @@ class ReplicaGap:
 @dataclass(frozen=True)
 class FolderRun:
     """A record folder as one run: its merged records, its description (``run.json``), how
-    many ranks it had, whether they were sharded, and the replicas' largest gap (None: one
-    rank, or sharded)."""
+    many ranks it had, whether they were sharded (``partitioned``: by ZeRO, into flat
+    partitions), and the replicas' largest gap (None: one rank, or sharded)."""
 
     records: list[dict[str, Any]]
     description: dict[str, Any]
     ranks: int
     sharded: bool
+    partitioned: bool
     replicas: ReplicaGap | None
     optimizers: int
 
@@ -85,14 +89,16 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
         raise SpecError(f"{folder}: Recorder files of ranks {sorted(ranks)}, not 0 to "
                         f"{len(ranks) - 1}: a rank recorded nothing")
     per_rank = [read_records(ranks[r]) for r in range(len(ranks))]
-    sharded = any(o.get("sharded") for p in about.get("processes", [])
-                  for o in p.get("optimizers", []) if o.get("index") == optimizer)
-    records, gap = merge(per_rank, sharded)
-    return FolderRun(records, about, len(ranks), sharded, gap, len(files))
+    mine = [o for p in about.get("processes", []) for o in p.get("optimizers", [])
+            if o.get("index") == optimizer]
+    partitioned = any(o.get("partitioned") for o in mine)
+    sharded = partitioned or any(o.get("sharded") for o in mine)
+    records, gap = merge(per_rank, sharded, partitioned)
+    return FolderRun(records, about, len(ranks), sharded, partitioned, gap, len(files))
 
 
-def merge(per_rank: list[list[dict[str, Any]]],
-          sharded: bool) -> tuple[list[dict[str, Any]], ReplicaGap | None]:
+def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
+          partitioned: bool = False) -> tuple[list[dict[str, Any]], ReplicaGap | None]:
     """The ranks' records as the whole run's (see the module's docstring), up to the updates
     every rank recorded."""
     count = min(len(r) for r in per_rank)
@@ -102,21 +108,26 @@ def merge(per_rank: list[list[dict[str, Any]]],
         lines = [r[k] for r in per_rank]
         record = dict(lines[0])
         prints = [line.get("fingerprint") for line in lines]
-        if len(lines) > 1 and all(p is not None for p in prints):
+        if all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
             arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
-            if sharded and len({a.shape for a in arrays}) == 1:
+            if partitioned or (sharded and len({a.shape for a in arrays}) > 1):
+                record["fingerprint"] = whole_model(arrays)
+            elif sharded:
                 stacked = np.stack(arrays)
                 record["fingerprint"] = np.column_stack(
                     [stacked[:, :, 0].sum(axis=0), stacked[:, :, 1].max(axis=0)]).ravel().tolist()
-            elif sharded:  # partitions of unequal shapes (ZeRO's flat groups): whole-run totals
-                record["fingerprint"] = [float(sum(a[:, 0].sum() for a in arrays)),
-                                         float(max(a[:, 1].max() for a in arrays))]
             else:
                 worst = _replica_gap(arrays, k, worst)
         if sharded and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         merged.append(record)
     return merged, worst
+
+
+def whole_model(arrays: list[np.ndarray]) -> list[float]:
+    """Fingerprints (rows of ``(sum, max|p|)``) as one: the sum of all, the largest of all."""
+    return [float(sum(a[:, 0].sum() for a in arrays)),
+            float(max((a[:, 1].max(initial=0.0) for a in arrays), default=0.0))]
 
 
 def _replica_gap(arrays: list[np.ndarray], k: int, worst: ReplicaGap | None) -> ReplicaGap | None:

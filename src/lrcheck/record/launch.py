@@ -2,7 +2,7 @@
 and describe the record folder it wrote (``run.json``).
 
 The recording is injected, not imported by the user's code: ``boot/`` holds a
-``sitecustomize.py`` put first on ``PYTHONPATH`` and switched on by ``LRCHECK_RECORD_DIR``
+``sitecustomize.py`` put first on ``PYTHONPATH`` and switched on by ``PYTHON_LRCHECK_RECORD_DIR``
 (``record.startup``). It never changes what the command computes, and the command's exit code
 is kept."""
 

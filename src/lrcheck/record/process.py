@@ -27,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -46,11 +47,17 @@ class _Optimizer:
     """What is recorded of one optimizer of this process."""
 
     def __init__(self, index: int, recorder: Recorder, optimizer: torch.optim.Optimizer,
-                 params: list[torch.Tensor]) -> None:
+                 params: list[torch.Tensor], wrapper: type | None) -> None:
         self.index, self.recorder = index, recorder
-        self.cls = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+        self.cls = _name(type(optimizer))
+        self.wrapper = None if wrapper is None else _name(wrapper)
         self.tensors = len(params)
-        self.sharded = any(hasattr(p, "to_local") for p in params)
+        # ZeRO's optimizers (stages 1-3, and bf16's) step this optimizer on flat partitions of
+        # the model's parameters, a different one on each rank.
+        self.partitioned = wrapper is not None and any(
+            c.__name__ == "ZeROOptimizer" and c.__module__.startswith("deepspeed")
+            for c in wrapper.__mro__)
+        self.sharded = self.partitioned or any(hasattr(p, "to_local") for p in params)
         self.depth = 0
         self.lr: list[float] = []
         self.hparams: dict[str, list[Any]] = {}
@@ -92,7 +99,7 @@ class ProcessRecorder:
             index = len(self.optimizers)
             stem = self.name if index == 0 else f"{self.name}-opt{index}"
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
-                               _params(optimizer))
+                               _params(optimizer), _stepped_by(optimizer))
             self.optimizers[id(optimizer)] = found
             self.describe()
         return found
@@ -104,9 +111,9 @@ class ProcessRecorder:
             "pid": os.getpid(), "rank": int(self.name[4:].split("-")[0]), "world": self.world,
             "argv": sys.argv, "torch": torch.__version__,
             "optimizers": [{"index": o.index, "file": o.recorder.path.name,
-                            "class": o.cls, "tensors": o.tensors,
-                            "sharded": o.sharded, "updates": o.recorder.step,
-                            "phantom_steps": o.phantom}
+                            "class": o.cls, "wrapper": o.wrapper, "tensors": o.tensors,
+                            "sharded": o.sharded, "partitioned": o.partitioned,
+                            "updates": o.recorder.step, "phantom_steps": o.phantom}
                            for o in self.optimizers.values()]}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
@@ -164,6 +171,26 @@ class ProcessRecorder:
         self.describe()
         for st in self.optimizers.values():
             st.recorder.close()
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _stepped_by(optimizer: torch.optim.Optimizer) -> type | None:
+    """The class of the wrapper whose ``step`` is stepping ``optimizer`` (its ``.optimizer``:
+    DeepSpeed's, Accelerate's), found among the callers of the pre-hook; None: stepped
+    directly."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(12):
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if owner is not None and owner is not optimizer and \
+                getattr(owner, "optimizer", None) is optimizer:
+            return type(owner)
+    return None
 
 
 def _rank_and_world() -> tuple[int, int]:

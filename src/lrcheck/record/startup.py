@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-ENV_DIR = "LRCHECK_RECORD_DIR"
-ENV_SAMPLES = "LRCHECK_RECORD_SAMPLES"
-ENV_EVERY = "LRCHECK_RECORD_EVERY"
-ENV_LIB = "LRCHECK_RECORD_LIB"
+# PYTHON* names: DeepSpeed's multi-node runner passes on no other variables to its nodes.
+ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
+ENV_SAMPLES = "PYTHON_LRCHECK_RECORD_SAMPLES"
+ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
+ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
 
 
 class _TorchWatch(importlib.abc.MetaPathFinder):

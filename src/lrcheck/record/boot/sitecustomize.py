@@ -1,8 +1,9 @@
 """Put first on ``PYTHONPATH`` by ``lrcheck record``, so that Python runs it at the start of
 every process the recorded command starts (as coverage.py measures subprocesses). With
-``LRCHECK_RECORD_DIR`` set it switches lrcheck's recording on (``lrcheck.record.startup``); it is
-silent when that is unset. Then it runs the user's own ``sitecustomize``, the next one on
-``sys.path``, as Python would have without this one. Nothing here may break the user's
+``PYTHON_LRCHECK_RECORD_DIR`` set it switches lrcheck's recording on (``lrcheck.record.startup``);
+it is silent when that is unset. The settings are ``PYTHON*`` variables because DeepSpeed's
+multi-node runner passes on no others. Then it runs the user's own ``sitecustomize``, the next
+one on ``sys.path``, as Python would have without this one. Nothing here may break the user's
 program: a failure is one warning line on stderr."""
 
 import os
@@ -10,13 +11,13 @@ import sys
 
 
 def _start() -> None:
-    if not os.environ.get("LRCHECK_RECORD_DIR"):
+    if not os.environ.get("PYTHON_LRCHECK_RECORD_DIR"):
         return
     try:
         try:
             from lrcheck.record import startup
         except ImportError:  # lrcheck is not importable from the command's interpreter's path
-            sys.path.append(os.environ.get("LRCHECK_RECORD_LIB", ""))
+            sys.path.append(os.environ.get("PYTHON_LRCHECK_RECORD_LIB", ""))
             from lrcheck.record import startup
         startup.install()
     except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens

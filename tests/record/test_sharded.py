@@ -1,0 +1,91 @@
+"""Sharded training recorded unmodified: FSDP2 (tests/fixtures/user_fsdp.py) on 2 ranks under
+torchrun against one unsharded process, and DeepSpeed (tests/fixtures/user_deepspeed.py, float32
+on the CPU) under torchrun and its own launcher. Each correct configuration passes ``lrcheck
+run`` against its big-batch reference; each known bug fails at the update it acts on. Slow:
+every run is a fresh process group."""
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lrcheck import api
+from lrcheck.record.folder import read_folder
+from lrcheck.recorder import read_records
+from lrcheck.spec import Dtype, Tolerances
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PY = sys.executable
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def _checks(report):
+    for c in report.checks:
+        print(c.name, c.status.value, c.max_abs_diff, c.first_divergence, c.detail)
+    return {c.name: c for c in report.checks}
+
+
+def _line(argv):
+    return shlex.join(str(a) for a in argv)
+
+
+def test_fsdp2_on_2_ranks_matches_one_unsharded_process_to_float64_rounding(tmp_path):
+    script = FIXTURES / "user_fsdp.py"
+    ref = [PY, script, "--bs", "32"]
+    cand = [*TORCHRUN, script, "--bs", "8", "--accum", "2"]
+    f64 = Tolerances.for_dtype(Dtype.FLOAT64)
+    good = _checks(api.run_commands(_line(ref), _line(cand), tmp_path / "good",
+                                    fingerprint_every=1, tolerances=f64))
+    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm"))
+    ranks = [json.loads((tmp_path / "good" / "candidate" / f"rank{r}.json").read_text())
+             for r in (0, 1)]
+    assert all(p["optimizers"][0]["sharded"] and p["world"] == 2 for p in ranks)
+    # The two ranks' shard fingerprints merged (sums add, maxima max) against the unsharded
+    # run's, tensor by tensor, at every update.
+    whole = read_records(tmp_path / "good" / "reference" / "rank0.jsonl")
+    merged = read_folder(tmp_path / "good" / "candidate").records
+    assert len(whole) == len(merged) == 32
+    a = np.array([r["fingerprint"] for r in whole]).reshape(32, -1, 2)
+    b = np.array([r["fingerprint"] for r in merged]).reshape(32, -1, 2)
+    scale = a[:, :, 1].max(axis=1)
+    sums = (np.abs(b[:, :, 0] - a[:, :, 0]).max(axis=1) / scale).max()
+    peaks = (np.abs(b[:, :, 1] - a[:, :, 1]).max(axis=1) / scale).max()
+    print(f"FSDP2 2 ranks vs 1 process, 32 updates, 4 tensors: |Δsum|/max|p| {sums:.3g}, "
+          f"|Δmax|p||/max|p| {peaks:.3g}")
+    assert a.shape == b.shape == (32, 4, 2) and sums < 1e-13 and peaks < 1e-13
+    cand_bug = [*TORCHRUN, script, "--bs", "8", "--accum", "2", "--bug", "forget-accum"]
+    api.record([str(a) for a in cand_bug], tmp_path / "bug", fingerprint_every=1)
+    bug = _checks(api.diff(tmp_path / "good" / "reference", tmp_path / "bug", tolerances=f64))
+    assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
+
+
+deepspeed = pytest.mark.deepspeed
+
+
+@deepspeed
+def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_doubled_scheduler_fails(
+        tmp_path):
+    pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
+                                            "pip install 'lrcheck[deepspeed]'")
+    script = FIXTURES / "user_deepspeed.py"
+    ref = _line([PY, script, "--bs", "32"])
+    zero2 = _line([*TORCHRUN, script, "--bs", "8", "--accum", "2", "--zero", "2"])
+    good = _checks(api.run_commands(ref, zero2, tmp_path / "zero2", fingerprint_every=1))
+    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm"))
+    about = json.loads((tmp_path / "zero2" / "candidate" / "rank1.json").read_text())["optimizers"]
+    assert about[0]["partitioned"] and about[0]["wrapper"].endswith(".DeepSpeedZeroOptimizer")
+    reference = tmp_path / "zero2" / "reference"
+    launcher = Path(PY).with_name("deepspeed")
+    api.record([str(launcher), "--num_gpus", "2", str(script), "--bs", "8", "--accum", "2"],
+               tmp_path / "launcher", fingerprint_every=1)
+    own = _checks(api.diff(reference, tmp_path / "launcher"))
+    assert all(own[n].status == "pass" for n in ("updates", "lr", "params", "replicas (candidate)"))
+    api.record([PY, str(script), "--bs", "16", "--accum", "2", "--bug", "scheduler-stepped-too"],
+               tmp_path / "bug", fingerprint_every=1)
+    bug = _checks(api.diff(reference, tmp_path / "bug"))
+    assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
+    assert "3 steps per update against 1" in bug["lr"].detail
