@@ -221,3 +221,15 @@ def test_deepspeed_keys_are_checked_with_the_type_it_trains_in(tmp_path):
     path.write_text('[[pair]]\nname = "ds"\nframework = "deepspeed"\n')
     with pytest.raises(SpecError, match="cannot train dtype float64.*add dtype float32"):
         load_suite(path)
+
+
+def test_amp_bf16_is_a_deepspeed_key_and_refused_elsewhere(tmp_path):
+    (entry,) = suite(tmp_path, """
+        [[pair]]
+        framework = "deepspeed"
+        dtype = "float32"
+        amp = "bf16"
+    """).entries
+    assert (entry.pair.candidate.amp, entry.pair.candidate.framework) == ("bf16", "deepspeed")
+    assert "framework plain cannot train amp bf16 here" in error(
+        tmp_path, '[[pair]]\ndtype = "float32"\namp = "bf16"\n')

@@ -50,6 +50,8 @@ NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "a
          "framework": {"dtype": "float32"},
          "zero_stage": {"framework": "deepspeed", "dtype": "float32"},
          "scheduler_stepped_too": {"framework": "deepspeed", "dtype": "float32"}}
+# Values that need more than their key does: bf16 is DeepSpeed's alone.
+NEEDS_FOR_VALUE = {("amp", "bf16"): {"framework": "deepspeed"}}
 # Keys whose value is true or false.
 BOOL_KEYS = ("drop_last", "even_batches", "fast", "scheduler_stepped_too")
 TABLES = ("defaults", "pair", "grid")
@@ -234,7 +236,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             if key in TOLERANCE_KEYS:
                 Tolerances.for_dtype("float64", **{key.removeprefix("tol_"): value})
             else:
-                RunSpec(**{**NEEDS.get(key, {}), RUN_KEYS[key]: _run_value(key, value)})
+                needs = {**NEEDS.get(key, {}), **NEEDS_FOR_VALUE.get((key, value), {})}
+                RunSpec(**{**needs, RUN_KEYS[key]: _run_value(key, value)})
         except (SpecError, TypeError) as exc:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
 
