@@ -69,7 +69,7 @@ class Recorder:
         count = _samples(samples)
         self._write_pending()
 
-        def after(*_: Any) -> None:
+        def after(*_: object) -> None:
             self._write_pending()
 
         handle = optimizer.register_step_post_hook(after)
@@ -157,7 +157,7 @@ def _number(value: Any) -> float | str:
     return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
 
 
-def _read_number(value: Any) -> float | None:
+def _read_number(value: object) -> float | None:
     """A number of a record (a ``NOT_FINITE`` string included) as a float; None if it is not
     one."""
     if isinstance(value, str):

@@ -21,8 +21,12 @@ import os
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -37,6 +41,8 @@ SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
 STOP_WAIT_S = 60.0
 PROGRESS_EVERY_S = 0.2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# An outcome as it comes back: the pair's index in the suite, and what it became.
+_Done = Callable[[int, PairOutcome], None]
 
 
 def parse_jobs(text: str | int) -> int:
@@ -58,8 +64,8 @@ def parse_jobs(text: str | int) -> int:
 class _Worker:
     """A worker process and this end of its pipe: groups go down it, messages come up."""
 
-    process: Any
-    pipe: Any
+    process: BaseProcess
+    pipe: Connection
     group: Group | None = None
 
 
@@ -109,7 +115,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
 
 
 def _schedule(todo: list[Group], workers: list[_Worker], jobs: int,
-              on_progress: OnProgress | None, done: Any) -> None:
+              on_progress: OnProgress | None, done: _Done) -> None:
     """Hand out the groups costliest first while their cores are free; collect what the
     workers send until every group is done."""
     free = jobs
@@ -145,7 +151,8 @@ def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any,
     ready = wait(list(pipes), timeout)
     if not ready:
         return ("wait",)
-    pipe: Any = ready[0]
+    pipe = ready[0]
+    assert isinstance(pipe, Connection)
     try:
         message: tuple[Any, ...] = pipe.recv()
         return message
@@ -162,7 +169,7 @@ def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any,
         return ("gone", number)
 
 
-def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: Any) -> None:
+def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: _Done) -> None:
     """Stop every worker with the signal that stopped the suite and collect what their
     running groups became (incomplete, not run)."""
     sig = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
@@ -181,7 +188,7 @@ def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: Any) -> None:
             signal.signal(s, handler)
 
 
-def _collect(workers: list[_Worker], done: Any) -> None:
+def _collect(workers: list[_Worker], done: _Done) -> None:
     """What the stopped workers' running groups became, until each is idle or gone."""
     deadline = time.monotonic() + STOP_WAIT_S
     while any(w.group for w in workers) and time.monotonic() < deadline:
@@ -214,7 +221,7 @@ def _end(workers: list[_Worker]) -> None:
 
 
 def _work(number: int, suite: Suite, out: Path, files: PairFiles,
-          baseline: dict[str, dict[str, Any]] | None, pipe: Any) -> None:
+          baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     """A worker: run each group it is given (``run.run_suite`` of the group's pairs), sending
     its progress and outcomes, until it is given None or stopped."""
     os.setpgrp()  # Ctrl-C at the terminal reaches the suite, which tells the workers once
@@ -227,7 +234,7 @@ def _work(number: int, suite: Suite, out: Path, files: PairFiles,
 
 
 def _groups(number: int, suite: Suite, out: Path, files: PairFiles,
-            baseline: dict[str, dict[str, Any]] | None, pipe: Any) -> None:
+            baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     from lrcheck.suite.run import run_suite
 
     while (indices := pipe.recv()) is not None:
@@ -247,7 +254,7 @@ class _Relay:
     """A worker's group's progress and outcomes, sent up its pipe with the suite's indices;
     progress at most every ``PROGRESS_EVERY_S``."""
 
-    pipe: Any
+    pipe: Connection
     number: int
     indices: tuple[int, ...]
     last: float = 0.0
@@ -274,7 +281,7 @@ def _sendable(outcome: PairOutcome) -> PairOutcome:
 def _stop_on_signals() -> None:
     """SIGTERM and SIGHUP stop the worker as Ctrl-C does (``errors.Stopped``); once stopping,
     a further signal is ignored."""
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         for sig in _STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
