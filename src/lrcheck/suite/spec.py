@@ -236,7 +236,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             if key in TOLERANCE_KEYS:
                 Tolerances.for_dtype("float64", **{key.removeprefix("tol_"): value})
             else:
-                needs = {**NEEDS.get(key, {}), **NEEDS_FOR_VALUE.get((key, value), {})}
+                for_value = NEEDS_FOR_VALUE.get((key, value), {}) if isinstance(value, str) else {}
+                needs = {**NEEDS.get(key, {}), **for_value}
                 RunSpec(**{**needs, RUN_KEYS[key]: _run_value(key, value)})
         except (SpecError, TypeError) as exc:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
