@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -23,11 +22,10 @@ from lrcheck.comparison import (
     run_comparison,
     under_torchrun,
 )
-from lrcheck.errors import RunError, SpecError
+from lrcheck.errors import SpecError
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     TRACE_DEFAULTS,
-    FilePair,
     PairSpec,
     RunSpec,
     Tolerances,
@@ -152,18 +150,9 @@ def diff(reference: str | Path, candidate: str | Path, *,
     if unknown:
         raise _unknown("diff", list(unknown), ("tolerances",),
                        "it takes the two Recorder files and tolerances")
-    from lrcheck.checks import recorded_checks
-    from lrcheck.environment import Environment
-    from lrcheck.record.sides import read_sides
-    from lrcheck.result import Kind, Report
-    from lrcheck.version import __version__
+    from lrcheck.record.pairs import diff_runs
 
-    pair = FilePair(str(reference), str(candidate),
-                    **({} if tolerances is None else {"tolerances": tolerances}))
-    ref, cand, more = read_sides(Path(reference), Path(candidate), pair.tolerances.params)
-    checks = recorded_checks(ref, cand, pair.tolerances, more)
-    return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
-                  kind=Kind.DIFF)
+    return diff_runs(reference, candidate, tolerances=tolerances)
 
 
 def record(command: Sequence[str], out: str | Path, *, samples: int | None = None,
@@ -176,15 +165,10 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
     default ``DEFAULT_EVERY``). A command that cannot run, a Python flag that keeps the
     recording out and an unwritable ``out`` are ``SpecError``s; so is a command that ended well
     but made no optimizer update (saying what it saw)."""
-    from lrcheck.record.launch import DEFAULT_EVERY, record_command
+    from lrcheck.record.pairs import record_run
 
-    run = record_command(command, Path(out), samples=samples,
-                         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
-                         echo=echo, capture=capture)
-    if run.exit_code == 0 and not run.updates:
-        raise SpecError(f"{shlex.join(command)}: ended well but made no optimizer update: "
-                        f"{run.nothing_recorded()}")
-    return run
+    return record_run(command, out, samples=samples, fingerprint_every=fingerprint_every,
+                      echo=echo, capture=capture)
 
 
 def run_commands(reference: str, candidate: str, out: str | Path, *,
@@ -194,21 +178,10 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     through one) into ``out``/reference and ``out``/candidate, then ``diff`` them. A command
     that fails is a ``RunError`` with its exit code and last lines; Ctrl-C keeps what was
     recorded."""
-    commands = {}
-    for side, line in (("reference", reference), ("candidate", candidate)):
-        try:
-            commands[side] = shlex.split(line)
-        except ValueError as exc:
-            raise SpecError(f"the {side} command {line!r} does not split: {exc}") from None
-    for side, argv in commands.items():
-        run = record(argv, Path(out) / side, samples=samples,
-                     fingerprint_every=fingerprint_every, echo=echo, capture=True)
-        if run.exit_code != 0:
-            last = "\n".join(run.tail[-8:])
-            raise RunError(f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
-                           f"; its last lines:\n{last}" if last else
-                           f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})")
-    return diff(Path(out) / "reference", Path(out) / "candidate", tolerances=tolerances)
+    from lrcheck.record.pairs import run_commands as run
+
+    return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
+               echo=echo, tolerances=tolerances)
 
 
 def save_report(report: Report, out: str | Path) -> Path:

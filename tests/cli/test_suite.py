@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -345,3 +346,49 @@ def test_a_missing_scheduler_factory_exits_2_naming_the_suite_and_the_pair(tmp_p
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert lines[0] == (f"lrcheck: error: {path}: [[pair]] #1 ('accum'), key 'scheduler': "
                         "'missing_schedule.py:make': no file 'missing_schedule.py'")
+
+
+@pytest.mark.slow
+def test_a_suite_of_a_users_own_commands_reports_each_pair_and_a_bug_fails_it(tmp_path):
+    script = f"{sys.executable} {Path(__file__).parents[1] / 'fixtures' / 'user_train.py'}"
+    path = tmp_path / "mine.toml"
+    path.write_text(textwrap.dedent(f"""
+        [defaults]
+        task = "wine"  # lrcheck's own run keys: a pair of commands takes none of them
+
+        [[pair]]
+        name = "good"
+        ref_command = "{script} --bs 32 --epochs 1"
+        command = "{script} --bs 16 --accum 2 --epochs 1"
+        samples_per_update = 32
+
+        [[pair]]
+        name = "bug"
+        ref_command = "{script} --bs 32 --epochs 1"
+        command = "{script} --bs 16 --accum 2 --epochs 1 --bug per-micro-batch"
+    """))
+    out = tmp_path / "R"
+    result = invoke("suite", path, "--out", out)
+    assert result.exit_code == 1
+    assert "UNEXPECTED bug: expected pass but failed (lr" in result.output
+    good = json.loads((out / "good" / "result.json").read_text())
+    assert (good["verdict"], good["mode"]) == ("pass", "diff")
+    assert {"reference", "candidate", "report.html"} <= {p.name for p in (out / "good").iterdir()}
+    bug = json.loads((out / "bug" / "result.json").read_text())
+    assert bug["verdict"] == "fail"
+    assert "2 steps per update against 1" in next(
+        c for c in bug["checks"] if c["name"] == "lr")["detail"]
+    cases = {s.get("name"): s for s in ET.parse(out / "junit.xml").getroot()}
+    assert cases["good"].find("properties/property[@name='candidate']").get("value").endswith(
+        "--bs 16 --accum 2 --epochs 1")
+    assert cases["good"].find(".//failure") is None
+    assert cases["bug"].find("testcase[@name='lr']/failure") is not None
+    summary = (out / "summary.md").read_text()
+    rows = {line.split(" | ")[0]: line for line in summary.splitlines() if line.startswith("| `")}
+    assert "| ✅ pass | ✅ ok |" in rows["| `good`"] and "| ❌ fail | ❌ unexpected |" in rows[
+        "| `bug`"]
+    assert "[metrics]" not in rows["| `good`"]  # a diff draws no metrics plot
+    plots = re.findall(r"\]\(good/([^)]+)\)", rows["| `good`"])
+    assert plots == ["lr.png", "loss.png"] and all((out / "good" / p).exists() for p in plots)
+    plan = json.loads((out / "suite.json").read_text())
+    assert plan["pairs"][0]["pair"]["command"].endswith("--bs 16 --accum 2 --epochs 1")

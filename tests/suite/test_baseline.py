@@ -74,3 +74,19 @@ def test_bad_baselines_are_bad_input_with_the_reason(tmp_path, content, says):
         load_baseline(path)
     assert says in str(caught.value) and "baseline.json" in str(caught.value)
     assert caught.value.exit_code == 2
+
+
+def test_a_diff_reports_sides_are_folders_not_settings_so_a_new_out_changes_nothing(
+        make_report):
+    from dataclasses import replace
+
+    from lrcheck.result import Kind
+    from lrcheck.spec import FilePair
+
+    def diff(out: str, lr_shift: float = 0.0):
+        return replace(make_report(lr_shift=lr_shift), kind=Kind.DIFF,
+                       pair=FilePair(f"{out}/mine/reference", f"{out}/mine/candidate"))
+
+    assert regressions(diff("B2"), record(diff("B"))) == []
+    moved = regressions(diff("B2", lr_shift=0.01), record(diff("B")))
+    assert [r.what for r in moved] == ["lr"] and "settings changed" not in moved[0].detail

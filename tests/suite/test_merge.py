@@ -143,3 +143,40 @@ def test_a_shard_whose_pair_report_is_gone_gives_that_pair_an_error(tmp_path, ma
     wsd = next(o for o in result.outcomes if o.entry.name == "p-wsd")
     assert wsd.status == "error" and "is missing from the shard's folder" in wsd.reason
     assert result.exit_code == 3
+
+
+def test_a_pair_of_commands_is_sharded_at_a_fixed_cost_and_merged_back_as_a_diff(
+        tmp_path, make_report):
+    from lrcheck.result import Kind
+    from lrcheck.spec import CommandPair, FilePair
+    from lrcheck.suite.shard import COMMAND_COST, groups
+
+    whole = parse_suite({"defaults": {"task": "wine"}, "pair": [
+        {"name": "own", "bs": 8, "accum": 2},
+        {"name": "mine", "ref_command": "python t.py --bs 32",
+         "command": "python t.py --bs 16 --accum 2", "samples_per_update": 32}]}, "ci.toml")
+    mine = next(g for g in groups(whole) if isinstance(g.reference, CommandPair))
+    assert (mine.indices, mine.cost, mine.cores) == ((1,), COMMAND_COST, 1)
+    folders = []
+    for k in (1, 2):
+        part, info = shard_of(whole, k, 2)
+        folder, outcomes = tmp_path / f"S{k}", []
+        for entry in part.entries:
+            report = make_report()
+            if isinstance(entry.pair, CommandPair):
+                report = replace(report, pair=FilePair("x/reference", "x/candidate"),
+                                 kind=Kind.DIFF)
+            else:
+                report = replace(report, pair=entry.pair)
+            (folder / entry.name).mkdir(parents=True)
+            write_text(folder / entry.name / "result.json", result_json(report))
+            outcomes.append(PairOutcome(entry, report=report, seconds=1.0))
+        write_json(folder / "suite.json",
+                   SuiteResult(part, outcomes, seconds=2.0, shard=info).to_dict())
+        folders.append(folder)
+    result = merge_suites(tmp_path / "M", folders)
+    merged = {o.entry.name: o for o in result.outcomes}
+    assert merged["mine"].entry.pair == whole.entries[1].pair
+    assert merged["mine"].report.kind == Kind.DIFF and merged["own"].report.kind == Kind.COMPARE
+    assert merged["mine"].report.pair.candidate.endswith("/mine/candidate")  # its shard's
+    assert result.exit_code == 0 and result.complete

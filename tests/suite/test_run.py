@@ -139,3 +139,21 @@ def test_a_missing_scheduler_factory_names_the_suite_file_and_the_entry(tmp_path
     message = str(info.value)
     assert message.startswith(f"{path}: [[pair]] #2 ('mine'), key 'scheduler': {factory!r}: ")
     assert why in message and "--scheduler" not in message
+
+
+def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_path, monkeypatch):
+    from lrcheck.record import pairs
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pairs, "run_commands", interrupted)
+    path = tmp_path / "ci.toml"
+    path.write_text('[[pair]]\nname = "mine"\nref_command = "python a.py"\n'
+                    'command = "python b.py"\n[[pair]]\nname = "after"\naccum = 2\n')
+    result = run_suite(load_suite(path), tmp_path / "R", files=ReportFiles())
+    mine, after = result.outcomes
+    assert mine.interrupted == ("interrupted (Ctrl-C) while its commands ran; what they "
+                                "recorded is in its folder")
+    assert after.not_run and result.exit_code == 130
+    assert result.interrupted == "interrupted (Ctrl-C) during pair 1 of 2 ('mine')"

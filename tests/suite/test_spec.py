@@ -233,3 +233,53 @@ def test_amp_bf16_is_a_deepspeed_key_and_refused_elsewhere(tmp_path):
     assert (entry.pair.candidate.amp, entry.pair.candidate.framework) == ("bf16", "deepspeed")
     assert "framework plain cannot train amp bf16 here" in error(
         tmp_path, '[[pair]]\ndtype = "float32"\namp = "bf16"\n')
+
+
+def test_a_pair_of_commands_takes_its_commands_samples_and_tolerances_not_the_run_defaults(
+        tmp_path):
+    s = suite(tmp_path, """
+        [defaults]
+        task = "wine"
+        tol_lr = 1e-9
+
+        [[pair]]
+        name = "mine"
+        ref_command = "python train.py --bs 32"
+        command = "python train.py --bs 16 --accum 2"
+        samples_per_update = 32
+        expect = "fail"
+
+        [[pair]]
+        name = "lrchecks"
+        accum = 2
+    """)
+    mine, own = s.entries
+    assert mine.pair.reference == "python train.py --bs 32"
+    assert mine.pair.candidate == "python train.py --bs 16 --accum 2"
+    assert (mine.pair.samples, mine.pair.tolerances.lr, mine.expect) == (32, 1e-9, "fail")
+    assert mine.pair.noise_floor is False
+    assert mine.pair.to_dict()["kind"] == "commands"
+    assert own.pair.candidate.task == "wine"  # the defaults still apply to lrcheck's own pairs
+
+
+@pytest.mark.parametrize("body, words", [
+    ('ref_command = "python a.py"\ncommand = "python b.py"\naccum = 2',
+     "[[pair]] #1, key 'accum': a pair of commands runs the commands as they are; it takes no "
+     "run key"),
+    ('command = "python b.py"',
+     "a pair of commands needs both 'ref_command' and 'command'; 'ref_command' is missing"),
+    ('ref_command = "python a.py"\ncommand = ""', "key 'command': expected a command line"),
+    ('ref_command = "python \'a.py"\ncommand = "python b.py"',
+     "key 'ref_command': \"python 'a.py\" does not split as a shell would"),
+    ('ref_command = "python a.py"\ncommand = "python b.py"\nsamples_per_update = 0',
+     "key 'samples_per_update': must be a whole number >= 1"),
+])
+def test_a_bad_pair_of_commands_is_refused_naming_the_key(tmp_path, body, words):
+    assert words in error(tmp_path, "[[pair]]\n" + body)
+
+
+def test_commands_belong_in_a_pair_not_in_defaults_nor_a_grid(tmp_path):
+    assert "[defaults], key 'command': a command belongs to one pair" in error(
+        tmp_path, '[defaults]\ncommand = "python b.py"\n[[pair]]\naccum = 2')
+    assert "[[grid]] #1, key 'ref_command': commands belong in a [[pair]]" in error(
+        tmp_path, '[[grid]]\nref_command = "python a.py"\ncommand = ["python b.py"]')

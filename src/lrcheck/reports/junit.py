@@ -18,6 +18,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from lrcheck.checks import FAIL, SKIP, WARN
+from lrcheck.spec import CommandPair, PairSpec
 from lrcheck.suite.outcome import INCOMPLETE, NOT_RUN, PairOutcome, SuiteResult
 
 
@@ -37,14 +38,20 @@ def _mark(case: ET.Element, tag: str, message: str, detail: str | None = None) -
         element.text = detail or message
 
 
+def _sides(pair: PairSpec | CommandPair) -> tuple[tuple[str, str], ...]:
+    """The candidate and the reference: lrcheck's labels, or a pair's command lines."""
+    if isinstance(pair, CommandPair):
+        return ("candidate", pair.candidate), ("reference", pair.reference)
+    return ("candidate", pair.candidate.label), ("reference", pair.reference.label)
+
+
 def _pair_suite(outcome: PairOutcome) -> ET.Element:
     name, expect = outcome.entry.name, outcome.entry.expect
     suite = ET.Element("testsuite", name=name)
     properties = ET.SubElement(suite, "properties")
     for key, value in (("expect", expect), ("verdict", outcome.verdict),
                        ("status", outcome.status), ("origin", outcome.entry.origin),
-                       ("candidate", outcome.entry.pair.candidate.label),
-                       ("reference", outcome.entry.pair.reference.label),
+                       *_sides(outcome.entry.pair),
                        ("shared_reference", str(outcome.shared_reference).lower())):
         ET.SubElement(properties, "property", name=key, value=value)
 

@@ -20,7 +20,13 @@ from lrcheck.spec.choices import (
     TrainerLoss,
     check_timeout,
 )
-from lrcheck.spec.pair import FilePair, PairSpec, pair_from_options, reference_framework
+from lrcheck.spec.pair import (
+    CommandPair,
+    FilePair,
+    PairSpec,
+    pair_from_options,
+    reference_framework,
+)
 from lrcheck.spec.run import (
     ACCELERATE_POLICY_NOTE,
     DEFAULT_TIMEOUT_S,
@@ -35,7 +41,8 @@ from lrcheck.spec.run import (
 )
 from lrcheck.spec.tolerances import Tolerances
 
-__all__ = ["RunSpec", "PairSpec", "FilePair", "Tolerances", "Choice", "Tail", "LossNorm", "Dtype",
+__all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "Tolerances", "Choice", "Tail",
+           "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
            "DEFAULT_TIMEOUT_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "FRAMEWORK_FIELDS",
            "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",

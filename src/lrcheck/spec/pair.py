@@ -1,5 +1,6 @@
 """The pair a comparison checks: the candidate under test and the reference it must train like
-(``PairSpec``), or two Recorder files (``FilePair``)."""
+(``PairSpec``), two Recorder files (``FilePair``), or two commands of a user's own training
+(``CommandPair``)."""
 
 from __future__ import annotations
 
@@ -173,6 +174,29 @@ class FilePair:
     def to_dict(self) -> dict[str, Any]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
+
+
+@dataclass(frozen=True)
+class CommandPair:
+    """A suite's pair of a user's own commands (``ref_command`` and ``command``), each a quoted
+    command line that ``lrcheck run`` records and diffs; ``samples``: samples per update, where
+    known. It has no noise floor: the commands run as they are, not in lockstep."""
+
+    reference: str
+    candidate: str
+    tolerances: Tolerances = field(default_factory=lambda: Tolerances.for_dtype(DIFF_DTYPE))
+    samples: int | None = None
+
+    noise_floor = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "commands", "ref_command": self.reference, "command": self.candidate,
+                "samples": self.samples, "tolerances": asdict(self.tolerances)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommandPair:
+        return cls(data["ref_command"], data["command"], Tolerances(**data["tolerances"]),
+                   data.get("samples"))
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:

@@ -104,6 +104,8 @@ def _changed_settings(before: dict[str, Any], after: dict[str, Any]) -> str:
     changes = []
     for side, prefix in (("candidate", ""), ("reference", "ref_"), ("tolerances", "tol_")):
         old, new = before.get(side) or {}, after.get(side) or {}
+        if not (isinstance(old, dict) and isinstance(new, dict)):
+            continue  # a pair of commands: its sides are the folders it was recorded into
         for key in sorted(set(old) | set(new)):
             if side == "reference" and key not in ("bs", "world"):
                 continue  # the rest is the candidate's, or fixed

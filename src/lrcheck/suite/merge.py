@@ -21,8 +21,8 @@ import numpy as np
 from lrcheck.checks.status import CheckResult, Status
 from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
-from lrcheck.result import Report
-from lrcheck.spec import PairSpec, RunSpec, Tolerances
+from lrcheck.result import Kind, Report
+from lrcheck.spec import CommandPair, FilePair, PairSpec, RunSpec, Tolerances
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import ERROR, INCOMPLETE, NOT_RUN, PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
@@ -128,6 +128,9 @@ def merge_shards(shards: list[ShardRun], *,
 
 def _entry(plan: dict[str, Any]) -> SuiteEntry:
     pair = plan["pair"]
+    if pair.get("kind") == "commands":
+        return SuiteEntry(plan["name"], CommandPair.from_dict(pair), plan["expect"],
+                          plan["origin"])
     return SuiteEntry(plan["name"], PairSpec(_spec(pair["reference"]), _spec(pair["candidate"]),
                                              Tolerances(**pair["tolerances"]),
                                              noise_floor=bool(plan["noise_floor"])),
@@ -152,7 +155,8 @@ def _outcome(entry: SuiteEntry, run: ShardRun, pair: dict[str, Any]) -> PairOutc
         outcome.error, outcome.error_code = pair["error"], code
     else:
         try:
-            outcome.report = read_report(run.folder / folder / "result.json", entry.pair)
+            outcome.report = read_report(run.folder / folder / "result.json",
+                                         _report_pair(entry.pair, run.folder / folder))
         except SpecError as exc:
             outcome.error, outcome.error_code = str(exc), LOST_EXIT
     return outcome
@@ -168,11 +172,19 @@ def _environment(first: ShardRun, entries: list[SuiteEntry]) -> Environment | No
         recorded = Environment.from_dict(data)
     except ValueError as exc:
         raise SpecError(f"{str(first.folder)!r}: suite.json's {exc}") from None
-    return replace(recorded, world_size=max((e.pair.candidate.world for e in entries),
-                                            default=1))
+    return replace(recorded, world_size=max((e.pair.candidate.world for e in entries
+                                             if isinstance(e.pair, PairSpec)), default=1))
 
 
-def read_report(path: Path, pair: PairSpec) -> Report:
+def _report_pair(pair: PairSpec | CommandPair, folder: Path) -> PairSpec | FilePair:
+    """What the pair's report holds as its pair: a pair of commands' is the diff of the two
+    record folders in ``folder``, as ``lrcheck run`` wrote it."""
+    if isinstance(pair, PairSpec):
+        return pair
+    return FilePair(str(folder / "reference"), str(folder / "candidate"), pair.tolerances)
+
+
+def read_report(path: Path, pair: PairSpec | FilePair) -> Report:
     """The report of ``pair`` saved at ``path`` (result.json), its parameters left out."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -186,4 +198,5 @@ def read_report(path: Path, pair: PairSpec) -> Report:
         raise SpecError(f"its report {str(path)!r} is missing from the shard's folder") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"its report {str(path)!r} cannot be read: {exc!r}") from None
-    return Report(pair, runs["reference"], runs["candidate"], checks, environment)
+    kind = Kind.COMPARE if isinstance(pair, PairSpec) else Kind.DIFF
+    return Report(pair, runs["reference"], runs["candidate"], checks, environment, kind)

@@ -20,7 +20,7 @@ import numpy as np
 from lrcheck.errors import Interrupted, LrcheckError, Recorded, SpecError, stop_words
 from lrcheck.result import Report
 from lrcheck.runner.startup import release
-from lrcheck.spec import RunSpec
+from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
@@ -64,7 +64,8 @@ def prepare(suite: Suite, out: Path) -> None:
         return SpecError(f"{suite.path}: {entry.origin} ({entry.name!r}), key 'scheduler': "
                          f"{str(exc).removeprefix('--scheduler ')}")
 
-    check_setup([entry.pair.candidate for entry in suite.entries], located)
+    check_setup([e.pair.candidate for e in suite.entries if isinstance(e.pair, PairSpec)],
+                located)
 
 
 def run_suite(suite: Suite, out: Path, *, files: PairFiles,
@@ -119,7 +120,8 @@ def suite_result(suite: Suite, outcomes: list[PairOutcome], started: float,
         suite, outcomes, seconds=time.perf_counter() - started, baseline_path=baseline_path,
         baseline_missing=sorted(set(baseline or {}) - names),
         environment=replace(environment(device, 1), world_size=max(
-            (e.pair.candidate.world for e in suite.entries), default=1)),
+            (e.pair.candidate.world for e in suite.entries if isinstance(e.pair, PairSpec)),
+            default=1)),
         interrupted=stopped,
     )
 
@@ -132,10 +134,14 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     from lrcheck.comparison import compare_pair
 
     began = time.perf_counter()
-    outcome = PairOutcome(entry, shared_reference=entry.pair.reference in references)
+    outcome = PairOutcome(entry, shared_reference=isinstance(entry.pair, PairSpec)
+                          and entry.pair.reference in references)
     try:
-        outcome.report = report = compare_pair(entry.pair, progress=progress,
-                                               cache=references)
+        if isinstance(entry.pair, PairSpec):
+            report = compare_pair(entry.pair, progress=progress, cache=references)
+        else:
+            report = _run_commands(entry, out / entry.name)
+        outcome.report = report
         assert report is not None  # every comparison has one outside torchrun
         try:
             files.report(report, out / entry.name)
@@ -152,7 +158,10 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     except KeyboardInterrupt as stop:  # after both runs: while checking or saving
         outcome.report = None
         outcome.stopped_by = stop_words(stop)
-        outcome.interrupted = f"{outcome.stopped_by} after both runs, before its report was saved"
+        outcome.interrupted = (
+            f"{outcome.stopped_by} after both runs, before its report was saved"
+            if isinstance(entry.pair, PairSpec) else
+            f"{outcome.stopped_by} while its commands ran; what they recorded is in its folder")
     except LrcheckError as exc:
         outcome.error, outcome.error_code = str(exc), exc.exit_code
     if outcome.report is not None:
@@ -168,6 +177,17 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
     outcome.seconds = time.perf_counter() - began
     release()  # after the first pair at the latest, even one that failed before training
     return outcome
+
+
+def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
+    """A pair of the user's own commands, recorded into ``folder``/reference and /candidate
+    and diffed, as ``lrcheck run`` does; Ctrl-C keeps what they recorded there."""
+    from lrcheck.record.pairs import run_commands
+
+    pair = entry.pair
+    assert not isinstance(pair, PairSpec)
+    return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
+                        tolerances=pair.tolerances)
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import PLAIN
-from lrcheck.spec import RunSpec
+from lrcheck.spec import CommandPair, PairSpec, RunSpec
 from lrcheck.spec.run import samples_per_epoch
 from lrcheck.suite.spec import Suite, SuiteEntry
 
@@ -34,6 +34,8 @@ SHARD_ENV = "LRCHECK_SHARD"
 # ``run_cost`` (torchrun, the process group, torch imported in every rank: about 3 s on CPU,
 # where a digits micro-batch step is about 1 ms).
 LAUNCH_COST = 3000.0
+# A pair of a user's own commands: its cost cannot be computed before it runs; two launches.
+COMMAND_COST = 2 * LAUNCH_COST
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
 
 
@@ -42,7 +44,7 @@ class Group:
     """The pairs (indices into the suite's entries, in file order) that share ``reference``."""
 
     key: str
-    reference: RunSpec
+    reference: RunSpec | CommandPair
     indices: tuple[int, ...]
     cost: float
     cores: int
@@ -99,6 +101,8 @@ def entry_cost(entry: SuiteEntry) -> float:
     """The candidate's run, and the noise-floor twin of the reference a framework's own loop
     needs (``PairSpec.noise_floor``)."""
     pair = entry.pair
+    if not isinstance(pair, PairSpec):
+        return COMMAND_COST  # what a user's commands cost is not known before they run
     twin = pair.noise_floor and pair.candidate.framework != PLAIN
     return run_cost(pair.candidate) + (run_cost(pair.reference) if twin else 0.0)
 
@@ -106,13 +110,26 @@ def entry_cost(entry: SuiteEntry) -> float:
 def groups(suite: Suite) -> list[Group]:
     """The suite's reference groups, in the order of their first pair in the file. A group's
     ``cores`` are the most processes one of its runs uses at once."""
-    found: dict[RunSpec, list[int]] = {}
+    found: dict[RunSpec | CommandPair, list[int]] = {}
     for index, entry in enumerate(suite.entries):
-        found.setdefault(entry.pair.reference, []).append(index)
-    return [Group(spec_key(ref), ref, tuple(indices),
-                  run_cost(ref) + sum(entry_cost(suite.entries[i]) for i in indices),
-                  max(ref.world, *(suite.entries[i].pair.candidate.world for i in indices)))
-            for ref, indices in found.items()]
+        pair = entry.pair
+        found.setdefault(pair.reference if isinstance(pair, PairSpec) else pair,
+                         []).append(index)
+    return [_group(suite, ref, indices) for ref, indices in found.items()]
+
+
+def _group(suite: Suite, ref: RunSpec | CommandPair, indices: list[int]) -> Group:
+    """The group of the pairs at ``indices`` that share the reference ``ref``; a pair of
+    commands is a group of its own, on one core (a command that launches several processes
+    is not seen before it runs)."""
+    if isinstance(ref, CommandPair):
+        digest = hashlib.sha256(json.dumps(ref.to_dict(), sort_keys=True).encode())
+        return Group(digest.hexdigest()[:16], ref, tuple(indices), COMMAND_COST, 1)
+    worlds = [p.candidate.world for i in indices
+              if isinstance(p := suite.entries[i].pair, PairSpec)]
+    return Group(spec_key(ref), ref, tuple(indices),
+                 run_cost(ref) + sum(entry_cost(suite.entries[i]) for i in indices),
+                 max([ref.world, *worlds]))
 
 
 def split(suite: Suite, count: int) -> list[list[Group]]:

@@ -4,8 +4,11 @@ The file has an optional ``[defaults]`` table, ``[[pair]]`` entries and ``[[grid
 whose list-valued keys expand to their cartesian product. Every key of ``lrcheck compare`` is
 allowed (snake_case; ``nproc`` and ``ref_nproc`` are the two runs' process counts), plus ``name``
 and ``expect = "pass" | "fail"``. ``ref_bs = "auto"`` (the default) means ``bs·accum·nproc``
-(over ``ref_nproc``). Each value is checked by the same ``RunSpec``/``PairSpec``/``Tolerances``
-validation the command line uses; an error names the file, the entry and the key.
+(over ``ref_nproc``). A ``[[pair]]`` with ``ref_command`` and ``command`` (and, maybe,
+``samples_per_update``) is a pair of a user's own commands, recorded and diffed as ``lrcheck
+run`` does (``CommandPair``); it takes no run key. Each value is checked by the same
+``RunSpec``/``PairSpec``/``Tolerances`` validation the command line uses; an error names the
+file, the entry and the key.
 
 Pure: reads the file, imports no torch.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+import shlex
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,7 +26,14 @@ from typing import Any
 
 from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
-from lrcheck.spec import PairSpec, RunSpec, Tolerances, reference_framework
+from lrcheck.spec import (
+    DIFF_DTYPE,
+    CommandPair,
+    PairSpec,
+    RunSpec,
+    Tolerances,
+    reference_framework,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,7 +46,10 @@ RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"np
 TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
 PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework", "fast")
 META_KEYS = ("name", "expect")
-KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS)
+# A [[pair]] of a user's own commands (``lrcheck run 'REF' 'CAND'``): these, a name, expect and
+# tolerances; no run key.
+COMMAND_KEYS = ("ref_command", "command", "samples_per_update")
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
 # expands.
 UPDATE_LIST_KEYS = ("inject_overflow",)
@@ -67,7 +81,7 @@ class SuiteEntry:
     expected to give, and where in the file it came from (``[[grid]] #1``)."""
 
     name: str
-    pair: PairSpec
+    pair: PairSpec | CommandPair
     expect: str
     origin: str
 
@@ -104,6 +118,9 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
     _check_keys(source, "[defaults]", defaults, lists=False)
+    for key in (k for k in COMMAND_KEYS if k in defaults):
+        raise SpecError(f"{source}: [defaults], key {key!r}: a command belongs to one pair; "
+                        "set it in [[pair]]")
     if "name" in defaults:
         raise SpecError(f"{source}: [defaults], key 'name': a name belongs to one pair; "
                         "set it in [[pair]] or [[grid]]")
@@ -116,8 +133,11 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
         for number, item in enumerate(items, 1):
             origin = f"[[{kind}]] #{number}"
             _check_keys(source, origin, item, lists=kind == "grid")
-            entries += (_expand(source, origin, defaults, item) if kind == "grid"
-                        else [_entry(source, origin, {**defaults, **item}, None)])
+            if any(k in item for k in COMMAND_KEYS):
+                entries.append(_command_entry(source, origin, kind, defaults, item))
+            else:
+                entries += (_expand(source, origin, defaults, item) if kind == "grid"
+                            else [_entry(source, origin, {**defaults, **item}, None)])
     if not entries:
         raise SpecError(f"{source}: the suite has no pairs; add a [[pair]] or a [[grid]]")
     _check_unique(source, entries)
@@ -153,6 +173,34 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
+    return SuiteEntry(name, pair, values.get("expect", "pass"), where)
+
+
+def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
+                   item: dict[str, Any]) -> SuiteEntry:
+    """The entry of a [[pair]] of two commands. The run keys of [defaults] do not apply to it
+    (lrcheck does not train it); its tolerances, ``expect`` and the defaults' tolerances do."""
+    if kind != "pair":
+        key = next(k for k in COMMAND_KEYS if k in item)
+        raise SpecError(f"{source}: {where}, key {key!r}: commands belong in a [[pair]], "
+                        "not a [[grid]]")
+    for key in ("ref_command", "command"):
+        if key not in item:
+            raise SpecError(f"{source}: {where}: a pair of commands needs both 'ref_command' "
+                            f"and 'command'; {key!r} is missing")
+    for key in item:
+        if key in RUN_KEYS or key in PAIR_KEYS:
+            raise SpecError(f"{source}: {where}, key {key!r}: a pair of commands runs the "
+                            "commands as they are; it takes no run key (only name, expect, "
+                            "samples_per_update and tol_*)")
+    values = {**defaults, **item}
+    tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
+    pair = CommandPair(item["ref_command"], item["command"],
+                       Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"))
+    name = item.get("name", "commands")
+    if not NAME.fullmatch(name):
+        raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
+                        "use letters, digits, '.', '_' and '-' (at most 120)")
     return SuiteEntry(name, pair, values.get("expect", "pass"), where)
 
 
@@ -214,7 +262,18 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             raise bad(f"expected true or false, got {value!r}")
     elif isinstance(value, (bool, dict, list)):
         raise bad(f"expected a number or a string, got {value!r}")
-    if key == "expect":
+    if key in ("ref_command", "command"):
+        if not (isinstance(value, str) and value.strip()):
+            raise bad(f"expected a command line, such as 'python train.py --bs 32', "
+                      f"got {value!r}")
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise bad(f"{value!r} does not split as a shell would: {exc}") from None
+    elif key == "samples_per_update":
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise bad(f"must be a whole number >= 1 (samples per update), got {value!r}")
+    elif key == "expect":
         if value not in EXPECTS:
             raise bad(f"{value!r} is not known; choose one of: {', '.join(EXPECTS)}")
     elif key == "name":

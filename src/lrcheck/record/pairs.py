@@ -1,0 +1,73 @@
+"""Two recorded runs compared: ``lrcheck diff`` of two Recorder files or record folders, and
+``lrcheck run`` of two command lines, recorded then diffed. ``lrcheck.api`` forwards to these;
+a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from lrcheck.errors import RunError, SpecError
+from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
+from lrcheck.result import Report
+from lrcheck.spec import FilePair, Tolerances
+
+
+def diff_runs(reference: str | Path, candidate: str | Path, *,
+              tolerances: Tolerances | None = None) -> Report:
+    """``lrcheck.diff``'s report of the two runs (files or record folders)."""
+    from lrcheck.checks import recorded_checks
+    from lrcheck.environment import Environment
+    from lrcheck.record.sides import read_sides
+    from lrcheck.result import Kind
+    from lrcheck.version import __version__
+
+    pair = FilePair(str(reference), str(candidate),
+                    **({} if tolerances is None else {"tolerances": tolerances}))
+    ref, cand, more = read_sides(Path(reference), Path(candidate), pair.tolerances.params)
+    checks = recorded_checks(ref, cand, pair.tolerances, more)
+    return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
+                  kind=Kind.DIFF)
+
+
+def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
+               fingerprint_every: int | None = None, echo: TextIO | None = None,
+               capture: bool = False) -> RecordedRun:
+    """``lrcheck.record``: ``command`` recorded into ``out``; a command that ended well but
+    made no optimizer update is a ``SpecError`` saying what it saw."""
+    run = record_command(command, Path(out), samples=samples,
+                         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
+                         echo=echo, capture=capture)
+    if run.exit_code == 0 and not run.updates:
+        raise SpecError(f"{shlex.join(command)}: ended well but made no optimizer update: "
+                        f"{run.nothing_recorded()}")
+    return run
+
+
+def split_command(side: str, line: str) -> list[str]:
+    """``line`` split as a shell would; a line that does not split is a ``SpecError``."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise SpecError(f"the {side} command {line!r} does not split: {exc}") from None
+
+
+def run_commands(reference: str, candidate: str, out: str | Path, *,
+                 samples: int | None = None, fingerprint_every: int | None = None,
+                 echo: TextIO | None = None, tolerances: Tolerances | None = None) -> Report:
+    """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
+    ``out``/candidate, then diffed. A command that fails is a ``RunError`` with its exit code
+    and last lines."""
+    commands = {side: split_command(side, line)
+                for side, line in (("reference", reference), ("candidate", candidate))}
+    for side, argv in commands.items():
+        run = record_run(argv, Path(out) / side, samples=samples,
+                         fingerprint_every=fingerprint_every, echo=echo, capture=True)
+        if run.exit_code != 0:
+            last = "\n".join(run.tail[-8:])
+            raise RunError(f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
+                           f"; its last lines:\n{last}" if last else
+                           f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})")
+    return diff_runs(Path(out) / "reference", Path(out) / "candidate", tolerances=tolerances)
