@@ -5,13 +5,14 @@ shards' folders merged into one report. Importing this module does not import to
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lrcheck.errors import SpecError
 
 if TYPE_CHECKING:
+    from lrcheck.reports.plots import Plot
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.outcome import PairOutcome, SuiteResult
     from lrcheck.suite.spec import Suite
@@ -40,7 +41,13 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     pairs of shard k of n (``suite.shard``), the report recording which shard it is; a shard's
     ``save_baseline`` is refused, as it would miss the other shards' pairs: save it from
     ``merge_suites``. ``on_progress`` and ``on_done`` take the pair's index in the shard."""
-    from lrcheck.reports.files import ReportFiles, prepare_file, prepare_out, write_suite
+    from lrcheck.reports.files import (
+        DeferredFiles,
+        ReportFiles,
+        prepare_file,
+        prepare_out,
+        write_suite,
+    )
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.baseline import load_baseline
     from lrcheck.suite.run import prepare
@@ -61,7 +68,9 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     renderer = renderer or Renderer(background=False)
     result = _run_suite(suite, folder, records, None if baseline is None else str(baseline),
                         on_progress, on_done,
-                        ReportFiles() if jobs > 1 else ReportFiles(renderer), jobs)
+                        DeferredFiles() if jobs > 1 and len(suite.entries) > 1
+                        else ReportFiles(renderer), jobs,
+                        lambda plots: renderer.draw(cast("list[Plot]", plots)))
     result.shard = info
     if info is not None:  # the other shards' pairs are not missing from the baseline
         names = {e.name for e in whole.entries}
@@ -76,9 +85,11 @@ def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | 
                baseline_path: str | None,
                on_progress: Callable[[int, str, int, int], None] | None,
                on_done: Callable[[int, PairOutcome], None] | None,
-               files: Any, jobs: int) -> SuiteResult:
+               files: Any, jobs: int,
+               draw: Callable[[Sequence[object]], None]) -> SuiteResult:
     """``suite.run.run_suite``, or with ``jobs`` > 1 ``suite.parallel.run_parallel``, whose
-    workers save each pair's report themselves (``files``: one that can travel to them)."""
+    workers save each pair's report themselves (``files``: one that can travel to them, which
+    keeps the plots for this process to ``draw``)."""
     import time
 
     from lrcheck.suite.parallel import run_parallel
@@ -89,7 +100,8 @@ def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | 
         return run(suite, folder, baseline=records, baseline_path=baseline_path,
                    on_progress=on_progress, on_done=on_done, files=files)
     started = time.perf_counter()
-    outcomes, stopped = run_parallel(suite, folder, jobs, files=files, baseline=records,
+    outcomes, stopped = run_parallel(suite, folder, jobs, files=files, draw=draw,
+                                     baseline=records,
                                      on_progress=on_progress, on_done=on_done)
     return suite_result(suite, outcomes, started, records, baseline_path, stopped)
 

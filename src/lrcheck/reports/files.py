@@ -12,16 +12,17 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lrcheck.errors import Recorded, SpecError
 from lrcheck.reports.atomic import atomic_path, new_file_beside
 from lrcheck.result import Report
 
 if TYPE_CHECKING:
+    from lrcheck.reports.plots import Plot
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.outcome import SuiteResult
 
@@ -156,7 +157,14 @@ def report_markdown(report: Report) -> str:
     return "\n".join(lines + [""])
 
 
-def write_report(report: Report, out: Path, renderer: Renderer | None = None) -> Path:
+class Drawer(Protocol):
+    """What draws a report's plots and page: a ``Renderer``, or ``DeferredFiles``, which keeps
+    them for another process's renderer."""
+
+    def draw(self, plots: Iterable[Plot]) -> None: ...
+
+
+def write_report(report: Report, out: Path, renderer: Drawer | None = None) -> Path:
     """result.json, report.md, the plots (lr.png, loss.png and metrics.png; a trace has only
     lr.png, a diff no metrics.png) and report.html, which inlines them, in ``out``. With
     ``renderer``, the plots and the page are sent to it (``renderer.finish()`` waits for them);
@@ -196,6 +204,29 @@ class ReportFiles:
 
     def incomplete(self, result: Recorded, out: Path) -> Path:
         return write_incomplete(result, out)
+
+
+@dataclass
+class DeferredFiles:
+    """A suite worker's pair reports (``suite.parallel``): written as ``ReportFiles`` writes
+    them, except that their plots and page are kept (``drain``) and sent to the suite process,
+    whose plot helper draws them, rather than drawn in the worker with a matplotlib of its own."""
+
+    pending: list[Plot] = field(default_factory=list)
+
+    def draw(self, plots: Iterable[Plot]) -> None:
+        self.pending.extend(plots)
+
+    def report(self, report: Report, out: Path) -> Path:
+        return write_report(report, out, self)
+
+    def incomplete(self, result: Recorded, out: Path) -> Path:
+        return write_incomplete(result, out)
+
+    def drain(self) -> list[Plot]:
+        """The plots and pages kept since the last call, in the order they are to be drawn."""
+        taken, self.pending = self.pending, []
+        return taken
 
 
 def _remove_stale(out: Path, keep: set[str]) -> None:

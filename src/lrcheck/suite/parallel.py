@@ -21,13 +21,13 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -42,7 +42,7 @@ STOP_WAIT_S = 60.0
 PROGRESS_EVERY_S = 0.2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # An outcome as it comes back: the pair's index in the suite, and what it became.
-_Done = Callable[[int, PairOutcome], None]
+_Done = Callable[[int, PairOutcome, Sequence[object]], None]
 
 
 def parse_jobs(text: str | int) -> int:
@@ -60,6 +60,14 @@ def parse_jobs(text: str | int) -> int:
     return jobs
 
 
+class WorkerFiles(PairFiles, Protocol):
+    """A worker's ``PairFiles`` (``reports.files.DeferredFiles``): what it kept to be drawn is
+    sent with each outcome, for the suite process to draw (``draw``)."""
+
+    def drain(self) -> Sequence[object]:
+        """What was kept to be drawn since the last call."""
+
+
 @dataclass
 class _Worker:
     """A worker process and this end of its pipe: groups go down it, messages come up."""
@@ -69,13 +77,15 @@ class _Worker:
     group: Group | None = None
 
 
-def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
+def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
+                 draw: Callable[[Sequence[object]], None],
                  baseline: dict[str, dict[str, Any]] | None,
                  on_progress: OnProgress | None = None,
                  on_done: OnDone | None = None) -> tuple[list[PairOutcome], str | None]:
     """Every pair of ``suite`` in ``jobs`` workers: the outcomes in the suite's order, and why
     the suite stopped early (None when it did not). ``on_progress`` and ``on_done`` are called
-    here, in this process, with the pair's index in ``suite``."""
+    here, in this process, with the pair's index in ``suite``; ``draw`` with what each pair's
+    worker kept to be drawn (``files.drain``)."""
     context = multiprocessing.get_context("spawn")
     token = os.environ.get(SUITE_WORKER_ENV) or uuid.uuid4().hex  # a test may choose it
     todo = sorted(groups(suite), key=lambda g: (-g.cost, g.key))
@@ -94,8 +104,10 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: PairFiles,
     outcomes: dict[int, PairOutcome] = {}
     stopped: str | None = None
 
-    def done(index: int, outcome: PairOutcome) -> None:
+    def done(index: int, outcome: PairOutcome, drawings: Sequence[object] = ()) -> None:
         outcomes[index] = outcome
+        if drawings:
+            draw(drawings)
         if on_done is not None:
             on_done(index, outcome)
 
@@ -131,7 +143,7 @@ def _schedule(todo: list[Group], workers: list[_Worker], jobs: int,
         if message[0] == "progress" and on_progress is not None:
             on_progress(*message[2:])
         elif message[0] == "done":
-            done(message[2], message[3])
+            done(message[2], message[3], message[4])
         elif message[0] == "none":
             raise SpecError("every suite worker has left with pairs still to run")
         elif message[0] == "idle":
@@ -199,7 +211,7 @@ def _collect(workers: list[_Worker], done: _Done) -> None:
         if message[0] == "none":
             break
         if message[0] == "done":
-            done(message[2], message[3])
+            done(message[2], message[3], message[4])
         elif message[0] == "idle":
             workers[message[1]].group = None
 
@@ -220,7 +232,7 @@ def _end(workers: list[_Worker]) -> None:
         worker.pipe.close()
 
 
-def _work(number: int, suite: Suite, out: Path, files: PairFiles,
+def _work(number: int, suite: Suite, out: Path, files: WorkerFiles,
           baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     """A worker: run each group it is given (``run.run_suite`` of the group's pairs), sending
     its progress and outcomes, until it is given None or stopped."""
@@ -233,13 +245,13 @@ def _work(number: int, suite: Suite, out: Path, files: PairFiles,
     pipe.close()
 
 
-def _groups(number: int, suite: Suite, out: Path, files: PairFiles,
+def _groups(number: int, suite: Suite, out: Path, files: WorkerFiles,
             baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     from lrcheck.suite.run import run_suite
 
     while (indices := pipe.recv()) is not None:
         part = Suite(suite.path, tuple(suite.entries[i] for i in indices))
-        relay = _Relay(pipe, number, indices)
+        relay = _Relay(pipe, number, indices, files)
         try:
             result = run_suite(part, out, files=files, baseline=baseline,
                                on_progress=relay.progress, on_done=relay.done)
@@ -257,6 +269,7 @@ class _Relay:
     pipe: Connection
     number: int
     indices: tuple[int, ...]
+    files: WorkerFiles
     last: float = 0.0
 
     def progress(self, i: int, role: str, done: int, total: int) -> None:
@@ -265,7 +278,8 @@ class _Relay:
             self.pipe.send(("progress", self.number, self.indices[i], role, done, total))
 
     def done(self, i: int, outcome: PairOutcome) -> None:
-        self.pipe.send(("done", self.number, self.indices[i], _sendable(outcome)))
+        self.pipe.send(("done", self.number, self.indices[i], _sendable(outcome),
+                        self.files.drain()))
 
 
 def _sendable(outcome: PairOutcome) -> PairOutcome:
