@@ -128,10 +128,10 @@ def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code
     env = {**os.environ, SUITE_WORKER_ENV: token}
     proc = lrcheck("suite", str(path), "--out", str(tmp_path / "R"), "--jobs", "2", env=env)
     try:
-        # Both workers training: each has written the progress of a pair.
-        wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 3, 120, "two workers",
+        # The suite, its fork server and both workers are there.
+        wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, 120, "two workers",
                  proc=proc)
-        # Both workers training (torch imported, a pair begun): then both have a running pair.
+        # Both workers training a pair.
         wait_for(lambda: _training(token) >= 2, 120, "both workers to train", proc=proc)
         proc.send_signal(sig)
         status, out, err = finished(proc, 120)
@@ -152,16 +152,20 @@ def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code
 
 
 def _training(token):
-    """How many of the suite's processes have started training (imported torch: a few hundred
-    MB; the suite process itself imports none)."""
+    """How many of the suite's workers are running a pair: a worker leads a process group of
+    its own (the suite process and the fork server the workers are forked from lead none) and
+    has used a second of CPU, which only a pair's work takes (torch is imported before the fork).
+    """
     training = 0
     for pid in marked(token, SUITE_WORKER_ENV):
         try:
-            with open(f"/proc/{pid}/statm") as statm:
-                rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            if os.getpgid(pid) != pid:
+                continue
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        training += rss > 200e6
+        training += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") > 1.0
     return training
 
 

@@ -99,7 +99,7 @@ def environment(device: str, world: int) -> Environment:
 
     # The threads training uses: cpu_threads sets them on the CPU for each run.
     threads = CPU_THREADS if device == "cpu" else torch.get_num_threads()
-    return Environment(lrcheck=__version__, torch=torch.__version__, device=device,
+    return Environment(lrcheck=__version__, torch=str(torch.__version__), device=device,
                        world_size=world, python=platform.python_version(),
                        platform=platform.platform(), threads=threads)
 

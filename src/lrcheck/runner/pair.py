@@ -199,7 +199,7 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     with a single-process reference, one torchrun job whose rank 0 trains the reference (first,
     when the candidate runs in lockstep with it; else after the candidate). With ``cache``, a
     reference already trained (the same frozen ``RunSpec``) is taken from it and a new one is
-    added.
+    added as soon as it has trained (a noise-floor twin too).
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
     included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs
@@ -272,6 +272,8 @@ def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: 
         if "reference" not in traces:
             traces["reference"] = tracker.done("reference", _run_here(
                 ref, "reference", device, tracker, timeout))
+            if cache is not None:  # at once: a suite's other workers wait for it
+                cache[ref] = traces["reference"]
         traces["candidate"] = tracker.done("candidate", _run_here(
             cand, "candidate", device, tracker, timeout,
             lockstep_of(pair, traces["reference"])))

@@ -1,29 +1,32 @@
 """A suite's pairs in several worker processes on this machine (``lrcheck suite FILE --jobs N``).
 
-The unit of work is a reference group (``shard.groups``): a worker trains its reference once and
-then each of its candidates, exactly as the sequential ``run.run_suite`` does, so every pair's
-``result.json`` is the one a sequential run writes (timings aside). Groups start costliest first
-while enough of the N cores are free: a group counts for the processes its runs use at once
-(a world-2 pair, two; at most N). Each worker saves its pairs' folders itself, through the
-``PairFiles`` it is given, and sends their outcomes back.
+The unit of work is one pair, handed out by ``queue.PairQueue``: a reference that several pairs
+share is trained once, by the first of them, whose worker sends it up at once; the group's other
+pairs then run in any worker, given the trained reference (and a noise-floor twin once one is
+trained) instead of training it. So every pair's ``result.json`` is the one a sequential run
+writes (timings aside), and a suite of one reference and many candidates uses every core. Each
+worker saves its pairs' folders itself, through the ``PairFiles`` it is given, and sends their
+outcomes back.
 
 Each worker leads a process group of its own and carries ``SUITE_WORKER_ENV`` in its
 environment: a Ctrl-C at the terminal reaches the suite alone, which stops every worker once
 with the same signal (SIGINT, or the SIGTERM/SIGHUP it got). A worker's running pair is then
-saved as ``incomplete`` and the rest of its group is ``not_run``; groups not started are
-``not_run`` too. Workers that do not end within ``STOP_WAIT_S`` are killed.
+saved as ``incomplete``; pairs not started are ``not_run``. Workers that do not end within
+``STOP_WAIT_S`` are killed.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
@@ -32,15 +35,22 @@ from typing import Any, Protocol
 import numpy as np
 
 from lrcheck.errors import SpecError, Stopped, stop_words
+from lrcheck.spec import RunSpec
 from lrcheck.suite.outcome import PairOutcome
+from lrcheck.suite.queue import PairQueue
 from lrcheck.suite.run import OnDone, OnProgress, PairFiles
-from lrcheck.suite.shard import Group, groups
 from lrcheck.suite.spec import Suite
 
 SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
 STOP_WAIT_S = 60.0
 PROGRESS_EVERY_S = 0.2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# What every worker imports to run a pair: imported once, by the fork server the workers are
+# forked from, rather than by each (torch and scikit-learn: about 3 s of CPU a process).
+PRELOAD = ("torch", "sklearn.datasets", "sklearn.metrics", "sklearn.model_selection",
+           "sklearn.preprocessing", "lrcheck.comparison", "lrcheck.checks",
+           "lrcheck.runner.pair", "lrcheck.runner.local", "lrcheck.runner.plain",
+           "lrcheck.suite.run", "lrcheck.reports.files", "lrcheck.reports.html_report")
 # An outcome as it comes back: the pair's index in the suite, and what it became.
 _Done = Callable[[int, PairOutcome, Sequence[object]], None]
 
@@ -70,11 +80,12 @@ class WorkerFiles(PairFiles, Protocol):
 
 @dataclass
 class _Worker:
-    """A worker process and this end of its pipe: groups go down it, messages come up."""
+    """A worker process and this end of its pipe: pairs go down it, messages come up.
+    ``index``: the pair it runs (None when idle)."""
 
     process: BaseProcess
     pipe: Connection
-    group: Group | None = None
+    index: int | None = None
 
 
 def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
@@ -86,13 +97,13 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
     the suite stopped early (None when it did not). ``on_progress`` and ``on_done`` are called
     here, in this process, with the pair's index in ``suite``; ``draw`` with what each pair's
     worker kept to be drawn (``files.drain``)."""
-    context = multiprocessing.get_context("spawn")
+    context, stop_server = _context()
     token = os.environ.get(SUITE_WORKER_ENV) or uuid.uuid4().hex  # a test may choose it
-    todo = sorted(groups(suite), key=lambda g: (-g.cost, g.key))
+    queue = PairQueue(suite, jobs)
     workers = []
-    os.environ[SUITE_WORKER_ENV] = token  # inherited by the workers the context spawns
+    os.environ[SUITE_WORKER_ENV] = token  # inherited by the fork server and the workers
     try:
-        for number in range(min(jobs, len(todo))):
+        for number in range(min(jobs, len(suite.entries))):
             mine, theirs = context.Pipe()
             process = context.Process(target=_work, args=(number, suite, out, files, baseline,
                                                           theirs), daemon=True)
@@ -112,7 +123,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
             on_done(index, outcome)
 
     try:
-        _schedule(todo, workers, jobs, on_progress, done)
+        _schedule(queue, workers, jobs, on_progress, done)
     except KeyboardInterrupt as stop:
         _stop(workers, stop, done)
         running = [o.entry.name for _, o in sorted(outcomes.items()) if o.interrupted]
@@ -120,41 +131,64 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
                    f"running ({', '.join(map(repr, running))}) of {len(suite.entries)}")
     finally:
         _end(workers)
+        stop_server()
     for index in range(len(suite.entries)):
         if index not in outcomes:
             done(index, PairOutcome(suite.entries[index], not_run=True))
     return [outcomes[i] for i in range(len(suite.entries))], stopped
 
 
-def _schedule(todo: list[Group], workers: list[_Worker], jobs: int,
+def _context() -> tuple[ForkServerContext | SpawnContext, Callable[[], None]]:
+    """The workers' start method, and what stops what it started once they are gone: forked
+    from a fork server that has imported ``PRELOAD``, which is stopped and reaped after them
+    (else it would stay, idle, until this process exits; ``_stop`` is the method Python 3.11
+    to 3.13 name it); spawned where there is no fork server (Windows). A fork server this
+    process had started already is used as it is, and left running."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn"), lambda: None
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", 0) is not None:  # running already, or not known
+        return context, lambda: None
+    context.set_forkserver_preload(list(PRELOAD))
+    stop: Callable[[], None] = getattr(server, "_stop", lambda: None)
+    return context, stop
+
+
+def _schedule(queue: PairQueue, workers: list[_Worker], jobs: int,
               on_progress: OnProgress | None, done: _Done) -> None:
-    """Hand out the groups costliest first while their cores are free; collect what the
-    workers send until every group is done."""
+    """Hand out the pairs (``queue``) while their cores are free; collect what the workers send
+    until every pair is done."""
     free = jobs
-    while todo or any(w.group for w in workers):
-        for worker in (w for w in workers if w.group is None):
-            fits = next((g for g in todo if min(g.cores, jobs) <= free), None)
-            if fits is None:
+    while queue.todo or any(w.index is not None for w in workers):
+        for worker in (w for w in workers if w.index is None):
+            index = queue.take(free)
+            if index is None:
                 break
-            todo.remove(fits)
-            worker.group, free = fits, free - min(fits.cores, jobs)
-            worker.pipe.send(fits.indices)
+            worker.index, free = index, free - queue.cores(index)
+            worker.pipe.send((index, queue.given(index)))
         message = _receive(workers)
         if message[0] == "progress" and on_progress is not None:
             on_progress(*message[2:])
+        elif message[0] == "trained":
+            queue.trained(*message[2:])
         elif message[0] == "done":
             done(message[2], message[3], message[4])
         elif message[0] == "none":
             raise SpecError("every suite worker has left with pairs still to run")
         elif message[0] == "idle":
             worker = workers[message[1]]
-            free += min(worker.group.cores, jobs) if worker.group else 0
-            worker.group = None
+            if worker.index is not None:
+                free += queue.cores(worker.index)
+                queue.ended(worker.index)
+            worker.index = None
 
 
 def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any, ...]:
     """The next message from a worker (``("gone", n)`` for one that left); a worker that died
-    with a group is told as an error. ``timeout``: ``("wait",)`` when none came in time."""
+    with a pair is told as an error. ``timeout``: ``("wait",)`` when none came in time."""
     from multiprocessing.connection import wait
 
     pipes = {w.pipe: n for n, w in enumerate(workers) if not w.pipe.closed}
@@ -173,23 +207,23 @@ def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any,
         worker = workers[number]
         pipe.close()
         worker.process.join(5.0)
-        if worker.group is not None:
-            worker.group = None
+        if worker.index is not None:
+            worker.index = None
             raise SpecError(f"suite worker {number + 1} (pid {worker.process.pid}) died with "
-                            f"exit code {worker.process.exitcode} while running its "
-                            "pairs") from None
+                            f"exit code {worker.process.exitcode} while running a "
+                            "pair") from None
         return ("gone", number)
 
 
 def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: _Done) -> None:
     """Stop every worker with the signal that stopped the suite and collect what their
-    running groups became (incomplete, not run)."""
+    running pairs became (incomplete)."""
     sig = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
     # A second signal while the workers save: the suite is already stopping.
     before = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
     try:
         for worker in workers:
-            if worker.group is not None and worker.process.pid is not None:
+            if worker.index is not None and worker.process.pid is not None:
                 try:
                     os.kill(worker.process.pid, sig)
                 except ProcessLookupError:
@@ -201,9 +235,9 @@ def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: _Done) -> None:
 
 
 def _collect(workers: list[_Worker], done: _Done) -> None:
-    """What the stopped workers' running groups became, until each is idle or gone."""
+    """What the stopped workers' running pairs became, until each is idle or gone."""
     deadline = time.monotonic() + STOP_WAIT_S
-    while any(w.group for w in workers) and time.monotonic() < deadline:
+    while any(w.index is not None for w in workers) and time.monotonic() < deadline:
         try:
             message = _receive(workers, 0.5)
         except SpecError:  # a worker that died while stopping: its pairs stay not run
@@ -213,7 +247,7 @@ def _collect(workers: list[_Worker], done: _Done) -> None:
         if message[0] == "done":
             done(message[2], message[3], message[4])
         elif message[0] == "idle":
-            workers[message[1]].group = None
+            workers[message[1]].index = None
 
 
 def _end(workers: list[_Worker]) -> None:
@@ -234,26 +268,28 @@ def _end(workers: list[_Worker]) -> None:
 
 def _work(number: int, suite: Suite, out: Path, files: WorkerFiles,
           baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
-    """A worker: run each group it is given (``run.run_suite`` of the group's pairs), sending
-    its progress and outcomes, until it is given None or stopped."""
+    """A worker: run each pair it is given (``run.run_suite`` of that pair, with the runs it
+    is given already trained), sending its progress, what it trains that other pairs need,
+    and its outcome, until it is given None or stopped."""
     os.setpgrp()  # Ctrl-C at the terminal reaches the suite, which tells the workers once
     _stop_on_signals()
     try:
-        _groups(number, suite, out, files, baseline, pipe)
+        _pairs(number, suite, out, files, baseline, pipe)
     except (KeyboardInterrupt, EOFError, BrokenPipeError):  # stopped, or the suite is gone
         pass
     pipe.close()
 
 
-def _groups(number: int, suite: Suite, out: Path, files: WorkerFiles,
-            baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
+def _pairs(number: int, suite: Suite, out: Path, files: WorkerFiles,
+           baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     from lrcheck.suite.run import run_suite
 
-    while (indices := pipe.recv()) is not None:
-        part = Suite(suite.path, tuple(suite.entries[i] for i in indices))
-        relay = _Relay(pipe, number, indices, files)
+    while (task := pipe.recv()) is not None:
+        index, given = task
+        relay = _Relay(pipe, number, (index,), files)
         try:
-            result = run_suite(part, out, files=files, baseline=baseline,
+            result = run_suite(Suite(suite.path, (suite.entries[index],)), out, files=files,
+                               baseline=baseline, references=_Trained(given, relay.trained),
                                on_progress=relay.progress, on_done=relay.done)
         finally:
             pipe.send(("idle", number))
@@ -261,10 +297,26 @@ def _groups(number: int, suite: Suite, out: Path, files: WorkerFiles,
             break
 
 
+class _Trained(dict[RunSpec, Any]):
+    """A worker's runs already trained for its pair (``run_suite``'s ``references``): those it
+    was given, unpickled; each new one is also told to ``send``, pickled, the moment it is
+    added."""
+
+    def __init__(self, given: dict[RunSpec, bytes],
+                 send: Callable[[RunSpec, bytes], None]) -> None:
+        super().__init__({spec: pickle.loads(trace) for spec, trace in given.items()})
+        self._send = send
+
+    def __setitem__(self, spec: RunSpec, trace: Any) -> None:
+        if spec not in self:
+            self._send(spec, pickle.dumps(trace, protocol=pickle.HIGHEST_PROTOCOL))
+        super().__setitem__(spec, trace)
+
+
 @dataclass
 class _Relay:
-    """A worker's group's progress and outcomes, sent up its pipe with the suite's indices;
-    progress at most every ``PROGRESS_EVERY_S``."""
+    """A worker's pair's progress, trained runs and outcome, sent up its pipe with the suite's
+    index; progress at most every ``PROGRESS_EVERY_S``."""
 
     pipe: Connection
     number: int
@@ -277,19 +329,23 @@ class _Relay:
             self.last = time.monotonic()
             self.pipe.send(("progress", self.number, self.indices[i], role, done, total))
 
+    def trained(self, spec: RunSpec, trace: bytes) -> None:
+        self.pipe.send(("trained", self.number, self.indices[0], spec, trace))
+
     def done(self, i: int, outcome: PairOutcome) -> None:
         self.pipe.send(("done", self.number, self.indices[i], _sendable(outcome),
                         self.files.drain()))
 
 
 def _sendable(outcome: PairOutcome) -> PairOutcome:
-    """The outcome without the reference's parameters, which the suite's report does not need
-    and which stay in this worker for the group's next pair."""
+    """The outcome without the reference's parameters and optimizer states (what its candidate
+    ran in lockstep from), which the suite's report does not need."""
     if outcome.report is None:
         return outcome
     ref = outcome.report.reference
     return replace(outcome, report=replace(outcome.report, reference=replace(
-        ref, params=np.empty((0, *ref.params.shape[1:]), ref.params.dtype))))
+        ref, params=np.empty((0, *ref.params.shape[1:]), ref.params.dtype),
+        optimizer_states=None)))
 
 
 def _stop_on_signals() -> None:

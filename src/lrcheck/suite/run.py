@@ -70,8 +70,8 @@ def prepare(suite: Suite, out: Path) -> None:
 
 def run_suite(suite: Suite, out: Path, *, files: PairFiles,
               baseline: dict[str, dict[str, Any]] | None = None, baseline_path: str | None = None,
-              on_progress: OnProgress | None = None,
-              on_done: OnDone | None = None) -> SuiteResult:
+              on_progress: OnProgress | None = None, on_done: OnDone | None = None,
+              references: dict[RunSpec, RunTrace] | None = None) -> SuiteResult:
     """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
     ``on_progress(index, role, done, total)`` follows the updates of the pair being trained;
     ``on_done(index, outcome)`` is called as each pair ends. Each pair's report is saved
@@ -81,9 +81,13 @@ def run_suite(suite: Suite, out: Path, *, files: PairFiles,
     Ctrl-C stops the suite rather than the pair: the pair that was running is ``incomplete``
     (what it recorded is saved in its folder, as ``lrcheck compare`` does), the pairs after it
     are ``not_run`` (``on_done`` is called for them too), and the result, whose ``interrupted``
-    says where it stopped, is returned for the suite's report to be written."""
+    says where it stopped, is returned for the suite's report to be written.
+
+    ``references``: the runs already trained (references and noise-floor twins, by their
+    ``RunSpec``), which the pairs take instead of training them again; what the pairs train is
+    added to it (a ``suite.parallel`` worker's sends each new one to the suite at once)."""
     started = time.perf_counter()
-    references: dict[RunSpec, RunTrace] = {}
+    references = {} if references is None else references
     outcomes: list[PairOutcome] = []
     stopped: str | None = None
     try:
@@ -111,17 +115,22 @@ def suite_result(suite: Suite, outcomes: list[PairOutcome], started: float,
                  baseline: dict[str, dict[str, Any]] | None, baseline_path: str | None,
                  stopped: str | None) -> SuiteResult:
     """The suite's result for its pairs' ``outcomes`` (one per entry, in order), begun at
-    ``started`` (``time.perf_counter``)."""
-    from lrcheck.runner.local import environment
-
+    ``started`` (``time.perf_counter``). Its environment is the first trained pair's, without
+    what is that pair's own (a ``--jobs`` suite's process imports no torch to tell it)."""
     names = {e.name for e in suite.entries}
-    device = next((o.report.environment.device for o in outcomes if o.report), "cpu")
+    trained = next((o.report.environment for o in outcomes
+                    if o.report and isinstance(o.entry.pair, PairSpec)), None)
+    if trained is None:
+        from lrcheck.runner.local import environment
+
+        device = next((o.report.environment.device for o in outcomes if o.report), "cpu")
+        trained = environment(device, 1)
     return SuiteResult(
         suite, outcomes, seconds=time.perf_counter() - started, baseline_path=baseline_path,
         baseline_missing=sorted(set(baseline or {}) - names),
-        environment=replace(environment(device, 1), world_size=max(
-            (e.pair.candidate.world for e in suite.entries if isinstance(e.pair, PairSpec)),
-            default=1)),
+        environment=replace(trained, frameworks={}, noise_floor=None, launch=None,
+                            world_size=max((e.pair.candidate.world for e in suite.entries
+                                            if isinstance(e.pair, PairSpec)), default=1)),
         interrupted=stopped,
     )
 

@@ -1,0 +1,104 @@
+"""Which pair of a suite a ``--jobs`` worker runs next (``suite.parallel``): pure, imports no torch.
+
+The unit of work is one pair. A reference that several pairs share (a reference group,
+``shard.groups``) is trained once, by the first of its pairs to start, exactly as the sequential
+``run.run_suite`` trains it by the first in the file; that pair's worker sends the trained
+reference (its ``RunTrace``, pickled) as soon as it has it, and the group's other pairs then run
+in any worker, which is given the reference instead of training it. A noise-floor twin one of
+them trains is passed on the same way. Until a group's reference is there, one pair of the group
+runs at a time: a pair that ends without having trained it (a crash, bad input) leaves the next
+one to try, as in a sequential run.
+
+Pairs start costliest first while their cores are free (a world-2 pair counts two, at most
+``jobs``), the first pair of each group before the others, costliest group first: it unblocks
+the rest of its group. A pair's cost is ``shard.entry_cost``, plus its reference's run for the
+pair that trains it. The suite keeps a group's traces only until the group's last pair ends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from lrcheck.spec import CommandPair, PairSpec, RunSpec
+from lrcheck.suite.shard import entry_cost, groups
+from lrcheck.suite.spec import Suite
+
+# A group: its reference's spec, or the pair of commands that is a group of its own.
+GroupKey = RunSpec | CommandPair
+
+
+@dataclass
+class PairQueue:
+    """The pairs of ``suite`` not yet started, and the traces the running ones have sent."""
+
+    suite: Suite
+    jobs: int
+    todo: list[int] = field(init=False)
+    traces: dict[GroupKey, dict[RunSpec, bytes]] = field(init=False, default_factory=dict)
+    training: set[GroupKey] = field(init=False, default_factory=set)  # reference on its way
+    left: Counter[GroupKey] = field(init=False, default_factory=Counter)  # pairs not ended
+    _group: dict[int, GroupKey] = field(init=False, default_factory=dict)
+    _cores: dict[int, int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        order: dict[int, tuple[int, float, int]] = {}
+        for group in groups(self.suite):
+            first, *rest = group.indices
+            order[first] = (0, -group.cost, first)
+            for index in rest:
+                order[index] = (1, -entry_cost(self.suite.entries[index]), index)
+            for index in group.indices:
+                self._group[index] = group.reference
+                self._cores[index] = min(self.jobs, _cores(self.suite.entries[index].pair))
+            self.left[group.reference] = len(group.indices)
+        self.todo = sorted(order, key=order.__getitem__)
+
+    def cores(self, index: int) -> int:
+        """The cores the pair at ``index`` counts for while it runs."""
+        return self._cores[index]
+
+    def take(self, free: int) -> int | None:
+        """The next pair that can start on ``free`` cores (taken off the queue), or None: none
+        fits, or the ones left wait for a reference."""
+        for index in self.todo:
+            key = self._group[index]
+            if self._cores[index] > free or not self._ready(key):
+                continue
+            self.todo.remove(index)
+            if isinstance(key, RunSpec) and key not in self.traces.get(key, {}):
+                self.training.add(key)
+            return index
+        return None
+
+    def given(self, index: int) -> dict[RunSpec, bytes]:
+        """What the worker of the pair at ``index`` is given: its group's trained runs."""
+        return dict(self.traces.get(self._group[index], {}))
+
+    def trained(self, index: int, spec: RunSpec, trace: bytes) -> None:
+        """The worker of the pair at ``index`` has trained ``spec`` (its reference, or a twin)."""
+        key = self._group[index]
+        self.traces.setdefault(key, {})[spec] = trace
+        if spec == key:
+            self.training.discard(key)
+
+    def ended(self, index: int) -> None:
+        """The pair at ``index`` has ended, whatever became of it."""
+        key = self._group[index]
+        self.training.discard(key)  # without its reference: the next pair tries
+        self.left[key] -= 1
+        if not self.left[key]:
+            self.traces.pop(key, None)
+
+    def _ready(self, key: GroupKey) -> bool:
+        return (not isinstance(key, RunSpec) or key in self.traces.get(key, {})
+                or key not in self.training)
+
+
+def _cores(pair: PairSpec | CommandPair) -> int:
+    """The processes a pair's runs use at once; a pair of commands counts one (a command that
+    launches several processes is not seen before it runs)."""
+    if isinstance(pair, CommandPair):
+        return 1
+    return max(pair.reference.world, pair.candidate.world)
+
