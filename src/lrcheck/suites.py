@@ -37,10 +37,12 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     saved as the baseline ``save_baseline`` (not of a suite cut short by Ctrl-C, which would
     miss pairs: the one there is kept). What can fail for the whole suite is checked before
     anything trains. ``jobs`` > 1: the pairs run in that many worker processes
-    (``suite.parallel``), with the results of a sequential run. ``shard`` ``(k, n)``: only the
-    pairs of shard k of n (``suite.shard``), the report recording which shard it is; a shard's
-    ``save_baseline`` is refused, as it would miss the other shards' pairs: save it from
-    ``merge_suites``. ``on_progress`` and ``on_done`` take the pair's index in the shard."""
+    (``suite.parallel``), with the results of a sequential run (a script calls it so under
+    ``if __name__ == "__main__":``, as Python's multiprocessing requires). ``shard`` ``(k,
+    n)``: only the pairs of shard k of n (``suite.shard``), the report recording which shard it
+    is; a shard's ``save_baseline`` is refused, as it would miss the other shards' pairs: save
+    it from ``merge_suites``. ``on_progress`` and ``on_done`` take the pair's index in the
+    shard."""
     from lrcheck.reports.files import (
         DeferredFiles,
         ReportFiles,

@@ -280,3 +280,25 @@ def test_the_helper_and_the_tracker_leave_a_sighup_this_process_handles_to_it(tm
             assert signal.SIGHUP not in blocked_signals(renderer.helper())
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_gets_its_plots_and_no_traceback(tmp_path):
+    # Its helper, spawned, runs the script again and cannot start a helper of its own: that
+    # process draws the plot itself; stopping the resource tracker it never started was a
+    # TypeError.
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from pathlib import Path\n"
+        "from lrcheck.reports.plots import Plot, draw_loss\n"
+        "from lrcheck.reports.render import Renderer\n"
+        "x = np.arange(5)\n"
+        "with Renderer(background=True) as r:\n"
+        f"    r.draw([Plot(Path({str(tmp_path / 'p.png')!r}), draw_loss,"
+        " {'ref': (x, x), 'cand': (x, x), 'title': 't'})])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert_png(tmp_path / "p.png")

@@ -27,7 +27,7 @@ def suite_command(
     baseline: Annotated[Path | None, typer.Option(help="Compare with this baseline: a changed LR trace, or accuracy/macro-F1 lower by more than tol_metrics, is a regression.")] = None,
     save_baseline: Annotated[Path | None, typer.Option(help="Save this run's LR trace digests and metrics as a baseline.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
-    jobs: Annotated[str, typer.Option(help="Run the pairs in this many worker processes (auto: the usable cores). Pairs that share a reference stay in one worker; a multi-process pair counts for its processes. The results are those of a sequential run.")] = "1",
+    jobs: Annotated[str, typer.Option(help="Run the pairs in this many worker processes (auto: the usable cores). A shared reference is trained once and handed to the workers of its other pairs; a multi-process pair counts for its processes. The results are those of a sequential run.")] = "1",
     shard: Annotated[str | None, typer.Option(help="Run only shard k of n (1-based, such as 2/3; also from $LRCHECK_SHARD): reference groups kept whole, split by their cost, the same on every machine. Merge the shards' folders with 'lrcheck suite merge'.", show_default=False)] = None,
     list_plan: Annotated[bool, typer.Option("--list", help="Print the reference groups (and with --shard, every shard's) with their costs, and exit without training.")] = False,
 ) -> None:

@@ -391,6 +391,7 @@ def _stop_resource_tracker() -> None:
     anything here needs it later.)"""
     from multiprocessing import resource_tracker
 
-    stop = getattr(resource_tracker._resource_tracker, "_stop", None)
-    if stop is not None:
+    tracker = resource_tracker._resource_tracker
+    stop = getattr(tracker, "_stop", None)
+    if stop is not None and getattr(tracker, "_pid", None) is not None:  # not started: none
         stop()
