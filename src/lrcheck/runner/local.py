@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import sys
 import warnings
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
@@ -106,10 +108,21 @@ def environment(device: str, world: int) -> Environment:
 
 def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
     """``run()`` with its warnings kept in the trace; a crash becomes a ``RunError`` naming
-    ``what``."""
+    ``what``. A warning raised while a module is being imported is about the installed
+    libraries, not the run, and only the first import in a process raises it: it is left out,
+    so a run's warnings do not depend on what ran before it in the process (a suite's pairs, in
+    one process or in ``--jobs`` workers)."""
+    caught: set[str] = set()
+
+    def keep(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        if not _importing():
+            caught.add(f"{category.__name__}: {message}")
+
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = keep
             trace = run()
     except (LrcheckError, Interrupted):
         raise
@@ -117,5 +130,15 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
         raise RunError(f"{what} crashed: {type(exc).__name__}: {exc}") from exc
     # torch's own warnings (such as "scheduler.step() before optimizer.step()") are findings
     # about the run: keep them in the report instead of printing them.
-    trace.warnings = tuple(sorted({f"{w.category.__name__}: {w.message}" for w in caught}))
+    trace.warnings = tuple(sorted(caught))
     return trace
+
+
+def _importing() -> bool:
+    """Whether this thread is running a module's code for its import (importlib's frames)."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
