@@ -17,6 +17,7 @@ saved as ``incomplete``; pairs not started are ``not_run``. Workers that do not 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -131,7 +132,8 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
                    f"running ({', '.join(map(repr, running))}) of {len(suite.entries)}")
     finally:
         _end(workers)
-        stop_server()
+        with contextlib.suppress(OSError):  # a server killed with the terminal's group: gone
+            stop_server()
     for index in range(len(suite.entries)):
         if index not in outcomes:
             done(index, PairOutcome(suite.entries[index], not_run=True))
