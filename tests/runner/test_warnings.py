@@ -49,3 +49,18 @@ def test_the_filters_and_the_hook_are_the_callers_again_after_a_run():
     with pytest.raises(RunError, match=r"^the run crashed: ValueError: boom$"):
         guarded("the run", crash)
     assert (warnings.showwarning, list(warnings.filters)) == before
+
+
+def test_a_run_that_itself_runs_under_an_import_keeps_its_warnings(tmp_path, monkeypatch):
+    (tmp_path / "trains_at_import.py").write_text(
+        "import warnings\n"
+        "from lrcheck.runner.local import guarded\n"
+        "from tests.runner.test_warnings import empty_trace\n"
+        "def run():\n"
+        "    warnings.warn('raised by the run', UserWarning, stacklevel=1)\n"
+        "    return empty_trace()\n"
+        "WARNINGS = guarded('the run', run).warnings\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "trains_at_import", raising=False)
+    module = importlib.import_module("trains_at_import")
+    assert module.WARNINGS == ("UserWarning: raised by the run",)

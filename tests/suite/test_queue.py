@@ -42,7 +42,7 @@ def test_each_groups_first_pair_trains_its_reference_and_the_others_wait_for_it(
     assert queue.take(4) is None  # e still waits for d's reference
 
 
-def test_a_pair_that_ends_without_its_reference_leaves_the_next_to_train_it():
+def test_a_pair_that_ends_without_its_reference_leaves_the_next_in_the_file_to_train_it():
     queue = PairQueue(FIVE, 1)
     a = queue.take(1)
     assert name(queue, a) == "a"
@@ -50,11 +50,24 @@ def test_a_pair_that_ends_without_its_reference_leaves_the_next_to_train_it():
     second = queue.take(1)
     assert name(queue, second) == "d"  # the other group's first pair: before the rest
     queue.ended(second)
-    # Now a pair of the first group tries again, given nothing; the others wait for it.
-    third = queue.take(1)
-    assert name(queue, third) in {"b", "c"} and queue.given(third) == {}
-    assert name(queue, queue.take(1)) == "e"  # d's group has no running trainer either
-    assert queue.take(1) is None
+    # Each group's next pair in the file tries again (as a sequential run would): b, not the
+    # costlier c; and e, as d's group has no running trainer either.
+    retries = [queue.take(1), queue.take(1)]
+    assert {name(queue, i) for i in retries} == {"b", "e"}
+    assert all(queue.given(i) == {} for i in retries)
+    assert queue.take(1) is None  # c waits for b's reference
+
+
+def test_the_pair_that_trains_a_reference_waits_for_its_cores_and_the_others_for_it():
+    wide_first = suite([{"name": "wide", "bs": 8, "accum": 2, "nproc": 2},
+                        {"name": "narrow", "bs": 16, "accum": 2}])  # both: bs 32 on 1 process
+    queue = PairQueue(wide_first, 2)
+    assert queue.take(1) is None  # wide trains the reference (in its torchrun job): not narrow
+    wide = queue.take(2)
+    assert name(queue, wide) == "wide" and queue.shares(wide)
+    queue.trained(wide, reference(queue, wide), b"ref")
+    narrow = queue.take(1)
+    assert name(queue, narrow) == "narrow" and not queue.shares(narrow)  # nothing left after
 
 
 def test_a_noise_floor_twin_is_passed_on_and_a_groups_traces_dropped_when_it_ends():

@@ -113,10 +113,11 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
     so a run's warnings do not depend on what ran before it in the process (a suite's pairs, in
     one process or in ``--jobs`` workers)."""
     caught: set[str] = set()
+    here = sys._getframe()
 
     def keep(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: object = None, line: str | None = None) -> None:
-        if not _importing():
+        if not _importing(since=here):
             caught.add(f"{category.__name__}: {message}")
 
     try:
@@ -134,10 +135,11 @@ def guarded(what: str, run: Callable[[], RunTrace]) -> RunTrace:
     return trace
 
 
-def _importing() -> bool:
-    """Whether this thread is running a module's code for its import (importlib's frames)."""
+def _importing(since: FrameType) -> bool:
+    """Whether this thread is running a module's code for its import (importlib's frames)
+    begun after the frame ``since`` (lrcheck itself may run under an import)."""
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
+    while frame is not None and frame is not since:
         if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
         frame = frame.f_back

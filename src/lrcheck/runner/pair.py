@@ -199,7 +199,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     with a single-process reference, one torchrun job whose rank 0 trains the reference (first,
     when the candidate runs in lockstep with it; else after the candidate). With ``cache``, a
     reference already trained (the same frozen ``RunSpec``) is taken from it and a new one is
-    added as soon as it has trained (a noise-floor twin too).
+    added as soon as it has trained (one trained on rank 0 of the candidate's torchrun job: when
+    the job ends; a noise-floor twin too).
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
     included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs

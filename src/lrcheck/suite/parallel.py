@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -101,18 +102,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
     context, stop_server = _context()
     token = os.environ.get(SUITE_WORKER_ENV) or uuid.uuid4().hex  # a test may choose it
     queue = PairQueue(suite, jobs)
-    workers = []
-    os.environ[SUITE_WORKER_ENV] = token  # inherited by the fork server and the workers
-    try:
-        for number in range(min(jobs, len(suite.entries))):
-            mine, theirs = context.Pipe()
-            process = context.Process(target=_work, args=(number, suite, out, files, baseline,
-                                                          theirs), daemon=True)
-            process.start()
-            theirs.close()
-            workers.append(_Worker(process, mine))
-    finally:
-        os.environ.pop(SUITE_WORKER_ENV, None)
+    workers: list[_Worker] = []
     outcomes: dict[int, PairOutcome] = {}
     stopped: str | None = None
 
@@ -124,6 +114,10 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
             on_done(index, outcome)
 
     try:
+        # Started here, where a Ctrl-C is the suite's: the first start waits for the fork
+        # server's imports.
+        _start(context, workers, min(jobs, len(suite.entries)), token,
+               (suite, out, files, baseline))
         _schedule(queue, workers, jobs, on_progress, done)
     except KeyboardInterrupt as stop:
         _stop(workers, stop, done)
@@ -140,13 +134,31 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
     return [outcomes[i] for i in range(len(suite.entries))], stopped
 
 
+def _start(context: ForkServerContext | SpawnContext, workers: list[_Worker], count: int,
+           token: str, args: tuple[Suite, Path, WorkerFiles, dict[str, dict[str, Any]] | None]
+           ) -> None:
+    """Start ``count`` workers into ``workers``, each carrying ``token`` in its environment."""
+    os.environ[SUITE_WORKER_ENV] = token  # inherited by the fork server and the workers
+    try:
+        for number in range(count):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_work, args=(number, *args, theirs), daemon=True)
+            process.start()
+            theirs.close()
+            workers.append(_Worker(process, mine))
+    finally:
+        os.environ.pop(SUITE_WORKER_ENV, None)
+
+
 def _context() -> tuple[ForkServerContext | SpawnContext, Callable[[], None]]:
-    """The workers' start method, and what stops what it started once they are gone: forked
-    from a fork server that has imported ``PRELOAD``, which is stopped and reaped after them
-    (else it would stay, idle, until this process exits; ``_stop`` is the method Python 3.11
-    to 3.13 name it); spawned where there is no fork server (Windows). A fork server this
-    process had started already is used as it is, and left running."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    """The workers' start method, and what stops what it started once they are gone. On Linux:
+    forked from a fork server that has imported ``PRELOAD``, stopped and reaped after them (else
+    it would stay, idle, until this process exits; ``_stop`` is the method Python 3.11 to 3.13
+    name it), and this process's fork server preload put back. Elsewhere spawned, as Python does
+    by default on macOS (forking a process that has loaded torch's native libraries is not safe
+    there) and must on Windows. A fork server this process had started already is used as it is
+    (its workers then import torch themselves) and left running."""
+    if sys.platform != "linux":
         return multiprocessing.get_context("spawn"), lambda: None
     from multiprocessing import forkserver
 
@@ -154,8 +166,15 @@ def _context() -> tuple[ForkServerContext | SpawnContext, Callable[[], None]]:
     server = forkserver._forkserver
     if getattr(server, "_forkserver_pid", 0) is not None:  # running already, or not known
         return context, lambda: None
+    before = list(getattr(server, "_preload_modules", []))
     context.set_forkserver_preload(list(PRELOAD))
-    stop: Callable[[], None] = getattr(server, "_stop", lambda: None)
+
+    def stop() -> None:
+        try:
+            getattr(server, "_stop", lambda: None)()
+        finally:
+            setattr(server, "_preload_modules", before)  # noqa: B010 (not typed)
+
     return context, stop
 
 
@@ -165,12 +184,12 @@ def _schedule(queue: PairQueue, workers: list[_Worker], jobs: int,
     until every pair is done."""
     free = jobs
     while queue.todo or any(w.index is not None for w in workers):
-        for worker in (w for w in workers if w.index is None):
+        for worker in (w for w in workers if w.index is None and not w.pipe.closed):
             index = queue.take(free)
             if index is None:
                 break
             worker.index, free = index, free - queue.cores(index)
-            worker.pipe.send((index, queue.given(index)))
+            worker.pipe.send((index, queue.given(index), queue.shares(index)))
         message = _receive(workers)
         if message[0] == "progress" and on_progress is not None:
             on_progress(*message[2:])
@@ -265,7 +284,29 @@ def _end(workers: list[_Worker]) -> None:
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join()
+        elif worker.process.pid is not None:
+            _gone(worker.process.pid, deadline)
         worker.pipe.close()
+
+
+def _gone(pid: int, deadline: float) -> None:
+    """A worker told as ended may still run when the fork server it was forked from was killed
+    (with the terminal's process group): wait for it until ``deadline``, then kill it. A worker
+    leads its own process group, which is how it is told from a process that took its pid; a
+    zombie has ended."""
+    def there() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                state, _, group = stat.read().rsplit(")", 1)[1].split()[:3]
+        except OSError:
+            return False
+        return state != "Z" and int(group) == pid
+
+    while there() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if there():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def _work(number: int, suite: Suite, out: Path, files: WorkerFiles,
@@ -287,11 +328,12 @@ def _pairs(number: int, suite: Suite, out: Path, files: WorkerFiles,
     from lrcheck.suite.run import run_suite
 
     while (task := pipe.recv()) is not None:
-        index, given = task
+        index, given, shares = task
         relay = _Relay(pipe, number, (index,), files)
+        trained = _Trained(given, relay.trained if shares else None)
         try:
             result = run_suite(Suite(suite.path, (suite.entries[index],)), out, files=files,
-                               baseline=baseline, references=_Trained(given, relay.trained),
+                               baseline=baseline, references=trained,
                                on_progress=relay.progress, on_done=relay.done)
         finally:
             pipe.send(("idle", number))
@@ -301,16 +343,16 @@ def _pairs(number: int, suite: Suite, out: Path, files: WorkerFiles,
 
 class _Trained(dict[RunSpec, Any]):
     """A worker's runs already trained for its pair (``run_suite``'s ``references``): those it
-    was given, unpickled; each new one is also told to ``send``, pickled, the moment it is
-    added."""
+    was given, unpickled; each new one is also told to ``send`` (when given), pickled, the
+    moment it is added."""
 
     def __init__(self, given: dict[RunSpec, bytes],
-                 send: Callable[[RunSpec, bytes], None]) -> None:
+                 send: Callable[[RunSpec, bytes], None] | None) -> None:
         super().__init__({spec: pickle.loads(trace) for spec, trace in given.items()})
         self._send = send
 
     def __setitem__(self, spec: RunSpec, trace: Any) -> None:
-        if spec not in self:
+        if spec not in self and self._send is not None:
             self._send(spec, pickle.dumps(trace, protocol=pickle.HIGHEST_PROTOCOL))
         super().__setitem__(spec, trace)
 

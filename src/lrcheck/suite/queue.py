@@ -1,19 +1,21 @@
 """Which pair of a suite a ``--jobs`` worker runs next (``suite.parallel``): pure, imports no torch.
 
 The unit of work is one pair. A reference that several pairs share (a reference group,
-``shard.groups``) is trained once, by the first of its pairs to start, exactly as the sequential
-``run.run_suite`` trains it by the first in the file; that pair's worker sends the trained
-reference (its ``RunTrace``, pickled) as soon as it has it, and the group's other pairs then run
-in any worker, which is given the reference instead of training it. A noise-floor twin one of
-them trains is passed on the same way. Until a group's reference is there, one pair of the group
-runs at a time: a pair that ends without having trained it (a crash, bad input) leaves the next
-one to try, as in a sequential run.
+``shard.groups``) is trained once, by the pair a sequential ``run.run_suite`` trains it with:
+the group's first in the file, or, when that one ended without it (a crash, bad input), the
+next. Until the reference is there, no other pair of the group starts, and that pair waits for
+its cores. Its worker sends the trained reference (its ``RunTrace``, pickled) as soon as it has
+it (a reference trained on rank 0 of a candidate's torchrun job: when the job ends), and the
+group's other pairs then run in any worker, given the reference instead of training it. A
+noise-floor twin one of them trains is passed on the same way (pairs already running train
+their own, the same run). Nothing is sent for a group with no pair left to start.
 
 Pairs start costliest first while their cores are free (a world-2 pair counts two, at most
-``jobs``), the first pair of each group before the others, costliest group first: it unblocks
-the rest of its group. A pair's cost is ``shard.entry_cost``, plus its reference's run for the
-pair that trains it. The suite keeps a group's traces only until the group's last pair ends.
+``jobs``): each group's trainer before the other pairs, costliest group first, as it unblocks
+the rest of its group; then the others by ``shard.entry_cost``. The suite keeps a group's
+traces only until the group's last pair ends.
 """
+
 
 from __future__ import annotations
 
@@ -63,10 +65,10 @@ class PairQueue:
         fits, or the ones left wait for a reference."""
         for index in self.todo:
             key = self._group[index]
-            if self._cores[index] > free or not self._ready(key):
+            if not self._ready(key, index) or self._cores[index] > free:
                 continue
             self.todo.remove(index)
-            if isinstance(key, RunSpec) and key not in self.traces.get(key, {}):
+            if self._untrained(key):
                 self.training.add(key)
             return index
         return None
@@ -75,10 +77,17 @@ class PairQueue:
         """What the worker of the pair at ``index`` is given: its group's trained runs."""
         return dict(self.traces.get(self._group[index], {}))
 
+    def shares(self, index: int) -> bool:
+        """Whether what the pair at ``index`` trains is wanted: a pair of its group is still
+        to start."""
+        key = self._group[index]
+        return any(self._group[i] == key for i in self.todo)
+
     def trained(self, index: int, spec: RunSpec, trace: bytes) -> None:
         """The worker of the pair at ``index`` has trained ``spec`` (its reference, or a twin)."""
         key = self._group[index]
-        self.traces.setdefault(key, {})[spec] = trace
+        if self.left[key]:  # else the group has ended: nothing will want it
+            self.traces.setdefault(key, {})[spec] = trace
         if spec == key:
             self.training.discard(key)
 
@@ -90,9 +99,17 @@ class PairQueue:
         if not self.left[key]:
             self.traces.pop(key, None)
 
-    def _ready(self, key: GroupKey) -> bool:
-        return (not isinstance(key, RunSpec) or key in self.traces.get(key, {})
-                or key not in self.training)
+    def _untrained(self, key: GroupKey) -> bool:
+        return isinstance(key, RunSpec) and key not in self.traces.get(key, {})
+
+    def _ready(self, key: GroupKey, index: int) -> bool:
+        """A pair can start when its reference is trained, or when it is the group's pair that
+        trains it: none of the group is training it and it is the group's first left in the
+        file."""
+        if not self._untrained(key):
+            return True
+        return key not in self.training and index == min(
+            i for i in self.todo if self._group[i] == key)
 
 
 def _cores(pair: PairSpec | CommandPair) -> int:

@@ -1,8 +1,8 @@
 """A suite split into reference groups, and the groups split into shards, before anything trains.
 
-A *reference group* is the pairs of a suite that share a reference (the same frozen ``RunSpec``):
-one process trains the reference once and then each candidate, so a group is never split, neither
-across ``--jobs`` workers nor across ``--shard`` machines. A group is named by the hash of its
+A *reference group* is the pairs of a suite that share a reference (the same frozen ``RunSpec``),
+which is trained once: a group is never split across ``--shard`` machines (``--jobs`` workers on
+one machine hand the trained reference on: ``suite.queue``). A group is named by the hash of its
 reference's spec, which does not depend on where its pairs stand in the file.
 
 ``split(suite, n)`` gives every group a shard: groups in decreasing ``cost`` (ties by hash), each
