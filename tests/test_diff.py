@@ -80,7 +80,7 @@ def test_plain_loop_with_accumulation_passes(loop_files):
     print(statuses, [c.detail for c in report.checks])
     assert report.ok and report.kind == "diff"
     assert statuses == {"updates": "pass", "data": "skip", "weights": "skip", "lr": "pass",
-                        "params": "skip", "loss": "pass", "metrics": "skip"}
+                        "params": "skip", "loss": "pass", "metrics": "skip", "evidence": "pass"}
     assert len(report.reference.updates) == SAMPLES // 32 * EPOCHS
     # float32 in both loops: the losses differ in their last bits only.
     assert report.check("loss").max_rel_diff < 1e-5
@@ -176,7 +176,7 @@ def test_cli_json_is_result_json_with_the_files_as_specs(loop_files, tmp_path):
     assert data == json.loads((tmp_path / "r" / "result.json").read_text())
     assert data["schema_version"] == 1 and data["verdict"] == "fail" and data["mode"] == "diff"
     assert [c["name"] for c in data["checks"]] == ["updates", "data", "weights", "lr", "params",
-                                                   "loss", "metrics"]
+                                                   "loss", "metrics", "evidence"]
     assert data["pair"]["tolerances"]["lr"] == 0
     runs = data["runs"]
     assert runs["reference"]["spec"] == str(loop_files["ref"])

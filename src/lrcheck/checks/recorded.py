@@ -10,9 +10,11 @@ import numpy as np
 
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import jump_or_drift, loss_scale, relative
+from lrcheck.checks.lockstep import check_grads, check_updates, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
-from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, CheckResult
+from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, WARN, CheckResult
 from lrcheck.spec import Tolerances
+from lrcheck.stepwise import RecordedFacts
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
 
@@ -80,13 +82,64 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
                                   f"gap{first}")
 
 
+def check_evidence(ref: RunTrace, cand: RunTrace, facts: RecordedFacts) -> CheckResult:
+    """``evidence``: a pass proves something only where something was compared — at least 2
+    updates in each run, an LR that is not 0 throughout, and (where it was measured)
+    parameters that moved and a gradient that was not zero."""
+    for who, trace in (("reference", ref), ("candidate", cand)):
+        if len(trace.updates) < 2:
+            return CheckResult("evidence", FAIL, None, None,
+                               f"the {who} made {plural(len(trace.updates), 'update')}: a pass "
+                               "needs at least 2 compared, or it would prove nothing")
+    if not np.any(ref.lrs()) and not np.any(cand.lrs()):
+        return CheckResult("evidence", FAIL, 0.0, None,
+                           f"the LR is 0 at all {len(ref.updates)} updates of both runs: "
+                           "neither trained, so this pass would prove nothing")
+    gaps = facts.lockstep
+    if gaps is not None and len(gaps.steps):
+        moves, grads = moved(gaps)
+        n = len(gaps.steps)
+        if not grads:
+            return CheckResult("evidence", FAIL, 0.0, None,
+                               f"the gradient is zero at all {n} updates compared: this pass "
+                               "would prove nothing")
+        if not moves:
+            return CheckResult("evidence", FAIL, 0.0, None,
+                               f"neither run moved its parameters in {plural(n, 'update')}: "
+                               "this pass would prove nothing")
+        return CheckResult("evidence", PASS, None, None,
+                           f"the reference's parameters moved at {moves} of {n} updates "
+                           f"compared, its gradient nonzero at {grads}")
+    prints = [p for p in (ref.fingerprints or []) if p is not None]
+    if len(prints) >= 2 and all(np.array_equal(prints[0], p) for p in prints[1:]):
+        return CheckResult("evidence", FAIL, 0.0, None,
+                           f"the reference's parameters are the same at all {len(prints)} "
+                           "fingerprints: they never moved, so this pass would prove nothing")
+    return CheckResult("evidence", PASS, None, None,
+                       f"{len(ref.updates)} updates, the LR not 0 throughout"
+                       + ("; the parameters moved between fingerprints" if len(prints) >= 2
+                          else "; whether the parameters moved was not recorded"))
+
+
+def _not_comparable(result: CheckResult | None, reason: str | None) -> CheckResult | None:
+    """An effect of runs with stochastic layers: a warning with the ``reason``, not a verdict."""
+    if result is None or reason is None or result.status == SKIP or result.status == WARN:
+        return result
+    return replace(result, status=WARN, detail=f"not comparable: {reason}; {result.detail}")
+
+
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
-                    more: Sequence[CheckResult] = ()) -> list[CheckResult]:
+                    more: Sequence[CheckResult] = (),
+                    facts: RecordedFacts | None = None) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
     are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps`` and
-    ``grad-norm`` (``checks.commands``), and ``more`` (the replicas' agreement) follows."""
+    ``grad-norm`` (``checks.commands``), and ``more`` (the replicas' agreement) follows.
+    Where the candidate ran in lockstep (``facts.lockstep``), ``params`` and ``grads`` are
+    judged update by update from the same state (``checks.lockstep``) instead of
+    fingerprints and gradient norms; ``evidence`` says whether a pass proves anything."""
+    facts = facts or RecordedFacts()
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
     a, b = ref.losses()[ref_at], cand.losses()[cand_at]
@@ -114,6 +167,19 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
         found["params"] = CheckResult("params", SKIP, None, None,
                                       f"not recorded: only the {who} file has parameter "
                                       "fingerprints")
-    extra = [check_skips(ref, cand, pairs), check_grad_norm(ref, cand, pairs, tol.params)]
+    reason = facts.stochastic
+    grads: CheckResult | None
+    if facts.lockstep is not None:
+        found["params"] = check_updates(facts.lockstep, reason, facts.optimizer)
+        grads = check_grads(facts.lockstep, reason, facts.optimizer)
+    else:
+        grads = check_grad_norm(ref, cand, pairs, tol.params)
+        found["params"] = _not_comparable(found["params"], reason) or found["params"]
+        if facts.free and found["params"].status != SKIP:
+            found["params"] = replace(found["params"], detail=f"free-running ({facts.free}): "
+                                                              f"{found['params'].detail}")
+    found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
+    extra = [check_skips(ref, cand, pairs), _not_comparable(grads, reason),
+             check_evidence(ref, cand, facts)]
     return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
             + list(more))

@@ -37,7 +37,8 @@ DEFAULT_EVERY = 50
 _BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",
              "E": "-E (ignores PYTHON* variables, PYTHONPATH among them)",
              "S": "-S (does not import site, so no sitecustomize runs)"}
-_OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|run\.json|output\.log|\.torch-\d+)$")
+_OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|lockstep-rank\d+\.jsonl|run\.json"
+                   r"|output\.log|\.torch-\d+)$")
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,14 @@ class RecordedRun:
 
     @property
     def how_it_ended(self) -> str:
-        if self.exit_code < 0:
-            return f"killed by {signal.Signals(-self.exit_code).name}"
-        return f"exit code {self.exit_code}"
+        return self.ended_as(self.exit_code)
+
+    @staticmethod
+    def ended_as(code: int) -> str:
+        """An exit code in words (negative: the signal that ended it)."""
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
 
     def nothing_recorded(self) -> str:
         """Why no update was recorded, in words (what the processes showed)."""
@@ -150,7 +156,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
     except KeyboardInterrupt:
         interrupted = True
         code = _stop(proc)
-    run = _finish(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
+    run = finish_folder(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
                   samples, every)
     if interrupted:
         raise KeyboardInterrupt
@@ -172,10 +178,10 @@ def _pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str],
 def _stop(proc: subprocess.Popen[Any]) -> int:
     """The command after Ctrl-C: it had the SIGINT too where it shares the terminal; else it
     gets one now; SIGTERM after 10 s, SIGKILL after 5 more."""
-    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+    for sig, wait in stop_plan(interrupt=True):
         if proc.poll() is not None:
             break
-        proc.send_signal(sig)
+        signal_command(proc, sig)
         try:
             return proc.wait(wait)
         except subprocess.TimeoutExpired:
@@ -185,7 +191,19 @@ def _stop(proc: subprocess.Popen[Any]) -> int:
     return proc.wait()
 
 
-def _finish(folder: Path, command: tuple[str, ...], code: int, seconds: float,
+def stop_plan(interrupt: bool) -> tuple[tuple[signal.Signals, float | None], ...]:
+    """The signals that stop a recorded command, each with the seconds it is given: after
+    Ctrl-C (``interrupt``) as ``_stop`` sends them; else SIGTERM, and SIGKILL after 5 s."""
+    stop = ((signal.SIGTERM, 5.0), (signal.SIGKILL, None))
+    return ((signal.SIGINT, 10.0), *stop) if interrupt else stop
+
+
+def signal_command(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
+    """Send ``sig`` to a recorded command."""
+    proc.send_signal(sig)
+
+
+def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: float,
             tail: deque[str], interrupted: bool, samples: int | None, every: int) -> RecordedRun:
     """The folder's ``run.json``, written from what the processes left."""
     processes = []

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
+from lrcheck.record.together import DEFAULT_STALL_S, record_together
 from lrcheck.result import Report
 from lrcheck.spec import FilePair, Tolerances
 
@@ -20,14 +21,15 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     """``lrcheck.diff``'s report of the two runs (files or record folders)."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
-    from lrcheck.record.sides import read_sides
+    from lrcheck.record.sides import read_facts, read_sides
     from lrcheck.result import Kind
     from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))
     ref, cand, more = read_sides(Path(reference), Path(candidate), pair.tolerances.params)
-    checks = recorded_checks(ref, cand, pair.tolerances, more)
+    checks = recorded_checks(ref, cand, pair.tolerances, more,
+                             read_facts(Path(reference), Path(candidate)))
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)
 
@@ -40,8 +42,13 @@ def record_run(command: Sequence[str], out: str | Path, *, samples: int | None =
     run = record_command(command, Path(out), samples=samples,
                          every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
                          echo=echo, capture=capture)
+    return _stepped(run)
+
+
+def _stepped(run: RecordedRun) -> RecordedRun:
+    """``run``, or a ``SpecError`` where it ended well but made no optimizer update."""
     if run.exit_code == 0 and not run.updates:
-        raise SpecError(f"{shlex.join(command)}: ended well but made no optimizer update: "
+        raise SpecError(f"{shlex.join(run.command)}: ended well but made no optimizer update: "
                         f"{run.nothing_recorded()}")
     return run
 
@@ -56,12 +63,22 @@ def split_command(side: str, line: str) -> list[str]:
 
 def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
-                 echo: TextIO | None = None, tolerances: Tolerances | None = None) -> Report:
+                 echo: TextIO | None = None, tolerances: Tolerances | None = None,
+                 free: bool = False, timeout: float | None = DEFAULT_STALL_S) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
-    ``out``/candidate, then diffed. A command that fails is a ``RunError`` with its exit code
-    and last lines."""
+    ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
+    the reference (``record.together``; ``timeout``: seconds without an update before both are
+    stopped as hung); ``free``: one after the other, each free-running. A command that fails
+    is a ``RunError`` with its exit code and last lines."""
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
+    if not free:
+        every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
+        for run in record_together(commands, Path(out), samples=samples, every=every,
+                                   echo=echo, timeout=timeout).values():
+            _stepped(run)
+        return diff_runs(Path(out) / "reference", Path(out) / "candidate",
+                         tolerances=tolerances)
     for side, argv in commands.items():
         run = record_run(argv, Path(out) / side, samples=samples,
                          fingerprint_every=fingerprint_every, echo=echo, capture=True)

@@ -37,6 +37,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from lrcheck.record import lockstep, modules, startup
 from lrcheck.recorder import Recorder, fingerprint
 
 HPARAMS = ("momentum", "betas", "weight_decay")
@@ -64,6 +65,9 @@ class _Optimizer:
         self.scheduler_steps = 0
         self.skipped = 0
         self.phantom = 0
+        self.dtype = lockstep.dtype_of(params)
+        self.names: list[str] | None = None
+        self.stochastic: list[dict[str, Any]] = []
 
 
 class ProcessRecorder:
@@ -78,6 +82,10 @@ class ProcessRecorder:
         self.stepped: dict[int, int] = {}  # id(optimizer) → pre-hooks seen, for GradScaler
         self.name: str | None = None
         self.world = 1
+        self.role = os.environ.get(startup.ENV_ROLE, "")
+        self.exchange = Path(os.environ.get(startup.ENV_EXCHANGE, "") or ".")
+        self.streamer: lockstep.Streamer | None = None
+        self.follower: lockstep.Follower | None = None
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -113,8 +121,10 @@ class ProcessRecorder:
             "optimizers": [{"index": o.index, "file": o.recorder.path.name,
                             "class": o.cls, "wrapper": o.wrapper, "tensors": o.tensors,
                             "sharded": o.sharded, "partitioned": o.partitioned,
-                            "updates": o.recorder.step, "phantom_steps": o.phantom}
-                           for o in self.optimizers.values()]}, indent=1)
+                            "updates": o.recorder.step, "phantom_steps": o.phantom,
+                            "dtype": o.dtype, "stochastic": o.stochastic}
+                           for o in self.optimizers.values()],
+            "dropout_calls": modules.calls[0], "lockstep": self.role or None}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -129,6 +139,24 @@ class ProcessRecorder:
                       if all(key in g for g in groups)}
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
+        if st.names is None:
+            self._first_update(st, _params(optimizer))
+
+    def _first_update(self, st: _Optimizer, params: list[torch.Tensor]) -> None:
+        """Before the first update of ``st``: its model's names and stochastic layers, and,
+        in a lockstep pair (the first optimizer only), the start of the exchange."""
+        model = modules.owner(params)
+        st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
+        self.describe()
+        if st.index != 0 or self.role not in (startup.REFERENCE, startup.CANDIDATE):
+            return
+        rank = int(self.name[4:].split("-")[0]) if self.name else 0
+        if self.role == startup.REFERENCE and rank == 0:
+            self.streamer = lockstep.Streamer(self.exchange)
+            self.streamer.start(params, st.sharded)
+        elif self.role == startup.CANDIDATE:
+            self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
+            self.follower.start(params, st.names, st.sharded)
 
     def post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         st = self.optimizers.get(id(optimizer))
@@ -153,7 +181,13 @@ class ProcessRecorder:
                 squares = torch.sum(norms * norms)
             extra["grad_sq"] = float(squares)
             fp = fingerprint(_local_tensor(p) for p in params)
+        k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
+        if st.index == 0:
+            if self.streamer is not None:
+                self.streamer.after(k, optimizer, params)
+            elif self.follower is not None:
+                self.follower.after(k, optimizer, params)
 
     def scheduler_stepped(self, optimizer: Any) -> None:
         self.pending.setdefault(id(_torch_optimizer(optimizer)), [0, 0])[0] += 1
@@ -171,6 +205,10 @@ class ProcessRecorder:
         self.describe()
         for st in self.optimizers.values():
             st.recorder.close()
+        if self.streamer is not None:
+            self.streamer.close()
+        if self.follower is not None:
+            self.follower.close()
 
 
 def _name(cls: type) -> str:
@@ -259,6 +297,7 @@ def _subclasses(cls: type) -> list[type]:
 def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
     """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``)."""
     recorder = ProcessRecorder(Path(folder), samples, every)
+    modules.count_dropout()
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
     for cls in _subclasses(LRScheduler):

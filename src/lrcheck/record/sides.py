@@ -5,6 +5,7 @@ fingerprint the whole model's, ``record.folder``), the other's is taken whole to
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,12 @@ import numpy as np
 
 from lrcheck.checks.commands import check_replicas
 from lrcheck.checks.status import CheckResult
-from lrcheck.record.folder import FolderRun, read_folder, whole_model
+from lrcheck.errors import SpecError
+from lrcheck.record.folder import FolderRun, description, read_folder, whole_model
 from lrcheck.recorder import read_records
+from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
 from lrcheck.trace import RunTrace
+from lrcheck.words import plural
 
 
 def read_sides(reference: Path, candidate: Path,
@@ -50,3 +54,60 @@ def _whole(record: dict[str, Any]) -> dict[str, Any]:
         return record
     return {**record,
             "fingerprint": whole_model([np.asarray(record["fingerprint"]).reshape(-1, 2)])}
+
+
+def read_facts(reference: Path, candidate: Path) -> RecordedFacts:
+    """What the two record folders say beyond their Recorder lines (``RecordedFacts``); empty
+    for Recorder files."""
+    if not (reference.is_dir() and candidate.is_dir()):
+        return RecordedFacts()
+    about = {side: description(path) for side, path in (("reference", reference),
+                                                       ("candidate", candidate))}
+    lines = candidate / LINES.format(rank=0)
+    gaps: StepGaps | None = None
+    free: str | None = None
+    if lines.exists():
+        found = StepGaps.from_lines(_json_lines(lines), str(lines))
+        if len(found.steps) or not found.stopped:
+            gaps = found
+        else:
+            free = found.stopped
+    else:
+        free = "the runs were recorded one after the other (lrcheck run --free, or lrcheck record)"
+    first = [o for p in about["reference"].get("processes", []) for o in p.get("optimizers", [])
+             if o.get("index") == 0]
+    optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
+    return RecordedFacts(gaps, free, _stochastic(about), optimizer)
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{path}: cannot be read as JSON lines ({exc})") from None
+
+
+def _stochastic(about: dict[str, dict[str, Any]]) -> str | None:
+    """Why the effects are not comparable: dropout that drew masks in either run."""
+    found = []
+    for side, data in about.items():
+        layers = {(o["module"], o["p"]) for p in data.get("processes", [])
+                  for opt in p.get("optimizers", []) for o in opt.get("stochastic", [])}
+        calls = sum(int(p.get("dropout_calls") or 0) for p in data.get("processes", []))
+        if not calls and not layers:
+            continue
+        if layers:
+            ps = ", ".join(f"p={p:g}" for p in sorted({p for _, p in layers}))
+            names = sorted(m for m, _ in layers)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                            else "")
+            found.append(f"dropout {ps} active in {plural(len(names), 'module')} of the {side} "
+                         f"({shown})")
+        else:
+            found.append(f"dropout drew masks {calls} times in the {side} "
+                         "(torch.nn.functional's dropout in training)")
+    if not found:
+        return None
+    return ("; ".join(found) + ": set it to 0 for the check (or call model.eval() on its "
+            "dropout layers), or the effects are not comparable")

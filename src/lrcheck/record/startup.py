@@ -9,6 +9,7 @@ import importlib.machinery
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -17,6 +18,17 @@ ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
 ENV_SAMPLES = "PYTHON_LRCHECK_RECORD_SAMPLES"
 ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
 ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
+# A lockstep pair (``lrcheck run``): the exchange folder both commands share, and this
+# command's side in it (``record.lockstep``).
+ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
+ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
+REFERENCE, CANDIDATE = "reference", "candidate"
+
+
+def ended(exchange: Path, side: str) -> Path:
+    """The marker that says ``side`` of a lockstep pair has ended: it releases the other's
+    waits."""
+    return exchange / f"{side}.ended"
 
 
 class _TorchWatch(importlib.abc.MetaPathFinder):

@@ -1,0 +1,173 @@
+"""Two recorded runs judged in lockstep (``stepwise.StepGaps``): each candidate update started
+from the reference's state, so the gradient it used and the parameters after it differ from
+the reference's only by the order of a floating-point sum, at every update, and nothing piles
+up. ``grads`` judges ‖g_c − g_r‖ / ‖g_r‖ over the model, ``params`` ‖p_c − p_r‖ after the
+update relative to the update's own size (above the parameters' rounding floor), each against
+a bound for the parameters' type (``BOUNDS``, calibrated on correct pairs: docs/checks.md).
+
+A tensor whose gradient is exactly zero in exact arithmetic (an attention key bias: softmax
+ignores it) gets a gradient of pure rounding noise, different in each run, which AdamW turns
+into steps of a sizeable fraction of the LR: such tensors (``rounding_noise``) are left out of
+both judgements and named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, WARN, CheckResult
+from lrcheck.stepwise import GRAD_DIFF, GRAD_REF, PARAM_DIFF, ULP, UPDATE_REF, StepGaps
+from lrcheck.words import plural
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The most a correct pair's gradient (``grad``) and update (``update``) may differ, each
+    relative; ``noise``: a tensor whose gradient norm is at most this fraction of the model's
+    and which the two runs do not share (relative gap ≥ ``UNSHARED``) carries rounding noise."""
+
+    grad: float
+    update: float
+    noise: float
+
+
+# Calibrated on correct pairs (docs/checks.md, "Lockstep for recorded runs"): the largest
+# relative gaps measured, the bound and the margin are there.
+BOUNDS = {"float64": Bound(1e-9, 1e-9, 1e-12),
+          "float32": Bound(1e-4, 1e-4, 1e-5),
+          "bfloat16": Bound(5e-2, 5e-2, 1e-1),
+          "float16": Bound(5e-2, 5e-2, 1e-1)}
+# A tensor's gradients in the two runs are unshared noise where they differ by this much of
+# their own size (two independent draws of rounding differ by about √2 of one).
+UNSHARED = 0.1
+
+
+def bound_for(dtype: str) -> Bound:
+    """The bound of the coarsest type among ``dtype``'s (``float32+float64``: float32's)."""
+    kinds = [BOUNDS[k] for k in dtype.split("+") if k in BOUNDS]
+    if not kinds:
+        return BOUNDS["float32"]
+    return max(kinds, key=lambda b: b.grad)
+
+
+def rounding_noise(gaps: StepGaps, bound: Bound) -> np.ndarray:
+    """``(updates, tensors)``: where a tensor's gradient is rounding noise (see ``Bound``)."""
+    g = gaps.gaps
+    model = np.sqrt(np.sum(g[:, :, GRAD_REF] ** 2, axis=1, keepdims=True))
+    own = g[:, :, GRAD_REF]
+    tiny = own <= bound.noise * model
+    unshared = g[:, :, GRAD_DIFF] >= UNSHARED * own
+    return np.asarray(tiny & unshared & (own > 0))
+
+
+def _noise_text(gaps: StepGaps, noise: np.ndarray, bound: Bound, optimizer: str) -> str:
+    """The tensors left out as rounding noise, named (``optimizer``: its class name)."""
+    tensors = np.flatnonzero(noise.any(axis=0))
+    if not len(tensors):
+        return ""
+    shown = ", ".join(gaps.names[t] for t in tensors[:4])
+    more = f" and {len(tensors) - 4} more" if len(tensors) > 4 else ""
+    whose = f"{optimizer}'s steps" if optimizer else "the steps"
+    return (f"; {shown}{more} get only rounding noise as a gradient (at most {bound.noise:g} "
+            f"of the model's norm, and unshared by the runs): {whose} on them are not compared")
+
+
+def _norms(gaps: StepGaps, keep: np.ndarray, column: int) -> np.ndarray:
+    return np.asarray(np.sqrt(np.sum(np.where(keep, gaps.gaps[:, :, column], 0.0) ** 2, axis=1)))
+
+
+def _worst_tensor(gaps: StepGaps, i: int, keep: np.ndarray, diff: int, ref: int) -> str:
+    row = np.where(keep[i], gaps.gaps[i, :, diff], 0.0)
+    t = int(np.argmax(row))
+    own = gaps.gaps[i, t, diff] / max(gaps.gaps[i, t, ref], TINY)
+    return f"most in {gaps.names[t]} ({own:.3g} of its own)"
+
+
+def _lead(gaps: StepGaps) -> str:
+    n = len(gaps.steps)
+    text = f"lockstep ({plural(max(n - 1, 0), 'update')} started from the reference's state"
+    if gaps.stopped is not None:
+        text += f"; lockstep stopped after update {gaps.stopped_at}: {gaps.stopped}"
+    return text + ")"
+
+
+def check_grads(gaps: StepGaps, reason: str | None, optimizer: str = "") -> CheckResult:
+    """``grads``: ‖g_c − g_r‖ / ‖g_r‖ of every update within the bound of the parameters'
+    type, rounding-noise tensors left out; ``reason``: why the effects are not comparable."""
+    if not len(gaps.steps):
+        return CheckResult("grads", SKIP, None, None, f"no update compared: {_lead(gaps)}")
+    bound = bound_for(gaps.dtype)
+    noise = rounding_noise(gaps, bound)
+    keep = ~noise
+    diff, ref = _norms(gaps, keep, GRAD_DIFF), _norms(gaps, keep, GRAD_REF)
+    rel = diff / np.maximum(ref, TINY)
+    judged = np.ones(len(rel), dtype=bool)
+    if gaps.init_gap:  # update 0 started from other weights: its gradient is not comparable
+        judged &= gaps.steps != 0
+    over = np.flatnonzero(judged & ~(rel <= bound.grad))
+    worst = float(np.max(rel[judged], initial=0.0))
+    what = f"‖Δg‖/‖g‖ (the gradient each update used, after clipping; {gaps.dtype})"
+    named = _noise_text(gaps, noise, bound, optimizer)
+    if not len(over):
+        return _ended("grads", None, float(np.max(diff, initial=0.0)), worst, reason,
+                      f"{_lead(gaps)}: max {what} {worst:.3g} ≤ {bound.grad:g} over "
+                      f"{plural(int(judged.sum()), 'update')}{named}")
+    i = int(over[0])
+    k = int(gaps.steps[i])
+    return _ended("grads", k, float(diff[i]), worst, reason,
+                  f"{_lead(gaps)}: {what} {rel[i]:.3g} > {bound.grad:g} at update {k}, from the "
+                  f"same state: {_worst_tensor(gaps, i, keep, GRAD_DIFF, GRAD_REF)}; max "
+                  f"{worst:.3g}{named}")
+
+
+def _ended(name: str, k: int | None, gap: float, worst: float, reason: str | None,
+           text: str) -> CheckResult:
+    """A lockstep check's result: failed at update ``k`` (None: passed), a warning instead
+    where the effects are not comparable (``reason``)."""
+    if reason:
+        return CheckResult(name, WARN, gap, k, f"not comparable: {reason}; {text}", worst)
+    return CheckResult(name, PASS if k is None else FAIL, gap, k, text, worst)
+
+
+def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> CheckResult:
+    """``params`` in lockstep: ‖p_c − p_r‖ after every update at most the bound times the
+    update's own size ‖p_r − p_start‖, above the rounding floor of the parameters' values
+    (‖ulp(p_r)‖: one unit in the last place per element), rounding-noise tensors left out."""
+    if gaps.init_gap:
+        return CheckResult("params", FAIL, None, 0,
+                           f"the runs start from different weights (max|Δp|/max|p| "
+                           f"{gaps.init_gap:.3g} before update 0): seed the model's "
+                           "initialisation the same way in both commands")
+    if not len(gaps.steps):
+        return CheckResult("params", SKIP, None, None, f"no update compared: {_lead(gaps)}")
+    bound = bound_for(gaps.dtype)
+    noise = rounding_noise(gaps, bound)
+    keep = ~noise
+    diff, size, ulp = (_norms(gaps, keep, c) for c in (PARAM_DIFF, UPDATE_REF, ULP))
+    allowed = bound.update * size + ulp
+    rel = diff / np.maximum(size, TINY)
+    over = np.flatnonzero(~(diff <= allowed))
+    worst = float(np.max(np.where(size > 0, rel, 0.0), initial=0.0))
+    what = "‖Δp‖/‖update‖ (the parameters after the update, relative to the update's size)"
+    named = _noise_text(gaps, noise, bound, optimizer)
+    if not len(over):
+        return _ended("params", None, float(np.max(diff)), worst, reason,
+                      f"{_lead(gaps)}: max {what} {worst:.3g} ≤ {bound.update:g} above the "
+                      f"rounding floor of the parameters' values, over "
+                      f"{plural(len(rel), 'update')}{named}")
+    i = int(over[0])
+    k = int(gaps.steps[i])
+    return _ended("params", k, float(diff[i]), worst, reason,
+                  f"{_lead(gaps)}: {what} {rel[i]:.3g} > {bound.update:g} at update {k}, from "
+                  f"the same state ({diff[i]:.3g} apart, the update {size[i]:.3g}, the rounding "
+                  f"floor {ulp[i]:.3g}): {_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}"
+                  f"{named}")
+
+
+def moved(gaps: StepGaps) -> tuple[int, int]:
+    """Updates at which the reference's parameters moved, and at which its gradient was not
+    zero."""
+    g = gaps.gaps
+    return (int(np.sum(np.sum(g[:, :, UPDATE_REF], axis=1) > 0)),
+            int(np.sum(np.sum(g[:, :, GRAD_REF], axis=1) > 0)))

@@ -1,0 +1,275 @@
+"""Lockstep for two recorded commands run side by side (``lrcheck run``), inside each process,
+at the optimizer's step hooks of ``record.process``. Only the first optimizer of a process
+takes part.
+
+The reference's rank 0 streams, after each update k, the gradient the update used (read after
+the user's clipping), its parameters and its optimizer state into the exchange folder
+(``ref-{k}.pt``, written whole, then renamed). Each rank of the candidate, after its own update
+k, reads that file, measures per tensor how far its gradient and its parameters are from the
+reference's (both started update k from the same state), writes those numbers as one line of
+its ``lockstep-rank{R}.jsonl``, and loads the reference's parameters and optimizer state into
+its own tensors, in place: update k+1 starts again from the reference's state. The candidate's
+LR, scheduler, data, loss, GradScaler and clipping stay its own.
+
+Memory and disk stay O(model): the reference writes update k only once every candidate rank
+has read update k - DEPTH, and removes what they all have read. A side that ends leaves a
+marker (``reference.ended``, ``candidate.ended``: written by its processes at exit, and by
+``lrcheck run`` when the command is gone however it ended), which releases the other side's
+waits. Nothing here may break the user's program: a failure switches lockstep off with the
+reason in the lockstep file, and training goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lrcheck.record.startup import CANDIDATE, REFERENCE, ended
+from lrcheck.stepwise import COLUMNS, LINES
+
+# Updates the reference may run ahead of the slowest candidate rank: two states on disk.
+DEPTH = 2
+END = 1 << 62  # a candidate rank's progress once it follows no more
+
+
+def _wait(ready: Callable[[], bool], release: Path) -> bool:
+    """Poll ``ready`` until it holds (True) or ``release`` exists and it still does not."""
+    delay = 0.0002
+    while not ready():
+        if release.exists():
+            return ready()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
+    return True
+
+
+def _save(obj: Any, path: Path) -> None:
+    part = path.with_name(path.name + ".part")
+    torch.save(obj, part)
+    os.replace(part, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    part = path.with_name(path.name + ".part")
+    part.write_text(text, encoding="utf-8")
+    os.replace(part, path)
+
+
+def _cpu(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    return [None if t is None else t.detach().to("cpu", copy=True) for t in tensors]
+
+
+def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[dict[str, Any]]:
+    out = []
+    for p in params:
+        entry = {}
+        for key, value in optimizer.state.get(p, {}).items():
+            entry[key] = value.detach().to("cpu", copy=True) if torch.is_tensor(value) else value
+        out.append(entry)
+    return out
+
+
+def dtype_of(params: list[torch.Tensor]) -> str:
+    """The floating-point type of ``params`` (``float32``; two joined by ``+`` where mixed)."""
+    kinds = sorted({str(p.dtype).removeprefix("torch.") for p in params
+                    if p.is_floating_point()})
+    return "+".join(kinds) or "none"
+
+
+class Streamer:
+    """The reference's side, in its rank 0: the initial parameters, then one file an update."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.off = False
+
+    def start(self, params: list[torch.Tensor], sharded: bool) -> None:
+        if sharded:  # a shard per rank: nothing whole to load
+            self.off = True
+            _write_text(self.folder / "reference.json",
+                        json.dumps({"off": "the reference's parameters are sharded over its "
+                                           "ranks (ZeRO or FSDP)"}))
+            return
+        _save({"params": _cpu(list(params))}, self.folder / "ref-init.pt")
+        _write_text(self.folder / "reference.json", json.dumps(
+            {"tensors": len(params), "shapes": [list(p.shape) for p in params],
+             "dtype": dtype_of(params)}))
+
+    def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+        if self.off:
+            return
+        if _progress(self.folder) == END:  # every candidate rank stopped following
+            self.off = True
+            return
+        release = ended(self.folder, CANDIDATE)
+        if k >= DEPTH:
+            def caught_up() -> bool:
+                done = _progress(self.folder)
+                return done is not None and k - done <= DEPTH
+            if not _wait(caught_up, release):
+                self.off = True  # the candidate is gone: go on alone
+                return
+        _save({"grads": _cpu([p.grad for p in params]), "params": _cpu(list(params)),
+               "state": _state(optimizer, params)}, self.folder / f"ref-{k}.pt")
+        done = _progress(self.folder)
+        if done is not None:
+            for old in self.folder.glob("ref-*.pt"):
+                stem = old.stem[4:]
+                if stem.isdigit() and int(stem) <= done:
+                    old.unlink(missing_ok=True)
+
+
+    def close(self) -> None:
+        ended(self.folder, REFERENCE).touch()
+
+
+def _progress(folder: Path) -> int | None:
+    """The last update every candidate rank has read (-1: none yet; ``END``: none follows any
+    more; None: the candidate has not said how many ranks it has)."""
+    try:
+        world = int((folder / "candidate.world").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    done = []
+    for rank in range(world):
+        try:
+            text = (folder / f"candidate-rank{rank}.done").read_text(encoding="utf-8")
+        except OSError:
+            return -1
+        done.append(END if text == "end" else int(text or -1))
+    return min(done)
+
+
+class Follower:
+    """A candidate rank's side: compares each update with the reference's and loads its state."""
+
+    def __init__(self, folder: Path, record_folder: Path, rank: int, world: int) -> None:
+        self.folder, self.rank = folder, rank
+        self.off: str | None = None
+        self.start_params: list[torch.Tensor] | None = None
+        self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
+        self.header: dict[str, Any] = {}
+        if rank == 0:
+            _write_text(folder / "candidate.world", str(world))
+
+    def _mark(self, k: int | str) -> None:
+        _write_text(self.folder / f"candidate-rank{self.rank}.done", str(k))
+
+    def _stop(self, why: str, k: int | None) -> None:
+        if self.off is None:
+            self.off = why
+            self._write({"off": why, "at": k})
+            self._mark("end")
+
+    def _write(self, line: dict[str, Any]) -> None:
+        self.lines.write(json.dumps(line, allow_nan=False) + "\n")
+        self.lines.flush()
+
+    def start(self, params: list[torch.Tensor], names: list[str], sharded: bool) -> None:
+        """Before update 0: the initial weights compared with the reference's."""
+        release = ended(self.folder, REFERENCE)
+        info_path = self.folder / "reference.json"
+        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS)}
+        if sharded:
+            self._write(self.header)
+            return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
+                              "FSDP): no whole state to load", None)
+        if not _wait(info_path.exists, release):
+            self._write(self.header)
+            return self._stop("the reference ended before its first update", 0)
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        if "off" in info:
+            self._write(self.header)
+            return self._stop(info["off"], None)
+        shapes = [list(p.shape) for p in params]
+        if shapes != info["shapes"]:
+            self._write(self.header)
+            return self._stop(f"the models differ: {len(params)} parameter tensors in the "
+                              f"candidate, {info['tensors']} in the reference, or of other "
+                              "shapes", None)
+        init = torch.load(self.folder / "ref-init.pt", map_location="cpu", weights_only=True)
+        ref = init["params"]
+        with torch.no_grad():
+            gap = max((float(torch.max(torch.abs(p.detach().cpu().double() - r.double())))
+                       for p, r in zip(params, ref, strict=True) if p.numel()), default=0.0)
+            scale = max((float(torch.max(torch.abs(r.double()))) for r in ref if r.numel()),
+                        default=0.0)
+        self.header.update({"init_gap": gap, "init_scale": scale,
+                            "reference_dtype": info["dtype"]})
+        self._write(self.header)
+        self.start_params = ref
+
+    def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
+        if self.off is not None or self.start_params is None:
+            return
+        path = self.folder / f"ref-{k}.pt"
+        if not _wait(path.exists, ended(self.folder, REFERENCE)):
+            return self._stop(f"the reference ended after {k} update(s)", k)
+        ref = torch.load(path, map_location="cpu", weights_only=True)
+        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
+        problem = _load(optimizer, params, ref)
+        if problem:
+            return self._stop(problem, k)
+        self.start_params = ref["params"]
+        self._mark(k)
+
+    def close(self) -> None:
+        if self.off is None:
+            self._mark("end")
+        self.lines.close()
+
+
+def _norm(t: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(t, dtype=torch.float64))
+
+
+def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
+          start: list[torch.Tensor]) -> list[list[float]]:
+    """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits."""
+    rows = []
+    with torch.no_grad():
+        for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
+            mine = p.detach().cpu()
+            g_c = None if p.grad is None else p.grad.detach().cpu()
+            if g_r is None and g_c is None:
+                gd = gr = 0.0
+            elif g_r is None or g_c is None:
+                gd, gr = _norm(g_c if g_c is not None else g_r), _norm(g_r) if g_r is not None \
+                    else 0.0
+            else:
+                gd, gr = _norm(g_c.double() - g_r.double()), _norm(g_r)
+            pd = _norm(mine.double() - p_r.double())
+            ur = _norm(p_r.double() - p_0.double())
+            ulp = _norm((torch.nextafter(p_r, torch.full_like(p_r, float("inf"))) - p_r)
+                        .double()) if p_r.is_floating_point() and p_r.numel() else 0.0
+            rows.append([float(f"{v:.4g}") for v in (gd, gr, pd, ur, ulp)])
+    return rows
+
+
+def _load(optimizer: torch.optim.Optimizer, params: list[torch.Tensor],
+          ref: dict[str, Any]) -> str | None:
+    """The reference's parameters and optimizer state copied into the candidate's own tensors;
+    the reason it cannot be, or None."""
+    states = ref["state"]
+    for p, theirs in zip(params, states, strict=True):
+        mine = optimizer.state.get(p, {})
+        if set(mine) != set(theirs):
+            return (f"the optimizers' states differ ({', '.join(sorted(mine)) or 'none'} in the "
+                    f"candidate, {', '.join(sorted(theirs)) or 'none'} in the reference): not "
+                    "the same optimizer")
+    with torch.no_grad():
+        for p, p_r, theirs in zip(params, ref["params"], states, strict=True):
+            p.copy_(p_r)
+            mine = optimizer.state[p]
+            for key, value in theirs.items():
+                held = mine[key]
+                if torch.is_tensor(value) and torch.is_tensor(held) and held.shape == value.shape:
+                    held.copy_(value)
+                else:
+                    mine[key] = value
+    return None

@@ -1,0 +1,164 @@
+"""Two commands recorded side by side, in lockstep (``lrcheck run``; ``record.lockstep`` is
+what their processes do at each update). Each command writes its own record folder, as
+``lrcheck record`` does; the two share an exchange folder (in ``/dev/shm`` where there is one),
+which holds at most a few states and is removed at the end.
+
+Neither command is left waiting for the other: when one ends, however it ended, its marker
+releases the other's waits; a command that fails stops the other (SIGTERM, SIGKILL after 5
+s) and is a ``RunError`` naming it; so is one that makes no update for ``timeout`` seconds
+once updates have begun."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from lrcheck.errors import RunError
+from lrcheck.record.launch import (
+    LOG,
+    TAIL_LINES,
+    RecordedRun,
+    check_command,
+    environment,
+    finish_folder,
+    prepare_folder,
+    signal_command,
+    stop_plan,
+)
+from lrcheck.record.startup import ENV_EXCHANGE, ENV_ROLE, ended
+
+# Seconds without a new update in either command, once updates have begun, before lrcheck run
+# stops both as hung (its --timeout).
+DEFAULT_STALL_S = 600.0
+
+
+def scratch() -> str | None:
+    """Where the exchange goes: a memory-backed folder where there is one."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30 else None
+
+
+class _Side:
+    def __init__(self, name: str, argv: list[str], command: Sequence[str], folder: Path,
+                 env: dict[str, str], echo: TextIO | None, lock: threading.Lock) -> None:
+        self.name, self.command, self.folder = name, tuple(command), folder
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace")
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._pass_on, args=(echo, lock), daemon=True)
+        self.thread.start()
+
+    def _pass_on(self, echo: TextIO | None, lock: threading.Lock) -> None:
+        assert self.proc.stdout is not None
+        with (self.folder / LOG).open("w", encoding="utf-8") as file:
+            for line in self.proc.stdout:
+                file.write(line)
+                self.tail.append(line.rstrip("\n"))
+                if echo is not None:
+                    with lock:
+                        echo.write(f"{self.name}│ {line}")
+                        echo.flush()
+
+    def updates(self) -> int:
+        return sum(p.stat().st_size for p in self.folder.glob("rank*.jsonl"))
+
+    def failure(self) -> RunError:
+        how = RecordedRun.ended_as(self.code if self.code is not None else -9)
+        last = "\n".join(list(self.tail)[-8:])
+        text = f"the {self.name} command {shlex.join(self.command)} failed ({how})"
+        return RunError(f"{text}; its last lines:\n{last}" if last else text)
+
+
+def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples: int | None,
+                    every: int, echo: TextIO | None = None,
+                    timeout: float | None = DEFAULT_STALL_S) -> dict[str, RecordedRun]:
+    """Record ``commands`` (``{"reference": argv, "candidate": argv}``) side by side into
+    ``out/<side>``, the candidate in lockstep with the reference; their ``RecordedRun``s. A
+    command that fails or stalls is a ``RunError`` (the other stopped); Ctrl-C stops both,
+    keeps their records and raises ``KeyboardInterrupt``."""
+    argvs = {side: check_command(command) for side, command in commands.items()}
+    exchange = Path(tempfile.mkdtemp(prefix="lrcheck-lockstep-", dir=scratch()))
+    lock = threading.Lock()
+    sides: dict[str, _Side] = {}
+    started = time.monotonic()
+    interrupted = False
+    problem: RunError | None = None
+    try:
+        for name, argv in argvs.items():
+            folder = prepare_folder(out / name)
+            env = environment(folder, samples, every)
+            env[ENV_EXCHANGE], env[ENV_ROLE] = str(exchange), name
+            sides[name] = _Side(name, argv, commands[name], folder, env, echo, lock)
+        problem = _watch(sides, exchange, timeout)
+    except KeyboardInterrupt:
+        interrupted = True
+        _stop_all(sides.values(), interrupt=True)
+    finally:
+        _stop_all(sides.values(), interrupt=False)
+        for side in sides.values():
+            side.thread.join(5)
+        shutil.rmtree(exchange, ignore_errors=True)
+    seconds = time.monotonic() - started
+    runs = {name: finish_folder(side.folder, side.command, side.proc.wait(), seconds,
+                                side.tail, interrupted, samples, every)
+            for name, side in sides.items()}
+    if interrupted:
+        raise KeyboardInterrupt
+    if problem is not None:
+        raise problem
+    return runs
+
+
+def _stop_all(sides: Iterable[_Side], *, interrupt: bool) -> None:
+    """Stop every command still running, all at once (``launch.stop_command``'s signals, each
+    sent to all before any is waited for)."""
+    alive = [side for side in sides if side.proc.poll() is None]
+    for sig, wait in stop_plan(interrupt):
+        alive = [side for side in alive if side.proc.poll() is None]
+        if not alive:
+            break
+        for side in alive:
+            signal_command(side.proc, sig)
+        deadline = None if wait is None else time.monotonic() + wait
+        for side in alive:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                side.proc.wait(left)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):  # a second Ctrl-C: go on
+                continue
+    for side in sides:
+        side.code = side.proc.wait() if side.code is None else side.code
+
+
+def _watch(sides: dict[str, _Side], exchange: Path, timeout: float | None) -> RunError | None:
+    """Wait for both commands; the failure that stopped them, or None."""
+    last, moved = -1, time.monotonic()
+    while any(side.code is None for side in sides.values()):
+        for side in sides.values():
+            if side.code is None and (code := side.proc.poll()) is not None:
+                side.code = code
+                ended(exchange, side.name).touch()
+                if code != 0:
+                    _stop_all(sides.values(), interrupt=False)
+                    return side.failure()
+        size = sum(side.updates() for side in sides.values())
+        now = time.monotonic()
+        if size != last:
+            last, moved = size, now
+        elif timeout and size and now - moved > timeout:
+            stuck = min(sides.values(), key=lambda s: (s.code is not None, s.updates()))
+            _stop_all(sides.values(), interrupt=False)
+            return RunError(f"no update in either command for {timeout:g} s: the {stuck.name} "
+                            f"command {shlex.join(stuck.command)} hung (stopped both; "
+                            "--timeout sets how long to wait)")
+        time.sleep(0.05)
+    return None

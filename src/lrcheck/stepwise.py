@@ -1,0 +1,77 @@
+"""What a candidate recorded in lockstep with its reference (``record.lockstep``): per update
+and parameter tensor, five norms measured after both runs made update k from the same state.
+Pure: numpy only; ``record.sides`` reads the file, ``checks.lockstep`` judges it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lrcheck.errors import SpecError
+
+# A candidate rank's lockstep file, in its record folder.
+LINES = "lockstep-rank{rank}.jsonl"
+# Per tensor and update, the candidate's line holds these norms (float64): ‖g_c − g_r‖, ‖g_r‖,
+# ‖p_c − p_r‖ after the update, ‖p_r − p_start‖ (the reference's own update) and the norm of
+# the parameters' unit in the last place (the rounding floor of a parameter's value); the
+# indices of ``StepGaps.gaps``' last axis.
+COLUMNS = ("grad_diff", "grad_ref", "param_diff", "update_ref", "ulp")
+GRAD_DIFF, GRAD_REF, PARAM_DIFF, UPDATE_REF, ULP = range(len(COLUMNS))
+
+
+@dataclass(frozen=True)
+class StepGaps:
+    """``gaps[i, t]``: for update ``steps[i]`` and tensor ``names[t]``, ‖g_c − g_r‖, ‖g_r‖ (the
+    gradients the update used), ‖p_c − p_r‖ after it, ‖p_r − p_start‖ (the reference's own
+    update) and ‖ulp(p_r)‖. ``dtype``/``reference_dtype``: the parameters' types as recorded;
+    ``init_gap``: ``max|Δp| / max|p|`` of the initial weights (None: not compared);
+    ``stopped``: why lockstep ended early, and after which update (``stopped_at``)."""
+
+    names: tuple[str, ...]
+    dtype: str
+    reference_dtype: str | None
+    steps: np.ndarray
+    gaps: np.ndarray
+    init_gap: float | None
+    stopped: str | None = None
+    stopped_at: int | None = None
+
+    @classmethod
+    def from_lines(cls, lines: Sequence[dict[str, Any]], source: str) -> StepGaps:
+        """The lines of a ``lockstep-rank{R}.jsonl``: a header, one line per update, and a
+        line saying why lockstep stopped where it did."""
+        if not lines or "names" not in lines[0]:
+            raise SpecError(f"{source}: not a lockstep file (no header line)")
+        head = lines[0]
+        names = tuple(str(n) for n in head["names"])
+        rows = [line for line in lines[1:] if "step" in line]
+        off = next((line for line in lines[1:] if "off" in line), None)
+        gaps = np.array([line["gaps"] for line in rows], dtype=np.float64)
+        if not rows:
+            gaps = np.empty((0, len(names), 5))
+        if gaps.ndim != 3 or gaps.shape[1:] != (len(names), 5):
+            raise SpecError(f"{source}: each update needs 5 numbers per parameter tensor "
+                            f"({len(names)} tensors)")
+        scale = head.get("init_scale")
+        init = head.get("init_gap")
+        return cls(names, str(head.get("dtype")), head.get("reference_dtype"),
+                   np.array([int(line["step"]) for line in rows], dtype=np.int64), gaps,
+                   None if init is None else float(init) / max(float(scale or 0.0), 1e-300),
+                   None if off is None else str(off["off"]),
+                   None if off is None or off.get("at") is None else int(off["at"]))
+
+
+@dataclass(frozen=True)
+class RecordedFacts:
+    """What two record folders say beyond their Recorder lines, for ``checks.recorded``:
+    the candidate's lockstep gaps (None: it ran free, with ``free`` saying why), why the
+    effects are not comparable (``stochastic``: dropout active), and the reference's optimizer
+    class name."""
+
+    lockstep: StepGaps | None = None
+    free: str | None = None
+    stochastic: str | None = None
+    optimizer: str = ""
