@@ -5,6 +5,7 @@ fingerprint the whole model's, ``record.folder``), the other's is taken whole to
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from lrcheck.checks.commands import check_replicas
 from lrcheck.checks.status import CheckResult
 from lrcheck.record.folder import FolderRun, read_folder, whole_model
 from lrcheck.recorder import read_records
-from lrcheck.trace import RunTrace
+from lrcheck.trace import RecordedCommand, RunTrace
 
 
 def read_sides(reference: Path, candidate: Path,
@@ -33,8 +34,8 @@ def read_sides(reference: Path, candidate: Path,
     if any(run is not None and run.partitioned for _, run in sides):
         sides = [(records if run is not None and run.partitioned else
                   [_whole(r) for r in records], run) for records, run in sides]
-    traces = [RunTrace.from_records(records, str(path))
-              for (records, _), path in zip(sides, (reference, candidate), strict=True)]
+    traces = [RunTrace.from_records(records, str(path), None if run is None else _command(run))
+              for (records, run), path in zip(sides, (reference, candidate), strict=True)]
     more = []
     for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
         if run is not None and run.replicas is not None:
@@ -43,6 +44,14 @@ def read_sides(reference: Path, candidate: Path,
             if found is not None:
                 more.append(found)
     return traces[0], traces[1], more
+
+
+def _command(run: FolderRun) -> RecordedCommand:
+    """The command a record folder recorded, as its run.json says (its world size, or else the
+    ranks that recorded)."""
+    about = run.description
+    return RecordedCommand(shlex.join(str(word) for word in about.get("command", [])),
+                           int(about.get("world_size") or run.ranks))
 
 
 def _whole(record: dict[str, Any]) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def report_markdown(report: Report) -> str:
     from lrcheck.reports.kinds import kind_of
 
     kind = kind_of(report)
-    lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
+    lines = [f"# lrcheck: {kind.heading(report)}", "", f"**Verdict: {report.verdict.upper()}**", "",
              *kind.settings(report, kind.subject(report)), "",
              "| check | status | max abs diff | first divergence | detail |",
              "| --- | --- | --- | --- | --- |"]
