@@ -63,3 +63,24 @@ def test_the_report_of_two_commands_names_their_lines_and_world_sizes(tmp_path):
     result = json.loads((out / "result.json").read_text())
     assert result["runs"]["candidate"]["command"] == {"line": cand_line, "world_size": 2}
     assert result["runs"]["reference"]["command"] == {"line": ref_line, "world_size": 1}
+
+
+def test_no_loss_plot_where_neither_run_recorded_a_loss_and_the_report_says_why(tmp_path):
+    report = lrcheck.diff(record_folder(tmp_path / "r" / "reference", REF, 1, losses=False),
+                          record_folder(tmp_path / "r" / "candidate", CAND, 2, losses=False))
+    out = write_report(report, tmp_path / "out")
+    assert (out / "lr.png").exists() and not (out / "loss.png").exists()
+    why = "No loss plot: neither run recorded a loss"
+    md = (out / "report.md").read_text()
+    assert "![loss](loss.png)" not in md and why in md
+    html = (out / "report.html").read_text()
+    assert 'alt="loss.png"' not in html and why in html
+    assert json.loads((out / "result.json").read_text())["files"] == [
+        "lr.png", "report.html", "report.md", "result.json"]
+    # A loss in one run is drawn, and an earlier report's loss.png does not outlive its report.
+    with_loss = lrcheck.diff(record_folder(tmp_path / "s" / "reference", REF, 1),
+                             record_folder(tmp_path / "s" / "candidate", CAND, 2, losses=False))
+    write_report(with_loss, out)
+    assert (out / "loss.png").exists() and why not in (out / "report.md").read_text()
+    write_report(report, out)
+    assert not (out / "loss.png").exists()

@@ -50,7 +50,7 @@ CAPTIONS = {
 def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
     """report.html of ``report`` at ``path`` as a ``Plot``, drawn after ``pictures`` (the
     report's PNGs, inlined as the static pictures)."""
-    from lrcheck.reports.kinds import kind_of
+    from lrcheck.reports.kinds import kind_of, left_out
 
     kind = kind_of(report)
     subject = kind.subject(report)
@@ -69,7 +69,9 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
                             "diff_label": "cand − ref"}})
     before = join([_verdict(report, kind.heading(report), kind.title(report, subject)),
                    _checks(report)])
-    after = join([_settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
+    after = join([*(tag("p", why, class_="left-out")
+                    for why in left_out(report).values()),
+                  _settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
                   else "", _environment(report.environment.to_dict())])
     return Plot(path, write_page, {
         "title": f"lrcheck {report.verdict.upper()}: {kind.heading(report)}",

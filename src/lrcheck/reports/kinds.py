@@ -162,9 +162,26 @@ def render(report: Report) -> Group:
                  kind.table(report), verdict_text(report))
 
 
+def left_out(report: Report) -> dict[str, str]:
+    """The plots of ``report``'s kind it does not draw, each with a sentence that says why: a
+    loss plot where neither run recorded a loss would be empty."""
+    if "loss.png" not in kind_of(report).plots or any(
+            u.loss is not None for run in (report.reference, report.candidate)
+            for u in run.updates):
+        return {}
+    return {"loss.png": "No loss plot: neither run recorded a loss (lrcheck record does not see "
+                        "it; lrcheck.Recorder or a framework callback records it)."}
+
+
+def plots_of(report: Report) -> dict[str, MakePlot]:
+    """The plots ``report`` draws, by file name: its kind's, less those ``left_out``."""
+    skip = left_out(report)
+    return {name: make for name, make in kind_of(report).plots.items() if name not in skip}
+
+
 def report_plots(report: Report, out: Path) -> list[Plot]:
-    """The plots of ``report``'s kind, to be drawn into ``out``."""
-    return [make(report, out / name) for name, make in kind_of(report).plots.items()]
+    """The plots of ``report``, to be drawn into ``out``."""
+    return [make(report, out / name) for name, make in plots_of(report).items()]
 
 
 def plot_names() -> set[str]:

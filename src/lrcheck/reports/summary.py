@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from lrcheck.checks import CHECK_NAMES
-from lrcheck.reports.kinds import KINDS
+from lrcheck.reports.kinds import plots_of
 from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
 from lrcheck.words import plural
 
@@ -28,7 +28,7 @@ def _row(outcome: PairOutcome) -> str:
     statuses = {c.name: c.status for c in outcome.report.checks} if outcome.report else {}
     d = outcome.deltas()
     plots = " · ".join(f"[{p.removesuffix('.png')}]({name}/{p})"
-                       for p in KINDS[outcome.report.kind].plots) if outcome.report else "—"
+                       for p in plots_of(outcome.report)) if outcome.report else "—"
     cells = [f"`{name}`", outcome.entry.expect, STATUS_MARK.get(outcome.verdict, "💥 error"),
              OUTCOME_MARK[outcome.status],
              *(STATUS_MARK.get(statuses.get(c, ""), "—") for c in CHECK_NAMES),
