@@ -23,7 +23,8 @@ def record_folder(path: Path, command: list[str], world: int, losses: bool = Tru
     rank, 8 updates of a linear decay (with their losses, or none)."""
     path.mkdir(parents=True)
     lines = [{"step": k, "samples_seen": 32 * (k + 1), "lr": [0.1 * (1 - k / 8)],
-              "loss": (2.0 - 0.1 * k) if losses else None, "scheduler_steps": 1}
+              "loss": (2.0 - 0.1 * k) if losses else None, "scheduler_steps": 1,
+              "grad_sq": 1.0 / (k + 1)}
              for k in range(8)]
     for rank in range(world):
         (path / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
