@@ -113,4 +113,4 @@ def suite_page(result: SuiteResult) -> str:
                  tag("h2", "Environment", id="environment"), grid(["", "value"], environment)])
     return page(f"lrcheck suite {result.verdict.upper()}: {result.suite.path}", body,
                 footer=("lrcheck · suite.json, summary.md and junit.xml beside this page "
-                            "hold the same results"))
+                            "hold the same results"), wide=True)
