@@ -12,7 +12,7 @@ from typing import Any
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.environment import Environment
 from lrcheck.spec import FilePair, PairSpec, RunSpec
-from lrcheck.trace import RunTrace
+from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import Word
 
 SCHEMA_VERSION = 1
@@ -68,6 +68,12 @@ class Report:
         if not isinstance(self.pair, PairSpec):
             raise TypeError(f"a {self.kind} report has no RunSpecs: {self.pair!r}")
         return self.pair.reference, self.pair.candidate
+
+    def commands(self) -> tuple[RecordedCommand, RecordedCommand] | None:
+        """The reference's and the candidate's command, where both runs were read from record
+        folders (``lrcheck run``, or ``lrcheck diff`` of two folders)."""
+        ref, cand = self.reference.command, self.candidate.command
+        return None if ref is None or cand is None else (ref, cand)
 
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)

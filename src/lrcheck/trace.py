@@ -105,6 +105,19 @@ class Resumed:
     checkpoint_bytes: int
 
 
+@dataclass(frozen=True)
+class RecordedCommand:
+    """What a record folder's run.json says of the command ``lrcheck record`` ran: its command
+    line, as a shell would write it, and its world size (the processes that trained)."""
+
+    line: str
+    world_size: int
+
+    def label(self) -> str:
+        """``python train.py --bs 32 (world 1)``."""
+        return f"{self.line} (world {self.world_size})"
+
+
 @dataclass
 class RunTrace:
     """Everything one run recorded. ``stopped`` holds the reason when the run ended before its
@@ -127,7 +140,8 @@ class RunTrace:
     ``lockstep`` (a candidate run in lockstep with its reference: how many of its updates
     started from the reference's state). A run ``lrcheck record`` recorded may have
     ``grad_norms`` (per update, None where not taken) and ``skips`` (per update, the steps a
-    GradScaler skipped before it); neither in JSON."""
+    GradScaler skipped before it); neither in JSON; a run read from a record folder, its
+    ``command``."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -151,6 +165,7 @@ class RunTrace:
     lockstep: int | None = None
     grad_norms: list[float | None] | None = None
     skips: list[int] | None = None
+    command: RecordedCommand | None = None
 
     @property
     def metrics(self) -> Metrics | None:
@@ -161,7 +176,8 @@ class RunTrace:
         return Metrics(last.accuracy, last.f1_macro)
 
     @classmethod
-    def from_records(cls, records: Sequence[dict[str, Any]], source: str) -> RunTrace:
+    def from_records(cls, records: Sequence[dict[str, Any]], source: str,
+                     command: RecordedCommand | None = None) -> RunTrace:
         """A run read from a Recorder file (``lrcheck.recorder.read_records``): its updates in
         the file's order and, where the file has them, their parameter fingerprints, the
         ``scheduler.step()`` calls (``lrcheck record``'s per-update counts, summed into the
@@ -183,7 +199,8 @@ class RunTrace:
             else None
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
                    planned_updates=len(updates), context=None, source=source,
-                   fingerprints=fingerprints, grad_norms=grad_norms, skips=skips)
+                   fingerprints=fingerprints, grad_norms=grad_norms, skips=skips,
+                   command=command)
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""
@@ -242,6 +259,7 @@ class RunTrace:
             "wall_seconds": self.wall_seconds,
             "launch": self.launch,
             "lockstep": self.lockstep,
+            "command": None if self.command is None else asdict(self.command),
         }
         return {
             # A trace read from a file has the file's path where a RunSpec would be.

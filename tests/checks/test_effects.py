@@ -201,3 +201,26 @@ def test_metrics_against_the_twin_reference_s_own_gap():
     far_twin = with_metrics(_trace(np.full((N, 3), 1.5)), 0.90)  # its parameters 50 % apart
     result = check_metrics(ref, cand, 0.01, None, far_twin)
     assert result.status == "warn" and "decorrelated" in result.detail
+
+
+def test_an_effect_without_a_twin_because_a_cause_explains_it_says_so_not_fast():
+    """A framework's run cannot run in lockstep; where a cause (here the weights, at update 2)
+    already differs at or before the effect, no twin is trained: the detail says that, not
+    '--fast, or a framework that orders its data itself'."""
+    spec = RunSpec(framework="transformers", bs=32, accum=1)
+    ref = _trace(REF[:5], windows=_windows([[0.25] * 4] * 5), spec=spec)
+    bad = [[0.25] * 4] * 2 + [[0.4, 0.2, 0.2, 0.2]] * 3
+    moved = np.ones((5, 3))
+    moved[2:] += 1e-3  # the effect from update 2 on, where the weights part
+    cand = _trace(moved, windows=_windows(bad), spec=spec)
+    assert not needs_floor(ref, cand, Tolerances())  # so runner.pair trains no twin
+    params = {c.name: c for c in run_checks(ref, cand, Tolerances())}["params"]
+    print(params.detail)
+    assert params.status == "fail" and params.first_divergence == 2
+    assert "--fast" not in params.detail and "orders its data" not in params.detail
+    assert ("no noise floor measured, none being needed: weights already differs at update 2"
+            in params.detail)
+    # With no cause to explain it, the twin was left out by --fast (or a framework's own order).
+    alone = {c.name: c for c in run_checks(ref, _trace(moved, windows=ref.windows, spec=spec),
+                                           Tolerances())}["params"]
+    assert "no noise floor measured (--fast, or a framework" in alone.detail

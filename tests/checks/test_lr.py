@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from lrcheck.checks import lr_offset, offset_text, run_checks, schedule_pace
 from lrcheck.spec import RunSpec, Tolerances
@@ -26,7 +29,7 @@ def test_pace_reads_the_warmup_where_there_is_one():
 def test_pace_reads_the_decay_without_warmup():
     ref = warmup_cosine(1000, 1, warmup=0)
     text = schedule_pace(ref, warmup_cosine(1000, 2, warmup=0))
-    assert "falls below" in text and "≈2× too fast" in text
+    assert "falls from" in text and "≈2× too fast" in text
     never = schedule_pace(ref, np.full(1000, 0.1))
     assert "never does" in never and "at least 2× too slow" in never
     assert schedule_pace(np.full(10, 0.1), np.full(10, 0.2)) is None  # constant: cannot tell
@@ -76,3 +79,46 @@ def test_the_compare_lr_detail_names_the_offset_or_the_pace():
     fast = run_checks(traced(warmup_cosine(1000, 1)), traced(warmup_cosine(1000, 2)),
                       Tolerances())
     assert "its schedule runs ≈2× too fast" in fast[3].detail and fast[3].name == "lr"
+
+
+def warmup_decay(n: int, speed: float, total: int, warmup: int, offset: int = 0) -> np.ndarray:
+    """A linear warmup to 0.05 and a linear decay to 0 at scheduler step ``total`` (as
+    tests/fixtures/user_train.py sizes it), read after ``speed·k + offset`` steps at update k."""
+    s = speed * np.arange(n) + offset
+    return 0.05 * np.minimum((s + 1) / warmup, np.maximum(0.0, (total - s) / (total - warmup)))
+
+
+def _stated(text: str) -> tuple[float, float, float]:
+    """The updates the candidate and the reference take between the two levels, and the pace
+    (> 1: too fast), as the detail writes them."""
+    found = re.search(r"between updates ([\d.]+) and ([\d.]+) in the candidate, ([\d.]+) and "
+                      r"([\d.]+) in the reference: its schedule runs ≈([\d.]+)× too (fast|slow)",
+                      text)
+    assert found, text
+    c0, c1, r0, r1, pace = (float(found[i]) for i in range(1, 6))
+    return c1 - c0, r1 - r0, pace if found[6] == "fast" else 1 / pace
+
+
+@pytest.mark.parametrize("speed", [2, 3])
+@pytest.mark.parametrize(("n", "total", "warmup"), [(16, 16, 1), (20, 20, 2), (64, 64, 6),
+                                                     (100, 100, 10)])
+def test_a_schedule_exactly_n_times_too_fast_reads_n_times(speed, n, total, warmup):
+    ref = warmup_decay(n, 1, total, warmup)
+    for offset in range(speed):  # which scheduler step update 0 reads does not change the pace
+        text = schedule_pace(ref, warmup_decay(n, speed, total, warmup, offset))
+        print(text)
+        assert f"its schedule runs ≈{speed}× too fast" in text
+        cand, reference, pace = _stated(text)
+        assert reference / cand == pytest.approx(pace, rel=0.01)  # its own numbers say so
+
+
+def test_pace_is_not_claimed_where_the_crossings_coincide_or_cannot_be_timed():
+    ref = warmup_decay(16, 1, 16, 4)
+    late = ref.copy()
+    late[15:] *= 1.5  # the same warmup and decay down to the lowest level, another end
+    assert schedule_pace(ref, late) is None
+    # A candidate that reaches its peak and falls in a single update each: no course to time.
+    assert schedule_pace(ref, np.array([0.05] + [0.0] * 15)) is None
+    # The warmup half an update ahead, the same pace: no "too fast" with equal numbers.
+    ahead = 0.05 * np.minimum((np.arange(16) + 1.4) / 10, 1.0)
+    assert schedule_pace(0.05 * np.minimum((np.arange(16) + 1) / 10, 1.0), ahead) is None

@@ -4,6 +4,7 @@ it acts on. Slow: every run is a fresh Python process that imports torch (and a 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,35 @@ def test_lrcheck_run_writes_the_report_and_exits_with_the_verdict_or_3(tmp_path)
                             env=env, capture_output=True, text=True)
     print(failed.stderr)
     assert failed.returncode == 3 and "exit code 5" in failed.stderr and "boom" in failed.stderr
+
+
+def test_accelerate_launch_multi_gpu_records_two_ranks_on_the_cpu(tmp_path):
+    """docs/own-training.md's Accelerate candidate as typed: ``accelerate launch --multi_gpu
+    --num_processes 2`` starts two processes on a CPU machine (gloo; without --multi_gpu it
+    starts one), ``lrcheck record`` records both, and their parameters agree."""
+    env = {**os.environ, "PYTHONPATH": str(Path(api.__file__).parents[1]),
+           "HF_HOME": str(tmp_path / "hf")}  # no accelerate config of the machine's user
+    accelerate = str(Path(PY).with_name("accelerate"))
+    script = [str(FIXTURES / "user_frameworks.py"), "accelerate", "--out", str(tmp_path / "x")]
+    # Its own session, so that a hang is stopped with every process accelerate started.
+    proc = subprocess.Popen([PY, "-m", "lrcheck", "record", "--fingerprint-every", "1", "--out",
+                             str(tmp_path / "two"), "--", accelerate, "launch", "--multi_gpu",
+                             "--num_processes", "2", *script, "--bs", "8", "--accum", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    print(out, err)
+    assert proc.returncode == 0
+    assert "recorded 16 update(s) on 2 rank(s)" in err
+    about = json.loads((tmp_path / "two" / "run.json").read_text())
+    assert about["world_size"] == 2
+    assert about["updates"] == {"rank0.jsonl": 16, "rank1.jsonl": 16}
+    api.record([PY, *script, "--bs", "32"], tmp_path / "one", fingerprint_every=1)
+    checks = _checks(api.diff(tmp_path / "one", tmp_path / "two"))
+    assert checks["updates"].status == "pass"
+    assert checks["replicas (candidate)"].status == "pass"

@@ -255,3 +255,19 @@ def test_dark_scheme_is_dark_and_still_drawn(chrome, pages):
         assert background == "rgb(13, 17, 23)"
         drawn(visit, "#plot-lr .live")
         clean(visit)
+
+
+def test_suite_page_fits_a_1400_px_window(chrome, tmp_path):
+    """index.html of lrcheck's own pairs (one with a long name) beside a pair of recorded
+    commands, its grad-norm column too: in a 1400 px window nothing sticks out sideways."""
+    from tests.reports.test_suite_page import mixed_suite
+
+    mixed_suite(tmp_path)
+    with open_page(chrome, tmp_path / "suite" / "index.html", width=1400) as visit:
+        page = visit.page
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        right = page.locator("#matrix + table").bounding_box()
+        print("scrollWidth", wide, "matrix", right)
+        assert wide <= 1400 and right["x"] + right["width"] <= 1400
+        assert "grad-norm" in page.locator("#matrix + table th").all_inner_texts()
+        clean(visit)

@@ -29,14 +29,16 @@ def run_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     lr = lr_with_pace(lr_with_cause(check_lr(ref, cand, tol.lr), ref, cand), ref, cand)
     weights = _diagnosed(check_weights(ref, cand), ref, cand, [data, lr])
     causes = [data, weights, lr]
-    params = _diagnosed(check_params(ref, cand, tol.params, reason, twin), ref, cand, causes)
+    params = _diagnosed(check_params(ref, cand, tol.params, reason, twin, causes), ref, cand,
+                        causes)
     checks = [
         check_updates(ref, cand),
         data,
         weights,
         lr,
         params,
-        _diagnosed(check_loss(ref, cand, tol.loss, reason, twin), ref, cand, causes, params),
+        _diagnosed(check_loss(ref, cand, tol.loss, reason, twin, causes), ref, cand, causes,
+                   params),
         check_metrics(ref, cand, tol.metrics, reason, twin),
     ]
     if cand.skipped is not None or ref.skipped is not None:

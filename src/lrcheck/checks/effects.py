@@ -4,7 +4,7 @@ runs) and the final metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -93,18 +93,18 @@ Gap = Callable[[RunTrace, RunTrace], tuple[np.ndarray, np.ndarray]]
 
 
 def check_params(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
-                 twin: RunTrace | None = None) -> CheckResult:
+                 twin: RunTrace | None = None, causes: Sequence[CheckResult] = ()) -> CheckResult:
     """After every update: ``max|Δp| / max|p_ref|`` over all parameters, at most ``tol`` — or,
     with the reference's ``twin``, within the noise floor (``check_effect``)."""
-    return check_effect("params", params_gap, ref, cand, tol, reason, twin)
+    return check_effect("params", params_gap, ref, cand, tol, reason, twin, causes)
 
 
 def check_loss(ref: RunTrace, cand: RunTrace, tol: float, reason: str | None,
-               twin: RunTrace | None = None) -> CheckResult:
+               twin: RunTrace | None = None, causes: Sequence[CheckResult] = ()) -> CheckResult:
     """Per-update training loss, ``|Δloss| / |loss_ref|`` at most ``tol`` (below 1/100 of the
     first loss, relative to that: ``loss_scale``) — or, with the reference's ``twin``, within
     the noise floor (``check_effect``)."""
-    return check_effect("loss", loss_gap, ref, cand, tol, reason, twin)
+    return check_effect("loss", loss_gap, ref, cand, tol, reason, twin, causes)
 
 
 # Against the noise floor: the candidate's gap to the reference may be up to FLOOR_FACTOR times
@@ -119,14 +119,17 @@ JUMP_FACTOR = 100.0
 
 
 def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
-                 reason: str | None, twin: RunTrace | None) -> CheckResult:
+                 reason: str | None, twin: RunTrace | None,
+                 causes: Sequence[CheckResult] = ()) -> CheckResult:
     """An effect (``params`` or ``loss``), per update, relative to the reference.
 
     In lockstep (``cand.lockstep``: each candidate update started from the reference's state)
     the gap is one update's rounding, and must be within ``tol``. Free-running, two correct
     trainings drift apart from the rounding level at a rate the training sets; with the
     reference's ``twin`` (the same run summed in another order), a gap beyond ``tol`` passes as
-    drift while within ``FLOOR_FACTOR`` times the twin's own, and fails where it is not."""
+    drift while within ``FLOOR_FACTOR`` times the twin's own, and fails where it is not. Without
+    a twin, a failed cause of ``causes`` at or before the gap is why none is needed
+    (``needs_floor``), and the detail says so."""
     diff, scale = gap(ref, cand)
     result = relative(name, diff, scale, tol, reason)
     if cand.lockstep:
@@ -139,6 +142,11 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
             ref.spec.framework == cand.spec.framework == "plain")
         if own_loop:  # hand-made traces, or a reference cached without its states
             return result
+        cause = _cause_before(result, causes)
+        if cause is not None:
+            return replace(result, detail=f"{result.detail}; free-running, with no noise floor "
+                                          f"measured, none being needed: {cause.name} already "
+                                          f"differs at update {cause.first_divergence}")
         return replace(result, detail=f"{result.detail}; free-running, with no noise floor "
                                       "measured (--fast, or a framework that orders its data "
                                       "itself), so this may be rounding drift: without --fast "
@@ -146,6 +154,14 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     t_diff, t_scale = gap(ref, twin)
     return _against_twin(result, diff / np.maximum(scale, TINY),
                          t_diff / np.maximum(t_scale, TINY), tol)
+
+
+def _cause_before(result: CheckResult, causes: Sequence[CheckResult]) -> CheckResult | None:
+    """The first of ``causes`` that fails at or before ``result``'s first divergence."""
+    k = result.first_divergence
+    failed = [c for c in causes if c.status == FAIL and c.first_divergence is not None
+              and k is not None and c.first_divergence <= k]
+    return min(failed, key=lambda c: c.first_divergence or 0, default=None)
 
 
 def _against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,

@@ -4,7 +4,7 @@ schedules that stepped differently."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -142,46 +142,91 @@ def lr_with_cause(check: CheckResult, ref: RunTrace, cand: RunTrace) -> CheckRes
     return replace(check, detail=f"{check.detail}; {text}") if text else check
 
 
-def _crossing(lrs: np.ndarray, level: float, start: float = 0,
+def _crossing(lrs: np.ndarray, level: float, start: int = 0,
               rising: bool = True) -> float | None:
     """Where, from update ``start`` on, the LR first reaches (``rising``) or falls below
-    ``level``, interpolated between updates; None if it never does."""
-    first = int(np.ceil(start))
-    hits = np.flatnonzero(lrs[first:] >= level if rising else lrs[first:] < level)
-    if not len(hits):
+    ``level``, interpolated between updates; None if it never does, or if it is there already
+    at ``start`` (where it got there is then unknown)."""
+    hits = np.flatnonzero(lrs[start:] >= level if rising else lrs[start:] < level)
+    if not len(hits) or hits[0] == 0:
         return None
-    k = first + int(hits[0])
-    if k == first:
-        return float(k)
+    k = start + int(hits[0])
     before, after = lrs[k - 1], lrs[k]
-    return k - 1 + float((level - before) / (after - before)) if after != before else float(k)
+    return k - 1 + float((level - before) / (after - before))
+
+
+# The LR levels, as fractions of the lower of the two peaks, between which the pace of a
+# schedule is timed: away from the peak and from zero, where schedules bend or are clamped.
+PACE_LEVELS = (0.25, 0.5, 0.75)
+
+
+@dataclass(frozen=True)
+class _Timing:
+    """Where each trace crosses ``first`` and then ``last`` (LR levels) on one edge, and the
+    updates each takes from one to the other."""
+
+    verb: str
+    first: float
+    last: float
+    ref: tuple[float, float]
+    cand: tuple[float, float]
+
+    @property
+    def took(self) -> tuple[float, float]:
+        return self.ref[1] - self.ref[0], self.cand[1] - self.cand[0]
+
+
+def _timing(ref: np.ndarray, cand: np.ndarray, levels: list[float],
+            rising: bool) -> _Timing | None:
+    """Both traces timed between the first and the last of ``levels`` that both cross, on the
+    rising edge from update 0 or the falling one from each peak; None unless both have at least
+    one update between their two crossings (within one update the LR's course is not seen)."""
+    crossed = [{level: k for level in levels
+                if (k := _crossing(lrs, level, 0 if rising else int(np.argmax(lrs)), rising))
+                is not None} for lrs in (ref, cand)]
+    common = [level for level in levels if all(level in side for side in crossed)]
+    if len(common) < 2:
+        return None
+    first, last = common[0], common[-1]
+    at = [(side[first], side[last]) for side in crossed]
+    if any(np.floor(b) < np.ceil(a) for a, b in at):
+        return None
+    return _Timing("rises" if rising else "falls", first, last, at[0], at[1])
+
+
+def _at(k: float) -> str:
+    """An interpolated update as the pace detail writes it: ``4``, ``4.5``, ``1.25``."""
+    return f"{k:.2f}".rstrip("0").rstrip(".")
 
 
 def schedule_pace(ref: np.ndarray, cand: np.ndarray) -> str | None:
-    """How many times faster or slower the candidate's schedule (group 0) runs, from when each
-    LR trace first reaches half the lower of the two peaks — during warmup, where there is one —
-    or else first falls below it; None when that cannot tell."""
+    """How many times faster or slower the candidate's schedule (group 0) runs: the updates the
+    reference's LR takes to go between two levels over the updates the candidate's takes, on
+    its warmup or its decay, whichever both traces spend more updates on; None when neither
+    tells, or when both take the same updates. Timed between two crossings, not from update 0,
+    so that a schedule read a step ahead or behind is not called faster."""
     if len(ref) == 0 or len(cand) == 0 or min(ref.max(), cand.max()) <= 0:
         return None
-    level = 0.5 * min(float(ref.max()), float(cand.max()))
-    k_ref, k_cand = _crossing(ref, level), _crossing(cand, level)
-    edge = "reaches"
-    if not k_ref or k_cand is None:  # no warmup: the LR starts at its peak; watch it fall
-        edge = "falls below"
-        k_ref = _crossing(ref, level, k_ref or 0, rising=False)
-        k_cand = _crossing(cand, level, _crossing(cand, level) or 0, rising=False)
-        if not k_ref:
+    low = min(float(ref.max()), float(cand.max()))
+    levels = [f * low for f in PACE_LEVELS]
+    timings = [t for t in (_timing(ref, cand, levels, True),
+                           _timing(ref, cand, levels[::-1], False)) if t is not None]
+    if timings:
+        t = max(timings, key=lambda t: min(t.took))
+        ratio = t.took[0] / t.took[1]
+        if abs(ratio - 1) < 0.01:
             return None
-        if k_cand is None:
-            return (f"the reference's LR falls below {level:.3g} at update {k_ref:.0f}, the "
-                    f"candidate's never does in its {plural(len(cand), 'update')}: its "
-                    f"schedule runs at least {len(cand) / k_ref:.2g}× too slow")
-    ratio = (k_ref + 1) / (k_cand + 1)  # updates it took each to get there
-    if abs(ratio - 1) < 0.01:
-        return None
-    pace = f"≈{ratio:.3g}× too fast" if ratio > 1 else f"≈{1 / ratio:.3g}× too slow"
-    return (f"the LR {edge} {level:.3g} at update {k_cand:.0f} in the candidate, {k_ref:.0f} in "
-            f"the reference: its schedule runs {pace}")
+        pace = f"≈{ratio:.3g}× too fast" if ratio > 1 else f"≈{1 / ratio:.3g}× too slow"
+        return (f"the LR {t.verb} from {t.first:.3g} to {t.last:.3g} between updates "
+                f"{_at(t.cand[0])} and {_at(t.cand[1])} in the candidate, {_at(t.ref[0])} and "
+                f"{_at(t.ref[1])} in the reference: its schedule runs {pace}")
+    half = 0.5 * low
+    k_ref = _crossing(ref, half, int(np.argmax(ref)), rising=False)
+    if k_ref and _crossing(cand, half, int(np.argmax(cand)), rising=False) is None:
+        return (f"the reference's LR falls below {half:.3g} at update {_at(k_ref)}, the "
+                f"candidate's never does in its {plural(len(cand), 'update')}: its "
+                f"schedule runs at least {len(cand) / k_ref:.2g}× too slow")
+    return None
 
 
 # Offsets of a fraction of an update the ``lr`` detail looks for: -4 to 4 updates by 1/16.

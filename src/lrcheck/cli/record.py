@@ -51,7 +51,7 @@ def run_command(
     samples: SamplesOpt = None,
     fingerprint_every: EveryOpt = None,
     tol_lr: TolLrOpt = None,
-    out: Annotated[Path | None, out_option("Report folder; the records go into its reference/ and candidate/. [default: ./lrcheck-reports/run-<candidate program>]")] = None,
+    out: Annotated[Path | None, out_option("Report folder, reused if it exists; the records go into its reference/ and candidate/. [default: ./lrcheck-reports/run-<candidate program>, or run-<candidate program>-2, -3, … where that holds an earlier run]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Neither the commands' output nor the tables: only the verdict line.")] = False,
 ) -> None:
@@ -65,7 +65,8 @@ def run_command(
 
     tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr)
     output = Output(json=json_out, quiet=quiet)
-    folder = out if out is not None else DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}"
+    folder = out if out is not None else _unused(
+        DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}")
     with output.running():
         report = run_commands(reference, candidate, folder, samples=samples,
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
@@ -79,3 +80,23 @@ def _name(command: list[str]) -> str:
     words = [w for w in command if not w.startswith("-")]
     pick = next((w for w in words if w.endswith(".py")), words[0] if words else "command")
     return Path(pick).stem or "command"
+
+
+def _unused(folder: Path) -> Path:
+    """``folder`` where it does not exist or is empty; else the first of ``folder-2``,
+    ``folder-3``, … that does not exist, made here so that a second ``lrcheck run`` started
+    meanwhile picks the next, and said in a note: a default folder never replaces an earlier
+    run's report."""
+    if not folder.exists() or (folder.is_dir() and not any(folder.iterdir())):
+        return folder
+    n = 2
+    while True:
+        chosen = folder.with_name(f"{folder.name}-{n}")
+        try:
+            chosen.mkdir(parents=True)
+        except FileExistsError:
+            n += 1
+            continue
+        note(f"{folder} holds an earlier run: this one goes into {chosen} "
+             "(--out to choose the folder)")
+        return chosen

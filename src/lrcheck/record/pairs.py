@@ -54,11 +54,17 @@ def _stepped(run: RecordedRun) -> RecordedRun:
 
 
 def split_command(side: str, line: str) -> list[str]:
-    """``line`` split as a shell would; a line that does not split is a ``SpecError``."""
+    """``line`` split as a shell would; a line that does not split, or is empty, is a
+    ``SpecError``."""
     try:
-        return shlex.split(line)
+        argv = shlex.split(line)
     except ValueError as exc:
         raise SpecError(f"the {side} command {line!r} does not split: {exc}") from None
+    if not argv:
+        raise SpecError(f"the {side} command line is empty ({line!r}): give both quoted, e.g. "
+                        "lrcheck run 'python train.py --bs 32' "
+                        "'python train.py --bs 16 --accum 2'")
+    return argv
 
 
 def run_commands(reference: str, candidate: str, out: str | Path, *,

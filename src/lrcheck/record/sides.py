@@ -6,6 +6,7 @@ fingerprint the whole model's, ``record.folder``), the other's is taken whole to
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.folder import FolderRun, description, read_folder, whole_model
 from lrcheck.recorder import read_records
 from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
-from lrcheck.trace import RunTrace
+from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import plural
 
 
@@ -37,8 +38,8 @@ def read_sides(reference: Path, candidate: Path,
     if any(run is not None and run.partitioned for _, run in sides):
         sides = [(records if run is not None and run.partitioned else
                   [_whole(r) for r in records], run) for records, run in sides]
-    traces = [RunTrace.from_records(records, str(path))
-              for (records, _), path in zip(sides, (reference, candidate), strict=True)]
+    traces = [RunTrace.from_records(records, str(path), None if run is None else _command(run))
+              for (records, run), path in zip(sides, (reference, candidate), strict=True)]
     more = []
     for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
         if run is not None and run.replicas is not None:
@@ -47,6 +48,14 @@ def read_sides(reference: Path, candidate: Path,
             if found is not None:
                 more.append(found)
     return traces[0], traces[1], more
+
+
+def _command(run: FolderRun) -> RecordedCommand:
+    """The command a record folder recorded, as its run.json says (its world size, or else the
+    ranks that recorded)."""
+    about = run.description
+    return RecordedCommand(shlex.join(str(word) for word in about.get("command", [])),
+                           int(about.get("world_size") or run.ranks))
 
 
 def _whole(record: dict[str, Any]) -> dict[str, Any]:

@@ -86,9 +86,9 @@ def report_files(report: Recorded) -> set[str]:
     """The files ``report`` writes in its folder: result.json alone for an interrupted one."""
     if not isinstance(report, Report):
         return {"result.json"}
-    from lrcheck.reports.kinds import kind_of
+    from lrcheck.reports.kinds import plots_of
 
-    return {"result.json", "report.md", "report.html", *kind_of(report).plots}
+    return {"result.json", "report.md", "report.html", *plots_of(report)}
 
 
 def out_folder(text: str | Path) -> Path:
@@ -140,10 +140,10 @@ def markdown_cell(text: str) -> str:
 
 
 def report_markdown(report: Report) -> str:
-    from lrcheck.reports.kinds import kind_of
+    from lrcheck.reports.kinds import kind_of, left_out, plots_of
 
     kind = kind_of(report)
-    lines = [f"# lrcheck: {report.pair.name}", "", f"**Verdict: {report.verdict.upper()}**", "",
+    lines = [f"# lrcheck: {kind.heading(report)}", "", f"**Verdict: {report.verdict.upper()}**", "",
              *kind.settings(report, kind.subject(report)), "",
              "| check | status | max abs diff | first divergence | detail |",
              "| --- | --- | --- | --- | --- |"]
@@ -152,8 +152,10 @@ def report_markdown(report: Report) -> str:
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
     lines += kind.markdown(report)
-    for name in kind.plots:
+    for name in plots_of(report):
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
+    for why in left_out(report).values():
+        lines += ["", f"_{why}_"]
     return "\n".join(lines + [""])
 
 

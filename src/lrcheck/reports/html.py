@@ -96,15 +96,20 @@ def asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def page(title: str, body: Html, *, scripts: Sequence[Html] = (), footer: str = "") -> str:
-    """A whole page: ``body`` (and ``scripts`` after it) with the CSS inline."""
+def page(title: str, body: Html, *, scripts: Sequence[Html] = (), footer: str = "",
+         wide: bool = False) -> str:
+    """A whole page: ``body`` (and ``scripts`` after it) with the CSS inline; ``wide``: as wide
+    as the window allows (up to 1600 px), and the first column's names wrap (a suite's matrix
+    has 16 columns)."""
     styles = asset("uPlot.min.css") + "\n" + asset("report.css") if scripts else asset(
         "report.css")
+    opening = '<body class="wide">' if wide else "<body>"
     return ("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{esc(CSP)}\">\n"
             "<meta name=\"color-scheme\" content=\"light dark\">\n"
-            f"<title>{esc(title)}</title>\n<style>\n{styles}\n</style>\n</head>\n<body>\n"
+            f"<title>{esc(title)}</title>\n<style>\n{styles}\n</style>\n</head>\n"
+            f"{opening}\n"
             f"{body}\n<footer>{esc(footer)}</footer>\n{join(scripts, chr(10))}\n</body>\n</html>\n")
 
 

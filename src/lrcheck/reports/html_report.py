@@ -50,7 +50,7 @@ CAPTIONS = {
 def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
     """report.html of ``report`` at ``path`` as a ``Plot``, drawn after ``pictures`` (the
     report's PNGs, inlined as the static pictures)."""
-    from lrcheck.reports.kinds import kind_of
+    from lrcheck.reports.kinds import kind_of, left_out
 
     kind = kind_of(report)
     subject = kind.subject(report)
@@ -67,11 +67,14 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
                             "id": live[0], "ylabel": live[1], "series": series,
                             "divergence": _first(report, check),
                             "diff_label": "cand − ref"}})
-    before = join([_verdict(report, kind.title(report, subject)), _checks(report)])
-    after = join([_settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
+    before = join([_verdict(report, kind.heading(report), kind.title(report, subject)),
+                   _checks(report)])
+    after = join([*(tag("p", why, class_="left-out")
+                    for why in left_out(report).values()),
+                  _settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF
                   else "", _environment(report.environment.to_dict())])
     return Plot(path, write_page, {
-        "title": f"lrcheck {report.verdict.upper()}: {report.pair.name}",
+        "title": f"lrcheck {report.verdict.upper()}: {kind.heading(report)}",
         "before": before, "after": after, "figures": figures,
         "footer": Html(f"lrcheck {esc(report.environment.lrcheck)} · every number is "
                        f"in result.json beside this page · plots drawn with {UPLOT}, inlined")})
@@ -107,12 +110,12 @@ def _series(report: Report, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return ref32, cand32, diff32
 
 
-def _verdict(report: Report, title: str) -> Html:
+def _verdict(report: Report, heading: str, title: str) -> Html:
     failed = [c.name for c in report.checks if c.status == "fail"]
     warned = [c.name for c in report.checks if c.status == "warn"]
     words = [f"failed: {', '.join(failed)}" if failed else "",
              f"warnings: {', '.join(warned)}" if warned else ""]
-    lines = [tag("h1", f"{report.verdict.upper()} · {report.pair.name}"), tag("p", title)]
+    lines = [tag("h1", f"{report.verdict.upper()} · {heading}"), tag("p", title)]
     if any(words):
         lines.append(tag("p", "; ".join(w for w in words if w)))
     diverged = [c for c in report.checks if c.status == "fail" and c.first_divergence is not None]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from lrcheck.checks import CHECK_NAMES
 from lrcheck.reports.html import Cell, Html, esc, grid, join, page, status, tag
+from lrcheck.reports.suite_table import matrix_checks
 from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
 from lrcheck.words import plural
 
@@ -26,6 +26,7 @@ def _page_link(outcome: PairOutcome, anchor: str = "") -> str | None:
 
 
 def _matrix(result: SuiteResult) -> Html:
+    columns = matrix_checks(result)
     rows, marks = [], []
     for o in result.outcomes:
         link = _page_link(o)
@@ -33,7 +34,7 @@ def _matrix(result: SuiteResult) -> Html:
         checks = {c.name: c for c in o.report.checks} if o.report else {}
         cells: list[Cell] = [tag("code", name), o.entry.expect, status(o.verdict),
                             status(o.status)]
-        for check_name in CHECK_NAMES:
+        for check_name in columns:
             check = checks.get(check_name)
             if check is None:
                 cells.append("—")
@@ -50,7 +51,7 @@ def _matrix(result: SuiteResult) -> Html:
                   _number(d["f1_macro"], "{:+.4f}"), o.baseline]
         rows.append(cells)
         marks.append(None if o.status == OK else "problem")
-    return grid(["pair", "expect", "verdict", "outcome", *CHECK_NAMES, "max |ΔLR|",
+    return grid(["pair", "expect", "verdict", "outcome", *columns, "max |ΔLR|",
                  "Δ accuracy", "Δ macro-F1", "baseline"], rows, row_classes=marks,
                 caption="Each pair links to its own report; a failed check's @k to its first "
                         "divergence there.")
@@ -112,4 +113,4 @@ def suite_page(result: SuiteResult) -> str:
                  tag("h2", "Environment", id="environment"), grid(["", "value"], environment)])
     return page(f"lrcheck suite {result.verdict.upper()}: {result.suite.path}", body,
                 footer=("lrcheck · suite.json, summary.md and junit.xml beside this page "
-                            "hold the same results"))
+                            "hold the same results"), wide=True)

@@ -40,13 +40,17 @@ def _no_lines(report: Report) -> list[str]:
     return []
 
 
+def _pair_name(report: Report) -> str:
+    return report.pair.name
+
+
 @dataclass(frozen=True)
 class ReportKind:
     """How one kind of report is shown. ``subject`` is what was run, in words (in the title and
     report.md); ``title`` and ``settings`` take the report and its subject and give the checks
     table's title and report.md's list of what was compared; ``table`` is the table printed under
-    the checks, ``plots`` the PNGs by file name, and ``markdown`` report.md's lines after the
-    checks."""
+    the checks, ``plots`` the PNGs by file name, ``markdown`` report.md's lines after the
+    checks, and ``heading`` the name report.md and report.html are headed with."""
 
     name: Kind
     subject: Callable[[Report], str]
@@ -55,6 +59,7 @@ class ReportKind:
     table: Callable[[Report], Table]
     plots: dict[str, MakePlot] = field(default_factory=dict)
     markdown: Callable[[Report], list[str]] = _no_lines
+    heading: Callable[[Report], str] = _pair_name
 
 
 def _task(report: Report) -> str:
@@ -81,14 +86,32 @@ def metrics_markdown(report: Report) -> list[str]:
 
 
 def file_settings(report: Report, subject: str) -> list[str]:
-    """The bullet list of what was compared: two Recorder files."""
-    pair = report.pair
-    return [f"- candidate: `{pair.candidate}`, "
-            f"{plural(len(report.candidate.updates), 'update')}",
-            f"- reference: `{pair.reference}`, "
-            f"{plural(len(report.reference.updates), 'update')}",
-            "- Recorder files, updates aligned by samples_seen; "
+    """The bullet list of what was compared: two Recorder files, or two recorded commands (their
+    command lines and world sizes, and the folders they were recorded into)."""
+    pair, commands = report.pair, report.commands()
+    if commands is None:
+        return [f"- candidate: `{pair.candidate}`, "
+                f"{plural(len(report.candidate.updates), 'update')}",
+                f"- reference: `{pair.reference}`, "
+                f"{plural(len(report.reference.updates), 'update')}",
+                "- Recorder files, updates aligned by samples_seen; "
+                f"lrcheck {report.environment.lrcheck}"]
+    return [*(f"- {role}: `{command.line}`, world {command.world_size}, "
+              f"{plural(len(run.updates), 'update')}, recorded into `{folder}`"
+              for role, command, run, folder in (
+                  ("candidate", commands[1], report.candidate, pair.candidate),
+                  ("reference", commands[0], report.reference, pair.reference))),
+            "- recorded by lrcheck record, updates aligned by samples_seen; "
             f"lrcheck {report.environment.lrcheck}"]
+
+
+def diff_heading(report: Report) -> str:
+    """Two recorded commands by their command lines and world sizes; two files by the pair's
+    name."""
+    commands = report.commands()
+    if commands is None:
+        return report.pair.name
+    return f"{commands[1].label()} vs {commands[0].label()}"
 
 
 def _how(spec: RunSpec) -> str:
@@ -123,7 +146,7 @@ KINDS: dict[Kind, ReportKind] = {kind.name: kind for kind in (
                {"lr.png": lr_plot}),
     # A Recorder file records no evaluation.
     ReportKind(Kind.DIFF, _files, files_title, file_settings, files_table,
-               {"lr.png": aligned_lr_plot, "loss.png": loss_plot}),
+               {"lr.png": aligned_lr_plot, "loss.png": loss_plot}, heading=diff_heading),
 )}
 
 
@@ -139,9 +162,26 @@ def render(report: Report) -> Group:
                  kind.table(report), verdict_text(report))
 
 
+def left_out(report: Report) -> dict[str, str]:
+    """The plots of ``report``'s kind it does not draw, each with a sentence that says why: a
+    loss plot where neither run recorded a loss would be empty."""
+    if "loss.png" not in kind_of(report).plots or any(
+            u.loss is not None for run in (report.reference, report.candidate)
+            for u in run.updates):
+        return {}
+    return {"loss.png": "No loss plot: neither run recorded a loss (lrcheck record does not see "
+                        "it; lrcheck.Recorder or a framework callback records it)."}
+
+
+def plots_of(report: Report) -> dict[str, MakePlot]:
+    """The plots ``report`` draws, by file name: its kind's, less those ``left_out``."""
+    skip = left_out(report)
+    return {name: make for name, make in kind_of(report).plots.items() if name not in skip}
+
+
 def report_plots(report: Report, out: Path) -> list[Plot]:
-    """The plots of ``report``'s kind, to be drawn into ``out``."""
-    return [make(report, out / name) for name, make in kind_of(report).plots.items()]
+    """The plots of ``report``, to be drawn into ``out``."""
+    return [make(report, out / name) for name, make in plots_of(report).items()]
 
 
 def plot_names() -> set[str]:

@@ -7,6 +7,7 @@ from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from lrcheck.checks import CHECK_NAMES
 from lrcheck.reports.table import STATUS_STYLE, status_text
 from lrcheck.suite.outcome import (
     ERROR,
@@ -25,6 +26,18 @@ OUTCOME_STYLE = {OK: "bold green", UNEXPECTED: "bold red", REGRESSION: "bold red
                  ERROR: "bold red", INCOMPLETE: "bold yellow", NOT_RUN: "dim"}
 OUTCOME_LABEL = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", ERROR: "ERROR",
                  INCOMPLETE: "INCOMPLETE", NOT_RUN: "NOT RUN"}
+
+
+# Checks only some reports have (a GradScaler's skipped steps; a recorded command's gradient
+# norm): the suite's matrix has a column for each that some pair's report has.
+OPTIONAL_CHECKS = ("skipped-steps", "grad-norm")
+
+
+def matrix_checks(result: SuiteResult) -> tuple[str, ...]:
+    """The checks the suite's matrix (index.html, summary.md) has a column for: the contract's,
+    then those of ``OPTIONAL_CHECKS`` that some pair has."""
+    present = {c.name for o in result.outcomes if o.report for c in o.report.checks}
+    return (*CHECK_NAMES, *(name for name in OPTIONAL_CHECKS if name in present))
 
 
 def outcome_text(outcome: PairOutcome) -> Text:

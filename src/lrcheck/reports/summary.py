@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from lrcheck.checks import CHECK_NAMES
-from lrcheck.reports.kinds import KINDS
+from lrcheck.reports.kinds import plots_of
+from lrcheck.reports.suite_table import matrix_checks
 from lrcheck.suite.outcome import NOT_RUN, OK, PairOutcome, SuiteResult
 from lrcheck.words import plural
 
@@ -23,15 +23,15 @@ def _number(value: float | None, fmt: str) -> str:
     return "—" if value is None else fmt.format(value)
 
 
-def _row(outcome: PairOutcome) -> str:
+def _row(outcome: PairOutcome, columns: tuple[str, ...]) -> str:
     name = outcome.entry.name
     statuses = {c.name: c.status for c in outcome.report.checks} if outcome.report else {}
     d = outcome.deltas()
     plots = " · ".join(f"[{p.removesuffix('.png')}]({name}/{p})"
-                       for p in KINDS[outcome.report.kind].plots) if outcome.report else "—"
+                       for p in plots_of(outcome.report)) if outcome.report else "—"
     cells = [f"`{name}`", outcome.entry.expect, STATUS_MARK.get(outcome.verdict, "💥 error"),
              OUTCOME_MARK[outcome.status],
-             *(STATUS_MARK.get(statuses.get(c, ""), "—") for c in CHECK_NAMES),
+             *(STATUS_MARK.get(statuses.get(c, ""), "—") for c in columns),
              _number(d["max_abs_dlr"], "{:.3g}"), _number(d["accuracy"], "{:+.4f}"),
              _number(d["f1_macro"], "{:+.4f}"), plots]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
@@ -39,6 +39,7 @@ def _row(outcome: PairOutcome) -> str:
 
 def suite_markdown(result: SuiteResult) -> str:
     counts = result.counts()
+    columns = matrix_checks(result)
     lines = [
         f"## {VERDICT_MARK[result.verdict]} lrcheck suite `{result.suite.path}`: "
         f"{result.verdict.upper()}",
@@ -50,11 +51,11 @@ def suite_markdown(result: SuiteResult) -> str:
         f"{plural(counts['error'], 'error')}) in {result.seconds:.1f} s"
         + (f"; baseline `{result.baseline_path}`" if result.baseline_path else "") + ".",
         "",
-        "| pair | expect | verdict | outcome | " + " | ".join(CHECK_NAMES)
+        "| pair | expect | verdict | outcome | " + " | ".join(columns)
         + " | max \\|ΔLR\\| | Δ accuracy | Δ macro-F1 | plots |",
-        "| --- | --- | --- | --- | " + " | ".join("---" for _ in CHECK_NAMES)
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in columns)
         + " | ---: | ---: | ---: | --- |",
-        *(_row(o) for o in result.outcomes),
+        *(_row(o, columns) for o in result.outcomes),
     ]
     problems = [o for o in result.outcomes if o.status != OK]
     if problems:

@@ -39,8 +39,12 @@ def framework_versions(report: Report) -> list[tuple[str, str]]:
 
 
 def files_title(report: Report, subject: str) -> str:
-    """The checks table's title for two Recorder files."""
-    pair = report.pair
+    """The checks table's title for two Recorder files, or two recorded commands: their
+    command lines and world sizes."""
+    pair, commands = report.pair, report.commands()
+    if commands is not None:
+        return (f"lrcheck: candidate {commands[1].label()} vs reference {commands[0].label()} · "
+                "aligned by samples_seen")
     return (f"lrcheck diff: candidate {pair.candidate} vs reference {pair.reference} · "
             "aligned by samples_seen")
 
@@ -125,6 +129,9 @@ def files_table(report: Report) -> Table:
     losses = [[u.loss for u in t.updates if u.loss is not None] for t in runs]
     rows = [
         ("file", [str(t.source) for t in runs]),
+        *([("command", [c.line for c in commands]),
+           ("world size", [str(c.world_size) for c in commands])]
+          if (commands := report.commands()) is not None else []),
         ("optimizer updates", [f"{len(t.updates):,}" for t in runs]),
         ("samples seen", [f"{t.updates[-1].samples_seen:,}" for t in runs]),
         ("param groups", [str(len(t.updates[0].lr)) for t in runs]),
