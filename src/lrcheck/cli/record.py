@@ -13,7 +13,7 @@ import typer
 from lrcheck.cli.ending import note
 from lrcheck.cli.options import JsonOpt, TolLrOpt, out_option
 from lrcheck.cli.output import DEFAULT_REPORTS, Output
-from lrcheck.spec import DIFF_DTYPE, Tolerances
+from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
@@ -54,10 +54,16 @@ def run_command(
     out: Annotated[Path | None, out_option("Report folder, reused if it exists; the records go into its reference/ and candidate/. [default: ./lrcheck-reports/run-<candidate program>, or run-<candidate program>-2, -3, … where that holds an earlier run]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Neither the commands' output nor the tables: only the verdict line.")] = False,
+    free: Annotated[bool, typer.Option("--free", help="Run the commands one after the other, each free-running, instead of side by side in lockstep: parameters and gradient norms are then judged from fingerprints, as drift or jumps.")] = False,
+    timeout: Annotated[float, typer.Option(min=0, metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
     report: the table, plots, report.md, report.html and result.json.
+
+    By default the two run side by side, the candidate in lockstep: after each update it
+    loads the reference's parameters and optimizer state, so every update's gradient and
+    parameters are compared with the reference's from the same state (docs/own-training.md).
 
     Exit codes: 0 the runs match, 1 a check fails, 2 bad input, 3 a command failed.
     """
@@ -70,7 +76,8 @@ def run_command(
     with output.running():
         report = run_commands(reference, candidate, folder, samples=samples,
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
-                              echo=None if quiet or json_out else sys.stderr)
+                              echo=None if quiet or json_out else sys.stderr, free=free,
+                              timeout=timeout or None)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -11,9 +11,9 @@ from typing import TextIO
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
-from lrcheck.record.together import DEFAULT_STALL_S, record_together
+from lrcheck.record.together import record_together
 from lrcheck.result import Report
-from lrcheck.spec import FilePair, Tolerances
+from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
@@ -70,7 +70,7 @@ def split_command(side: str, line: str) -> list[str]:
 def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = DEFAULT_STALL_S) -> Report:
+                 free: bool = False, timeout: float | None = RUN_STALL_S) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
     the reference (``record.together``; ``timeout``: seconds without an update before both are

@@ -34,10 +34,7 @@ from lrcheck.record.launch import (
     stop_plan,
 )
 from lrcheck.record.startup import ENV_EXCHANGE, ENV_ROLE, ended
-
-# Seconds without a new update in either command, once updates have begun, before lrcheck run
-# stops both as hung (its --timeout).
-DEFAULT_STALL_S = 600.0
+from lrcheck.spec import RUN_STALL_S
 
 
 def scratch() -> str | None:
@@ -80,7 +77,7 @@ class _Side:
 
 def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples: int | None,
                     every: int, echo: TextIO | None = None,
-                    timeout: float | None = DEFAULT_STALL_S) -> dict[str, RecordedRun]:
+                    timeout: float | None = RUN_STALL_S) -> dict[str, RecordedRun]:
     """Record ``commands`` (``{"reference": argv, "candidate": argv}``) side by side into
     ``out/<side>``, the candidate in lockstep with the reference; their ``RecordedRun``s. A
     command that fails or stalls is a ``RunError`` (the other stopped); Ctrl-C stops both,

@@ -33,6 +33,7 @@ from lrcheck.spec.run import (
     DIFF_DTYPE,
     FRAMEWORK_FIELDS,
     REFERENCE_POLICY,
+    RUN_STALL_S,
     TRACE_DEFAULTS,
     RunSpec,
     framework_settings,
@@ -44,7 +45,7 @@ from lrcheck.spec.tolerances import Tolerances
 __all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "Tolerances", "Choice", "Tail",
            "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
-           "DEFAULT_TIMEOUT_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "FRAMEWORK_FIELDS",
+           "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "FRAMEWORK_FIELDS",
            "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",
            "reference_framework", "framework_settings", "resumed_against_itself",
            "samples_per_epoch"]

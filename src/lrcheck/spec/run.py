@@ -41,6 +41,10 @@ REFERENCE_POLICY = "per-update"
 # Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
 # and ``lrcheck.compare(timeout=...)``.
 DEFAULT_TIMEOUT_S = 300.0
+# Seconds without a new update in either command of ``lrcheck run`` in lockstep, once updates
+# have begun, before both are stopped as hung (``lrcheck run --timeout``): longer than
+# DEFAULT_TIMEOUT_S, since a user's script may evaluate between two updates.
+RUN_STALL_S = 600.0
 # ``lrcheck trace`` and ``lrcheck.trace_schedule``: what a schedule-only run is when told nothing
 # but its samples (the other fields are ``RunSpec``'s). The task is a placeholder: a trace has no
 # data, only ``samples`` per epoch.

@@ -1,0 +1,159 @@
+"""``lrcheck run`` in lockstep, for real: two commands of a user's script side by side, the
+candidate loading the reference's state after every update. Correct pairs pass at the rounding
+level; each effect-only bug fails at the update where it acts, its tensor named; a pass that
+compared nothing fails; dropout is named; a command that dies or hangs leaves nothing
+waiting."""
+
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+from lrcheck.errors import RunError, SpecError
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
+
+
+def _line(*args: str) -> str:
+    return shlex.join([sys.executable, str(SCRIPT), *args])
+
+
+def _run(tmp_path, ref_args, cand_args, **options):
+    report = api.run_commands(_line(*ref_args), _line(*cand_args), tmp_path / "out",
+                                  **options)
+    checks = {c.name: c for c in report.checks}
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return report, checks
+
+
+def _left_running() -> list[str]:
+    found = subprocess.run(["pgrep", "-f", str(SCRIPT)], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+@pytest.mark.parametrize(("dtype", "opt", "cand"), [
+    ("float32", "adamw", ["--bs", "1", "--accum", "16"]),
+    ("float64", "sgd", ["--bs", "4", "--accum", "4"]),
+])
+def test_a_correct_pair_passes_at_the_rounding_level_from_a_warmup_at_lr_0(
+        tmp_path, dtype, opt, cand):
+    report, checks = _run(tmp_path, ["--dtype", dtype, "--opt", opt],
+                          [*cand, "--dtype", dtype, "--opt", opt])
+    assert report.ok
+    assert checks["grads"].status == "pass" and checks["params"].status == "pass"
+    assert "lockstep (11 updates started from the reference's state)" in checks["grads"].detail
+    bound = 1e-4 if dtype == "float32" else 1e-9
+    assert checks["grads"].max_rel_diff < bound / 10, "within a tenth of the bound"
+    assert checks["evidence"].status == "pass"
+    assert dtype in checks["grads"].detail
+    # The warmup starts at LR 0: update 0 moves nothing, and that is no jump.
+    assert checks["params"].max_rel_diff is not None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_gradient_scaled_by_1e_3_at_one_update_fails_there(tmp_path, dtype):
+    report, checks = _run(tmp_path, ["--dtype", dtype],
+                          ["--bs", "4", "--accum", "4", "--dtype", dtype, "--scale-grad-at", "7"])
+    assert not report.ok
+    assert checks["lr"].status == "pass"
+    grads = checks["grads"]
+    assert grads.status == "fail" and grads.first_divergence == 7
+    assert "at update 7, from the same state" in grads.detail and "most in " in grads.detail
+    assert 9e-4 < float(grads.detail.split("‖Δg‖/‖g‖")[1].split(") ")[1].split()[0]) < 1.1e-3
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_weight_decay_on_every_micro_batch_fails_at_the_first_update_that_moves(tmp_path, dtype):
+    report, checks = _run(tmp_path, ["--dtype", dtype, "--wd-per-micro"],
+                          ["--bs", "4", "--accum", "4", "--dtype", dtype, "--wd-per-micro"])
+    params = checks["params"]
+    assert not report.ok and params.status == "fail"
+    assert params.first_divergence == 1  # LR 0 at update 0: no decay there
+    assert "most in 0.weight" in params.detail or "most in 3.weight" in params.detail
+
+
+def test_clipping_every_micro_batch_and_a_skipped_zero_grad_fail_where_they_act(tmp_path):
+    _, clipped = _run(tmp_path, ["--clip"], ["--bs", "4", "--accum", "4", "--clip",
+                                             "--clip-per-micro"])
+    assert clipped["grads"].status == "fail" and clipped["grads"].first_divergence == 0
+    _, skipped = _run(tmp_path, [], ["--bs", "8", "--accum", "2", "--skip-zero-grad-at", "5"])
+    assert skipped["grads"].status == "fail" and skipped["grads"].first_divergence == 5
+
+
+def test_two_runs_at_lr_0_do_not_pass(tmp_path):
+    report, checks = _run(tmp_path, ["--lr", "0"], ["--bs", "8", "--accum", "2", "--lr", "0"])
+    assert not report.ok
+    assert checks["evidence"].status == "fail"
+    assert "this pass would prove nothing" in checks["evidence"].detail
+
+
+def test_dropout_is_named_and_the_effects_are_not_judged(tmp_path):
+    report, checks = _run(tmp_path, ["--dropout", "0.1"],
+                          ["--bs", "8", "--accum", "2", "--dropout", "0.1"])
+    for name in ("grads", "params"):
+        assert checks[name].status == "warn"
+        assert "dropout p=0.1 active in 1 module" in checks[name].detail
+        assert "set it to 0 for the check" in checks[name].detail
+    assert report.ok  # the causes were judged; the effects are named, neither passed nor failed
+
+
+def test_runs_from_different_initial_weights_are_said_to(tmp_path):
+    report, checks = _run(tmp_path, [], ["--bs", "8", "--accum", "2", "--seed-offset", "1"])
+    assert not report.ok and checks["params"].first_divergence == 0
+    assert "seed the model's initialisation" in checks["params"].detail
+
+
+def test_a_candidate_that_crashes_stops_the_reference_and_is_named(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(RunError) as caught:
+        _run(tmp_path, ["--updates", "400"], ["--bs", "8", "--accum", "2", "--updates", "400",
+                                              "--crash-at", "3"])
+    print(caught.value)
+    assert "the candidate command" in str(caught.value) and "exit code 7" in str(caught.value)
+    assert time.monotonic() - started < 60
+    assert not _left_running()
+
+
+def test_a_hung_command_is_stopped_after_the_timeout(tmp_path):
+    with pytest.raises(RunError) as caught:
+        _run(tmp_path, [], ["--bs", "8", "--accum", "2", "--hang-at", "4"], timeout=3)
+    print(caught.value)
+    assert "no update in either command for 3 s" in str(caught.value)
+    assert "the candidate command" in str(caught.value)
+    assert not _left_running()
+
+
+def test_a_candidate_that_never_steps_leaves_the_reference_free(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(SpecError) as caught:
+        _run(tmp_path, ["--updates", "30"], ["--bs", "8", "--accum", "2", "--no-step"])
+    assert "made no optimizer update" in str(caught.value)
+    assert time.monotonic() - started < 60
+    assert not _left_running()
+
+
+def test_free_running_is_asked_for_and_said(tmp_path):
+    report, checks = _run(tmp_path, [], ["--bs", "8", "--accum", "2"], free=True)
+    assert "grads" not in checks and checks["evidence"].status == "pass"
+    assert not (tmp_path / "out" / "candidate" / "lockstep-rank0.jsonl").exists()
+    assert report.ok
+
+
+def test_two_ddp_ranks_follow_one_reference(tmp_path):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2", str(SCRIPT)]
+    report = api.run_commands(_line(), shlex.join([*torchrun, "--bs", "4", "--accum", "2"]),
+                                  tmp_path / "out")
+    checks = {c.name: c for c in report.checks}
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value}: {c.detail}")
+    assert report.ok and checks["grads"].status == "pass"
+    assert (tmp_path / "out" / "candidate" / "lockstep-rank1.jsonl").exists()
+    assert checks["replicas (candidate)"].status == "pass"
