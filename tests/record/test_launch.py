@@ -1,13 +1,20 @@
 """``record.launch``: the command's checks, its environment, and a user's own sitecustomize
 still running under the injection."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.record.launch import BOOT, check_command, environment, prepare_folder
+from lrcheck.record.launch import (
+    BOOT,
+    check_command,
+    environment,
+    prepare_folder,
+    record_command,
+)
 
 
 @pytest.mark.parametrize(("command", "words"), [
@@ -60,3 +67,13 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
     out = subprocess.run([sys.executable, "-c", "print('script')"], env=env,
                          capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["users own sitecustomize ran", "script"], out.stderr
+
+
+@pytest.mark.slow
+def test_the_torch_markers_are_counted_into_run_json_and_removed(tmp_path):
+    run = record_command([sys.executable, "-c", "import torch"], tmp_path / "r")
+    assert run.torch_processes == 1 and "1 Python process(es) imported torch" in (
+        run.nothing_recorded())
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["torch_processes"] == 1
+    left = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert left == ["run.json"], left

@@ -196,18 +196,27 @@ def _finish(folder: Path, command: tuple[str, ...], code: int, seconds: float,
             processes.append({"file": path.name, "unreadable": True})
     updates = {path.name: _lines(path) for path in sorted(folder.glob("rank*.jsonl"))}
     run = RecordedRun(folder, command, code, updates, seconds, tuple(tail), interrupted,
-                      len(list(folder.glob(".torch-*"))), processes)
+                      _torch_markers(folder), processes)
     worlds = [p.get("world", 1) for p in processes]
     document = {
         "kind": "lrcheck-record", "schema_version": 1, "command": list(command),
         "exit_code": code, "ended": run.how_it_ended, "interrupted": interrupted,
         "seconds": round(seconds, 3), "samples_per_update": samples,
         "fingerprint_every": every, "world_size": max(worlds, default=1),
-        "updates": updates, "processes": processes,
+        "updates": updates, "torch_processes": run.torch_processes, "processes": processes,
         "versions": {"python": sys.version.split()[0], "lrcheck": _version(),
                      "torch": next((p["torch"] for p in processes if "torch" in p), None)}}
     (folder / DESCRIPTION).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return run
+
+
+def _torch_markers(folder: Path) -> int:
+    """How many processes installed the recording (each left an empty ``.torch-<pid>`` when it
+    imported torch); the markers are removed once counted (``run.json`` keeps the count)."""
+    markers = list(folder.glob(".torch-*"))
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    return len(markers)
 
 
 def _lines(path: Path) -> int:
