@@ -81,7 +81,8 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
 
 
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
-                    more: Sequence[CheckResult] = ()) -> list[CheckResult]:
+                    more: Sequence[CheckResult] = (),
+                    incomplete: Sequence[str] = ()) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
@@ -104,8 +105,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                       ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("data", "weights", "params", "metrics")}
-    found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
-             "loss": loss}
+    found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
+             "lr": lr, "loss": loss}
     if ref.fingerprints is not None and cand.fingerprints is not None:
         found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
                                              tol.params)
@@ -117,3 +118,10 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     extra = [check_skips(ref, cand, pairs), check_grad_norm(ref, cand, pairs, tol.params)]
     return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
             + list(more))
+
+
+def _ended(updates: CheckResult, incomplete: Sequence[str]) -> CheckResult:
+    """The ``updates`` check, failed where a run's record is incomplete (its reasons first)."""
+    if not incomplete:
+        return updates
+    return replace(updates, status=FAIL, detail="; ".join([*incomplete, updates.detail]))
