@@ -3,10 +3,13 @@ wait on the condition itself, and bound the wait only to turn a hang into a fail
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -54,3 +57,28 @@ def _output(proc: subprocess.Popen) -> str:
     texts = [t.decode(errors="replace") if isinstance(t, bytes) else t for t in (out, err)]
     named = zip(("stdout", "stderr"), texts, strict=True)
     return "".join(f"\n{name}:\n{text}" for name, text in named if text)
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn``: SIGINT's default disposition in the child. A test of what SIGINT does
+    sets it: started as a background job of a non-interactive shell, this process and its
+    children inherit SIGINT ignored (as POSIX says), which lrcheck rightly keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def session(argv: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """``argv`` started in a session of its own (as a terminal starts a job) with SIGINT's
+    default disposition (``default_sigint``). However the test ends, whatever of the session's
+    process group still runs is killed, and the process is reaped: a failing test leaves
+    nothing running (a process that left the group, as a torchrun worker does, is the test's
+    to kill)."""
+    proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=default_sigint, **popen)
+    try:
+        yield proc
+    finally:
+        # The group outlives its leader while a member runs, and its id is not reused then.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=OUTPUT_S)

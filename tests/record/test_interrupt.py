@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.runner.dist.procs import alive
+from tests.helpers import HANG_S, session, wait_for
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_train.py"
@@ -47,3 +49,40 @@ def test_ctrl_c_during_run_keeps_the_records_and_exits_130(tmp_path):
     assert about["interrupted"] and kept >= 5 and about["updates"]["rank0.jsonl"] == kept
     assert _updates(tmp_path / "reference" / "rank0.jsonl") == 16
     assert "interrupted (Ctrl-C)" in err and "Traceback" not in err
+
+
+WRAPPER = """\
+trap '' TERM
+echo $$ > "$1.tmp" && mv "$1.tmp" "$1"
+"$2" -c '
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(3600)
+' "$3"
+"""
+
+
+def test_stopping_record_stops_a_wrapper_that_ignores_sigterm_and_its_child(tmp_path):
+    """``bash train.sh`` that ignores SIGTERM (and so does the Python it starts, which inherits
+    the ignored signal): SIGTERM to ``lrcheck record`` still ends both, with SIGKILL."""
+    (tmp_path / "train.sh").write_text(WRAPPER)
+    env = {**os.environ, "PYTHONPATH": str(Path(api.__file__).parents[1])}
+    shell, child = tmp_path / "shell.pid", tmp_path / "child.pid"
+    argv = [sys.executable, "-m", "lrcheck", "record", "--out", str(tmp_path / "r"), "--",
+            "bash", str(tmp_path / "train.sh"), str(shell), sys.executable, str(child)]
+    # Its output to a file: a process left running would hold a pipe open.
+    with (tmp_path / "output").open("w") as output, session(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
+        pids = [int(wait_for(lambda p=p: p.exists() and p.read_text(), HANG_S, f"{p.name}",
+                             proc=proc)) for p in (shell, child)]
+        assert all(alive(pid) for pid in pids)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=HANG_S)
+        left = [pid for pid in pids if alive(pid)]
+    err = (tmp_path / "output").read_text()
+    print(err)
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err
+    assert not left, f"still running after lrcheck record ended: {left} of {pids}"
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["interrupted"]

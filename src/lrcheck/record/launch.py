@@ -8,6 +8,7 @@ is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Any, TextIO
 
 from lrcheck.errors import SpecError
 from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
+from lrcheck.runner.dist.procs import marked
 
 BOOT = Path(__file__).with_name("boot")
 DESCRIPTION = "run.json"
@@ -37,6 +40,10 @@ DEFAULT_EVERY = 50
 _BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",
              "E": "-E (ignores PYTHON* variables, PYTHONPATH among them)",
              "S": "-S (does not import site, so no sitecustomize runs)"}
+# Carried by every process of a recorded command (inherited), so that stopping the command finds
+# all of them, wherever they were re-parented to (a PYTHON* name, as the other settings).
+ENV_RUN = "PYTHON_LRCHECK_RECORD_RUN"
+STOP_POLL_S = 0.05
 _OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|run\.json|output\.log|\.torch-\d+)$")
 
 
@@ -96,7 +103,7 @@ def check_command(command: Sequence[str]) -> list[str]:
 def environment(folder: Path, samples: int | None, every: int,
                 base: dict[str, str] | None = None) -> dict[str, str]:
     """The command's environment: ``base`` (default: this process's) with ``boot/`` first on
-    ``PYTHONPATH`` and the recording's settings."""
+    ``PYTHONPATH``, the recording's settings, and a token of its own (``ENV_RUN``)."""
     env = dict(os.environ if base is None else base)
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT), *([path] if path else [])])
@@ -104,6 +111,7 @@ def environment(folder: Path, samples: int | None, every: int,
     env[ENV_EVERY] = str(every)
     env[ENV_SAMPLES] = "" if samples is None else str(samples)
     env[ENV_LIB] = str(Path(__file__).resolve().parents[2])  # the folder holding lrcheck/
+    env[ENV_RUN] = uuid.uuid4().hex
     return env
 
 
@@ -149,7 +157,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
         code = proc.wait()
     except KeyboardInterrupt:
         interrupted = True
-        code = _stop(proc)
+        code = _stop(proc, env[ENV_RUN])
     run = _finish(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
                   samples, every)
     if interrupted:
@@ -169,20 +177,39 @@ def _pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str],
                 echo.flush()
 
 
-def _stop(proc: subprocess.Popen[Any]) -> int:
+def _stop(proc: subprocess.Popen[Any], token: str) -> int:
     """The command after Ctrl-C: it had the SIGINT too where it shares the terminal; else it
-    gets one now; SIGTERM after 10 s, SIGKILL after 5 more."""
-    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
-        if proc.poll() is not None:
+    gets one now; SIGTERM after 10 s, SIGKILL after 5 more. These two go to every process of
+    the command still running (each carries ``token``, ``ENV_RUN``, where /proc shows it), so
+    a wrapper that does not pass them on (``bash`` with ``trap '' TERM``) leaves nothing
+    running. The waits end once the command and every process of it have ended."""
+    for sig, wait in ((signal.SIGINT, 10.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        tree = [] if sig == signal.SIGINT else marked(token, ENV_RUN)
+        if proc.poll() is not None and not tree:
             break
-        proc.send_signal(sig)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        for pid in set(tree) - {proc.pid}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
         try:
-            return proc.wait(wait)
+            _wait_ended(proc, token, wait)
+            break
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
             continue
     return proc.wait()
+
+
+def _wait_ended(proc: subprocess.Popen[Any], token: str, seconds: float) -> None:
+    """Until ``proc`` has ended and no process carries ``token``; ``TimeoutExpired`` after
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while proc.poll() is None or marked(token, ENV_RUN):
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, seconds)
+        time.sleep(STOP_POLL_S)
 
 
 def _finish(folder: Path, command: tuple[str, ...], code: int, seconds: float,
