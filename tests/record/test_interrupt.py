@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,18 @@ def test_ctrl_c_during_run_keeps_the_records_and_exits_130(tmp_path):
     py = sys.executable
     ref = f"{py} {SCRIPT} --bs 32 --epochs 1"
     endless = f"{py} {SCRIPT} --bs 16 --accum 2 --epochs 100000"
-    proc = subprocess.Popen([py, "-m", "lrcheck", "run", "--quiet", "--fingerprint-every", "1",
-                             "--out", str(tmp_path), ref, endless], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [py, "-m", "lrcheck", "run", "--quiet", "--fingerprint-every", "1", "--out",
+            str(tmp_path), ref, endless]
     records = tmp_path / "candidate" / "rank0.jsonl"
-    deadline = time.monotonic() + 120
-    while _updates(records) < 5 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    # SIGINT's default in lrcheck and the commands it starts (session), which a background
+    # shell would leave ignored; the endless training is killed with the session's group if
+    # the test fails. Output to files: a command left running would hold a pipe open.
+    with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr, \
+            session(argv, env=env, stdout=stdout, stderr=stderr) as proc:
+        wait_for(lambda: _updates(records) >= 5, HANG_S, "5 candidate updates", proc=proc)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=HANG_S)
+    out, err = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     print(out, err)
     assert proc.returncode == 130
     about = json.loads((tmp_path / "candidate" / "run.json").read_text())

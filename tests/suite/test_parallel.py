@@ -86,6 +86,17 @@ def suite_file(tmp_path):
     return path
 
 
+@pytest.fixture
+def token():
+    """The suite's SUITE_WORKER_ENV token; whatever carries it is killed when the test ends
+    (workers lead process groups of their own: killing the suite's does not reach them)."""
+    mine = f"test-{os.getpid()}-{os.urandom(4).hex()}"
+    yield mine
+    for pid in marked(mine, SUITE_WORKER_ENV):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_jobs_and_merged_shards_give_the_sequential_results(tmp_path, suite_file):
     code, _, err = finished(lrcheck("suite", str(suite_file), "--out", str(tmp_path / "seq"),
@@ -125,23 +136,24 @@ def test_jobs_and_merged_shards_give_the_sequential_results(tmp_path, suite_file
 @pytest.mark.parametrize(("sig", "code", "words"), [
     (signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
 ])
-def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code, words):
+def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code, words, token):
     path = tmp_path / "ci.toml"
     path.write_text(textwrap.dedent(SUITE.format(epochs=300)))
-    token = f"test-{os.getpid()}-{sig}"
     env = {**os.environ, SUITE_WORKER_ENV: token}
-    proc = lrcheck("suite", str(path), "--out", str(tmp_path / "R"), "--jobs", "2", env=env)
-    try:
+    argv = [sys.executable, "-m", "lrcheck", "suite", str(path), "--out", str(tmp_path / "R"),
+            "--jobs", "2"]
+    # SIGINT's default in the suite (session), which a background shell would leave ignored;
+    # its output to a file: a worker left running would hold a pipe open.
+    with open(tmp_path / "output", "w") as output, session(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
         # The suite, its fork server and both workers are there.
         wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, 120, "two workers",
                  proc=proc)
         # Both workers training a pair.
         wait_for(lambda: _training(token) >= 2, 120, "both workers to train", proc=proc)
         proc.send_signal(sig)
-        status, out, err = finished(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        status = proc.wait(timeout=120)
+    err = (tmp_path / "output").read_text()
     assert status == code, err
     saved = json.loads((tmp_path / "R" / "suite.json").read_text())
     assert saved["interrupted"].startswith(f"{words} with 2 pairs running")
@@ -178,17 +190,6 @@ def test_jobs_is_a_whole_number_or_auto():
     for bad in ("0", "-1", "two"):
         with pytest.raises(SpecError, match=r"^--jobs .*expected a whole number >= 1, or auto"):
             parse_jobs(bad)
-
-
-@pytest.fixture
-def token():
-    """The suite's SUITE_WORKER_ENV token; whatever carries it is killed when the test ends
-    (workers lead process groups of their own: killing the suite's does not reach them)."""
-    mine = f"test-{os.getpid()}-{os.urandom(4).hex()}"
-    yield mine
-    for pid in marked(mine, SUITE_WORKER_ENV):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
