@@ -3,10 +3,15 @@ wait on the condition itself, and bound the wait only to turn a hang into a fail
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import textwrap
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -54,3 +59,85 @@ def _output(proc: subprocess.Popen) -> str:
     texts = [t.decode(errors="replace") if isinstance(t, bytes) else t for t in (out, err)]
     named = zip(("stdout", "stderr"), texts, strict=True)
     return "".join(f"\n{name}:\n{text}" for name, text in named if text)
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn``: SIGINT's default disposition in the child. A test of what SIGINT does
+    sets it: started as a background job of a non-interactive shell, this process and its
+    children inherit SIGINT ignored (as POSIX says), which lrcheck rightly keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def session(argv: list[str], **popen: Any) -> Iterator[subprocess.Popen]:
+    """``argv`` started in a session of its own (as a terminal starts a job) with SIGINT's
+    default disposition (``default_sigint``). However the test ends, whatever of the session's
+    process group still runs is killed, and the process is reaped: a failing test leaves
+    nothing running (a process that left the group, as a torchrun worker does, is the test's
+    to kill)."""
+    proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=default_sigint, **popen)
+    try:
+        yield proc
+    finally:
+        # The group outlives its leader while a member runs, and its id is not reused then.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=OUTPUT_S)
+
+
+_HANGING = """
+    import os
+    import time
+    from pathlib import Path
+
+    from torch.optim.lr_scheduler import LambdaLR
+
+    MARK = Path(__file__).with_name("pair-b-is-training")
+
+
+    def make(optimizer, ctx):
+        def factor(step):
+            if step == 3:  # three updates into pair "b": tell the test, wait for it to stop us
+                MARK.with_suffix(".tmp").write_text(str(os.getpid()))
+                os.replace(MARK.with_suffix(".tmp"), MARK)
+                # Short sleeps, not signal.pause(): a Ctrl-C landing between the write and
+                # pause() would wake nothing, and the suite would wait for a second one.
+                deadline = time.monotonic() + {hang}
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                raise RuntimeError("the test did not stop pair b")
+            return 1.0
+
+        return LambdaLR(optimizer, factor)
+"""
+_HANGING_SUITE = """
+    [defaults]
+    task = "wine"
+    epochs = 1
+    accum = 2
+    bs = 8
+
+    [[pair]]
+    name = "a"
+
+    [[pair]]
+    name = "b"
+    scheduler = "{factory}:make"
+
+    [[pair]]
+    name = "c"
+    accum = 4
+    bs = 4
+"""
+
+
+def hanging_suite(folder: Path) -> tuple[Path, Path]:
+    """A suite (its file, and the mark) of three pairs of wine, a, b and c (a and c sharing a
+    reference), in which pair b, three updates in, writes the pid of the process training it
+    into the mark and waits ``HANG_S`` for the test to stop it."""
+    factory = folder / "slow_schedule.py"
+    factory.write_text(textwrap.dedent(_HANGING.format(hang=HANG_S)))
+    path = folder / "ci.toml"
+    path.write_text(textwrap.dedent(_HANGING_SUITE.format(factory=factory)))
+    return path, folder / "pair-b-is-training"

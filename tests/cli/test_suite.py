@@ -19,7 +19,7 @@ import lrcheck
 from lrcheck import comparison
 from lrcheck.cli import app
 from lrcheck.runner import pair as pair_module
-from tests.helpers import HANG_S, wait_for
+from tests.helpers import HANG_S, default_sigint, hanging_suite, wait_for
 
 SUITE = """
     [defaults]
@@ -218,71 +218,18 @@ def test_amp_fp16_and_inject_overflow_work_in_defaults_and_pairs(tmp_path):
     assert "skipped-steps" not in checks["in-pair"]
 
 
-SLOW_FACTORY = """
-    import time
-    from pathlib import Path
-
-    from torch.optim.lr_scheduler import LambdaLR
-
-    MARK = Path(__file__).with_name("pair-b-is-training")
-
-
-    def make(optimizer, ctx):
-        def factor(step):
-            if step == 3:  # three updates into pair "b": tell the test, wait for its Ctrl-C
-                MARK.touch()
-                # Short sleeps, not signal.pause(): a Ctrl-C landing between touch() and pause()
-                # would wake nothing, and the suite would wait for a second one.
-                deadline = time.monotonic() + {hang}
-                while time.monotonic() < deadline:
-                    time.sleep(0.05)
-                raise RuntimeError("the test sent no Ctrl-C")
-            return 1.0
-
-        return LambdaLR(optimizer, factor)
-"""
-
-SIGINT_SUITE = """
-    [defaults]
-    task = "wine"
-    epochs = 1
-    accum = 2
-    bs = 8
-
-    [[pair]]
-    name = "a"
-
-    [[pair]]
-    name = "b"
-    scheduler = "{factory}:make"
-
-    [[pair]]
-    name = "c"
-    accum = 4
-    bs = 4
-"""
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background shell may leave it ignored
-
-
 @pytest.mark.slow
 def test_sigint_stops_the_suite_exits_130_and_writes_what_finished(tmp_path):
-    factory = tmp_path / "slow_schedule.py"
-    factory.write_text(textwrap.dedent(SLOW_FACTORY.format(hang=HANG_S)))
-    path = tmp_path / "ci.toml"
-    path.write_text(textwrap.dedent(SIGINT_SUITE.format(factory=factory)))
+    path, mark = hanging_suite(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(Path(lrcheck.__file__).parents[1]),
            "OMP_NUM_THREADS": "1"}
     # Files, not pipes: nobody reads a pipe while the test waits, and a full one would stall it.
     with open(tmp_path / "stdout", "w") as stdout, open(tmp_path / "stderr", "w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "lrcheck", "suite", str(path), "--out",
                                  "R"], cwd=tmp_path, env=env, stdout=stdout, stderr=stderr,
-                                preexec_fn=_default_sigint)
+                                preexec_fn=default_sigint)
     try:
-        wait_for((tmp_path / "pair-b-is-training").exists, HANG_S, "pair b to start training",
-                 proc=proc)
+        wait_for(mark.exists, HANG_S, "pair b to start training", proc=proc)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=HANG_S)
     finally:

@@ -45,7 +45,7 @@ def test_a_partitioned_run_is_compared_with_the_other_runs_whole_model(tmp_path)
             "kind": "lrcheck-record", "samples_per_update": None,
             "processes": [{"optimizers": [{"index": 0, "sharded": partitioned,
                                            "partitioned": partitioned}]}]}))
-    ref, cand, _ = read_sides(tmp_path / "ref", tmp_path / "zero", 1e-4)
+    ref, cand, _, _ = read_sides(tmp_path / "ref", tmp_path / "zero", 1e-4)
     assert ref.fingerprints[0].tolist() == cand.fingerprints[0].tolist() == [[4.0, 2.0]]
 
 
@@ -64,3 +64,44 @@ def test_a_folder_without_run_json_or_updates_is_bad_input(tmp_path):
                                                    "ended": "exit code 0"}))
     with pytest.raises(SpecError, match=r"the command \(exit code 0\) made no optimizer update"):
         read_folder(tmp_path)
+
+
+def _record(folder, updates, **about):
+    folder.mkdir()
+    lines = [{"step": k, "samples_seen": k + 1, "lr": [0.1], "loss": 1.0} for k in range(updates)]
+    (folder / "rank0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (folder / "run.json").write_text(json.dumps({
+        "kind": "lrcheck-record", "samples_per_update": None, "exit_code": 0,
+        "ended": "exit code 0", "interrupted": False, "updates": {"rank0.jsonl": updates},
+        **about}))
+
+
+@pytest.mark.parametrize(("about", "words"), [
+    ({"exit_code": 7, "ended": "exit code 7"}, "ended with exit code 7"),
+    ({"exit_code": -9, "ended": "killed by SIGKILL"}, "was killed by SIGKILL"),
+    ({"exit_code": -2, "ended": "killed by SIGINT", "interrupted": True},
+     "was interrupted (killed by SIGINT)"),
+])
+def test_a_record_whose_command_crashed_fails_updates_as_incomplete(tmp_path, about, words):
+    from lrcheck.record.pairs import diff_runs
+
+    _record(tmp_path / "ref", 5)
+    _record(tmp_path / "ended-well", 5)
+    _record(tmp_path / "crashed", 5, **about)
+    assert diff_runs(tmp_path / "ref", tmp_path / "ended-well").verdict == "pass"
+    report = diff_runs(tmp_path / "ref", tmp_path / "crashed")
+    updates = next(c for c in report.checks if c.name == "updates")
+    print(updates.detail)
+    assert report.verdict == "fail" and updates.status == "fail"
+    assert updates.detail.startswith(f"the candidate's command {words} after 5 updates: its "
+                                     "record is incomplete")
+
+
+def test_a_rank_file_that_run_json_lists_and_is_missing_is_named(tmp_path):
+    _record(tmp_path / "r", 5)
+    (tmp_path / "r" / "rank0.jsonl").unlink()
+    with pytest.raises(SpecError) as caught:
+        read_folder(tmp_path / "r")
+    print(caught.value)
+    assert "rank0.jsonl, which its run.json lists with 5 update(s), is missing" in str(
+        caught.value) and "made no optimizer update" not in str(caught.value)

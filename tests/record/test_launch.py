@@ -1,13 +1,22 @@
 """``record.launch``: the command's checks, its environment, and a user's own sitecustomize
 still running under the injection."""
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.record.launch import BOOT, check_command, environment, prepare_folder
+from lrcheck.record.launch import (
+    BOOT,
+    check_command,
+    environment,
+    prepare_folder,
+    record_command,
+)
 
 
 @pytest.mark.parametrize(("command", "words"), [
@@ -60,3 +69,46 @@ def test_a_users_own_sitecustomize_still_runs(tmp_path):
     out = subprocess.run([sys.executable, "-c", "print('script')"], env=env,
                          capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["users own sitecustomize ran", "script"], out.stderr
+
+
+@pytest.mark.slow
+def test_the_torch_markers_are_counted_into_run_json_and_removed(tmp_path):
+    run = record_command([sys.executable, "-c", "import torch"], tmp_path / "r")
+    assert run.torch_processes == 1 and "1 Python process(es) imported torch" in (
+        run.nothing_recorded())
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["torch_processes"] == 1
+    left = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert left == ["run.json"], left
+
+
+@pytest.mark.slow
+def test_another_environments_python_keeps_its_sys_path_and_is_recorded(tmp_path, monkeypatch):
+    """A Python of a second environment, which has torch (through a .pth) but not lrcheck:
+    recorded, its ``sys.path`` is the one it has unrecorded (with boot/ first, as PYTHONPATH
+    says), no folder of lrcheck's added, and its update is recorded."""
+    import torch
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                              "['purelib'])"], capture_output=True, text=True, check=True)
+    (Path(purelib.stdout.strip()) / "torch.pth").write_text(
+        f"{Path(torch.__file__).parents[1]}\n")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    script = ("import json, sys\n"
+              "import torch\n"
+              "p = torch.nn.Parameter(torch.zeros(1))\n"
+              "p.grad = torch.ones(1)\n"
+              "torch.optim.SGD([p], lr=0.1).step()\n"
+              "print(json.dumps(sys.path))\n")
+    alone = subprocess.run([python, "-c", "import lrcheck"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(BOOT)})
+    assert alone.returncode != 0 and "No module named 'lrcheck'" in alone.stderr, (
+        "the premise: lrcheck is not importable in the second environment")
+    plain = subprocess.run([python, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(BOOT)})
+    run = record_command([python, "-c", script], tmp_path / "r", capture=True)
+    print(run.tail)
+    assert run.exit_code == 0 and run.updates == {"rank0.jsonl": 1}, run.tail
+    assert json.loads(run.tail[-1]) == json.loads(plain.stdout)

@@ -147,14 +147,20 @@ def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
 
 @pytest.mark.slow
 def test_the_helper_ignores_ctrl_c_which_is_this_process_s_to_handle(tmp_path):
-    with Renderer(background=True) as renderer:
-        helper = renderer.helper()
-        os.kill(helper, signal.SIGINT)
-        renderer.draw([loss_plot(tmp_path / "a.png")])
-        renderer.finish()
-        assert renderer.helper() == helper  # the same helper, still alive
+    # Ctrl-C handled here, as Python sets it up unless it started with SIGINT ignored (a
+    # background job of a non-interactive shell): the helper must ignore it by itself.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Renderer(background=True) as renderer:
+            helper = renderer.helper()
+            os.kill(helper, signal.SIGINT)
+            renderer.draw([loss_plot(tmp_path / "a.png")])
+            renderer.finish()
+            assert renderer.helper() == helper  # the same helper, still alive
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored here
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert_png(tmp_path / "a.png")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored here
 
 
 def test_report_files_get_the_umask_s_permissions_not_owner_only(tmp_path):

@@ -4,7 +4,9 @@ the running pairs as incomplete, and leave no process behind. Real trainings of 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -14,9 +16,11 @@ import textwrap
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.dist.procs import HAS_PROC, marked
-from lrcheck.suite.parallel import SUITE_WORKER_ENV, parse_jobs
-from tests.helpers import wait_for
+from lrcheck.runner.dist.procs import HAS_PROC, alive, marked
+from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule, _Worker, parse_jobs
+from lrcheck.suite.queue import PairQueue
+from lrcheck.suite.spec import parse_suite
+from tests.helpers import HANG_S, hanging_suite, session, wait_for
 
 # Two reference groups: a, b and d train like bs 16 (d's policy is the bug), c and e like bs 8.
 SUITE = """
@@ -82,6 +86,17 @@ def suite_file(tmp_path):
     return path
 
 
+@pytest.fixture
+def token():
+    """The suite's SUITE_WORKER_ENV token; whatever carries it is killed when the test ends
+    (workers lead process groups of their own: killing the suite's does not reach them)."""
+    mine = f"test-{os.getpid()}-{os.urandom(4).hex()}"
+    yield mine
+    for pid in marked(mine, SUITE_WORKER_ENV):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_jobs_and_merged_shards_give_the_sequential_results(tmp_path, suite_file):
     code, _, err = finished(lrcheck("suite", str(suite_file), "--out", str(tmp_path / "seq"),
@@ -121,23 +136,24 @@ def test_jobs_and_merged_shards_give_the_sequential_results(tmp_path, suite_file
 @pytest.mark.parametrize(("sig", "code", "words"), [
     (signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
 ])
-def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code, words):
+def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code, words, token):
     path = tmp_path / "ci.toml"
     path.write_text(textwrap.dedent(SUITE.format(epochs=300)))
-    token = f"test-{os.getpid()}-{sig}"
     env = {**os.environ, SUITE_WORKER_ENV: token}
-    proc = lrcheck("suite", str(path), "--out", str(tmp_path / "R"), "--jobs", "2", env=env)
-    try:
+    argv = [sys.executable, "-m", "lrcheck", "suite", str(path), "--out", str(tmp_path / "R"),
+            "--jobs", "2"]
+    # SIGINT's default in the suite (session), which a background shell would leave ignored;
+    # its output to a file: a worker left running would hold a pipe open.
+    with open(tmp_path / "output", "w") as output, session(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
         # The suite, its fork server and both workers are there.
         wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, 120, "two workers",
                  proc=proc)
         # Both workers training a pair.
         wait_for(lambda: _training(token) >= 2, 120, "both workers to train", proc=proc)
         proc.send_signal(sig)
-        status, out, err = finished(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        status = proc.wait(timeout=120)
+    err = (tmp_path / "output").read_text()
     assert status == code, err
     saved = json.loads((tmp_path / "R" / "suite.json").read_text())
     assert saved["interrupted"].startswith(f"{words} with 2 pairs running")
@@ -174,3 +190,54 @@ def test_jobs_is_a_whole_number_or_auto():
     for bad in ("0", "-1", "two"):
         with pytest.raises(SpecError, match=r"^--jobs .*expected a whole number >= 1, or auto"):
             parse_jobs(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_PROC, reason="finding leftover workers needs /proc")
+def test_a_worker_killed_by_sigkill_is_its_pairs_error_and_the_suite_goes_on(tmp_path, token):
+    path, mark = hanging_suite(tmp_path)  # b writes its worker's pid into mark and hangs
+    env = {**os.environ, SUITE_WORKER_ENV: token}
+    argv = [sys.executable, "-m", "lrcheck", "suite", str(path), "--out", str(tmp_path / "R"),
+            "--jobs", "2"]
+    # Files, not pipes: a process left running would hold a pipe open.
+    with open(tmp_path / "output", "w") as output, session(
+            argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
+        pid = int(wait_for(lambda: mark.exists() and mark.read_text(), HANG_S,
+                           "pair b to train in a worker", proc=proc))
+        assert pid != proc.pid and pid in marked(token, SUITE_WORKER_ENV)
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=HANG_S)
+    out = (tmp_path / "output").read_text()
+    print(out)
+    assert proc.returncode == 3 and "Traceback" not in out
+    saved = json.loads((tmp_path / "R" / "suite.json").read_text())
+    statuses = {p["name"]: p["status"] for p in saved["pairs"]}
+    assert statuses == {"a": "ok", "b": "error", "c": "ok"}, statuses
+    b = next(p for p in saved["pairs"] if p["name"] == "b")
+    print(b)
+    assert f"(pid {pid}) died while running it (killed by SIGKILL" in json.dumps(b)
+    assert (tmp_path / "R" / "junit.xml").exists() and (tmp_path / "R" / "summary.md").exists()
+    wait_for(lambda: not marked(token, SUITE_WORKER_ENV), 10, "no worker left")
+    assert not alive(pid)
+
+
+class _Dead:
+    """A worker process that has ended (SIGKILL)."""
+
+    pid, exitcode = None, -signal.SIGKILL
+
+    def join(self, timeout=None):
+        pass
+
+
+def test_a_pair_sent_to_a_worker_that_died_idle_is_put_back_not_a_broken_pipe():
+    suite = parse_suite({"defaults": {"task": "wine"}, "pair": [{"name": "a", "bs": 8,
+                                                                 "accum": 2}]}, "ci.toml")
+    mine, theirs = multiprocessing.Pipe()
+    theirs.close()  # the worker's end: gone with it
+    ended = {}
+    _schedule(PairQueue(suite, 1), [_Worker(_Dead(), mine, "test-none-0")], 1, None,
+              lambda index, outcome, drawings: ended.setdefault(index, outcome))
+    assert mine.closed and list(ended) == [0]
+    assert ended[0].status == "error" and ended[0].exit_code == 3
+    assert ended[0].error == "not run: every suite worker had died before it could start"

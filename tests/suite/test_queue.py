@@ -103,3 +103,12 @@ def test_pairs_of_commands_never_wait():
     queue = PairQueue(commands, 3)
     taken = {name(queue, queue.take(3)) for _ in range(3)}
     assert taken == {"c0", "c1", "x"} and queue.take(3) is None and not queue.todo
+
+
+def test_a_pair_put_back_is_next_again_and_its_reference_no_longer_on_its_way():
+    queue = PairQueue(FIVE, 4)
+    first = queue.take(4)
+    assert name(queue, first) == "a" and queue.training == {reference(queue, first)}
+    queue.put_back(first)
+    assert queue.training == set() and name(queue, queue.take(4)) == "a"
+    assert name(queue, queue.take(4)) == "d" and queue.take(4) is None

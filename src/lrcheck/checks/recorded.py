@@ -130,6 +130,7 @@ def _not_comparable(result: CheckResult | None, reason: str | None) -> CheckResu
 
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                     more: Sequence[CheckResult] = (),
+                    incomplete: Sequence[str] = (),
                     facts: RecordedFacts | None = None) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
@@ -157,8 +158,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                       ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("data", "weights", "params", "metrics")}
-    found = {**skipped, "updates": check_aligned_updates(ref, cand, pairs), "lr": lr,
-             "loss": loss}
+    found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
+             "lr": lr, "loss": loss}
     if ref.fingerprints is not None and cand.fingerprints is not None:
         found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
                                              tol.params)
@@ -183,3 +184,10 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
              check_evidence(ref, cand, facts)]
     return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
             + list(more))
+
+
+def _ended(updates: CheckResult, incomplete: Sequence[str]) -> CheckResult:
+    """The ``updates`` check, failed where a run's record is incomplete (its reasons first)."""
+    if not incomplete:
+        return updates
+    return replace(updates, status=FAIL, detail="; ".join([*incomplete, updates.detail]))

@@ -54,6 +54,19 @@ class FolderRun:
     def samples_known(self) -> bool:
         return self.description.get("samples_per_update") is not None
 
+    def incomplete(self, who: str) -> str | None:
+        """Why this run's record is incomplete, in words naming it ``who`` (its command ended
+        with an error, was killed, or was interrupted), or None: it ended well."""
+        about = self.description
+        code = about.get("exit_code", 0)
+        if code == 0 and not about.get("interrupted"):
+            return None
+        ended = about.get("ended", f"exit code {code}")
+        how = (f"was interrupted ({ended})" if about.get("interrupted") else
+               f"ended with {ended}" if isinstance(code, int) and code > 0 else f"was {ended}")
+        return (f"the {who}'s command {how} after {len(self.records)} update"
+                f"{'s' * (len(self.records) != 1)}: its record is incomplete")
+
 
 def description(folder: Path) -> dict[str, Any]:
     path = folder / "run.json"
@@ -78,6 +91,11 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
         found = _RANK_FILE.match(path.name)
         if found:
             files.setdefault(int(found[3] or 0), {})[int(found[1])] = path
+    missing = [name for name in about.get("updates", {}) if not (folder / name).is_file()]
+    if missing:
+        raise SpecError(f"{folder}: {missing[0]}, which its run.json lists with "
+                        f"{about['updates'][missing[0]]} update(s), is missing: the folder "
+                        "is not the whole record")
     if not files:
         raise SpecError(f"{folder}: the command ({about.get('ended', '?')}) made no optimizer "
                         "update that lrcheck saw")

@@ -8,6 +8,7 @@ is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Any, TextIO
 
 from lrcheck.errors import SpecError
 from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
+from lrcheck.runner.dist.procs import marked
 
 BOOT = Path(__file__).with_name("boot")
 DESCRIPTION = "run.json"
@@ -37,6 +40,10 @@ DEFAULT_EVERY = 50
 _BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",
              "E": "-E (ignores PYTHON* variables, PYTHONPATH among them)",
              "S": "-S (does not import site, so no sitecustomize runs)"}
+# Carried by every process of a recorded command (inherited), so that stopping the command finds
+# all of them, wherever they were re-parented to (a PYTHON* name, as the other settings).
+ENV_RUN = "PYTHON_LRCHECK_RECORD_RUN"
+STOP_POLL_S = 0.05
 _OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|lockstep-rank\d+\.jsonl|run\.json"
                    r"|output\.log|\.torch-\d+)$")
 
@@ -102,7 +109,7 @@ def check_command(command: Sequence[str]) -> list[str]:
 def environment(folder: Path, samples: int | None, every: int,
                 base: dict[str, str] | None = None) -> dict[str, str]:
     """The command's environment: ``base`` (default: this process's) with ``boot/`` first on
-    ``PYTHONPATH`` and the recording's settings."""
+    ``PYTHONPATH``, the recording's settings, and a token of its own (``ENV_RUN``)."""
     env = dict(os.environ if base is None else base)
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT), *([path] if path else [])])
@@ -110,6 +117,7 @@ def environment(folder: Path, samples: int | None, every: int,
     env[ENV_EVERY] = str(every)
     env[ENV_SAMPLES] = "" if samples is None else str(samples)
     env[ENV_LIB] = str(Path(__file__).resolve().parents[2])  # the folder holding lrcheck/
+    env[ENV_RUN] = uuid.uuid4().hex
     return env
 
 
@@ -155,7 +163,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
         code = proc.wait()
     except KeyboardInterrupt:
         interrupted = True
-        code = _stop(proc)
+        code = _stop(proc, env[ENV_RUN])
     run = finish_folder(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
                   samples, every)
     if interrupted:
@@ -175,15 +183,18 @@ def _pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str],
                 echo.flush()
 
 
-def _stop(proc: subprocess.Popen[Any]) -> int:
+def _stop(proc: subprocess.Popen[Any], token: str) -> int:
     """The command after Ctrl-C: it had the SIGINT too where it shares the terminal; else it
-    gets one now; SIGTERM after 10 s, SIGKILL after 5 more."""
+    gets one now; SIGTERM after 10 s, SIGKILL after 5 more, each to every process of the
+    command (``signal_command``). The waits end once the command and every process of it have
+    ended."""
     for sig, wait in stop_plan(interrupt=True):
-        if proc.poll() is not None:
+        if command_ended(proc, token):
             break
-        signal_command(proc, sig)
+        signal_command(proc, sig, token)
         try:
-            return proc.wait(wait)
+            _wait_ended(proc, token, wait)
+            break
         except subprocess.TimeoutExpired:
             continue
         except KeyboardInterrupt:
@@ -191,16 +202,39 @@ def _stop(proc: subprocess.Popen[Any]) -> int:
     return proc.wait()
 
 
-def stop_plan(interrupt: bool) -> tuple[tuple[signal.Signals, float | None], ...]:
+def stop_plan(interrupt: bool) -> tuple[tuple[signal.Signals, float], ...]:
     """The signals that stop a recorded command, each with the seconds it is given: after
-    Ctrl-C (``interrupt``) as ``_stop`` sends them; else SIGTERM, and SIGKILL after 5 s."""
-    stop = ((signal.SIGTERM, 5.0), (signal.SIGKILL, None))
+    Ctrl-C (``interrupt``) SIGINT, then SIGTERM after 10 s and SIGKILL after 5 more; else
+    SIGTERM, and SIGKILL after 5 s."""
+    stop = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
     return ((signal.SIGINT, 10.0), *stop) if interrupt else stop
 
 
-def signal_command(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
-    """Send ``sig`` to a recorded command."""
-    proc.send_signal(sig)
+def signal_command(proc: subprocess.Popen[Any], sig: signal.Signals, token: str) -> None:
+    """``sig`` to a recorded command and, but for SIGINT (which a launcher passes on as it
+    means to), to every process of it still running (each carries ``token``, ``ENV_RUN``,
+    where /proc shows it), so that a wrapper that does not pass signals on (``bash`` with
+    ``trap '' TERM``) leaves nothing running."""
+    tree = [] if sig == signal.SIGINT else marked(token, ENV_RUN)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    for pid in set(tree) - {proc.pid}:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def command_ended(proc: subprocess.Popen[Any], token: str) -> bool:
+    """Whether ``proc`` has ended and no process carries ``token``."""
+    return proc.poll() is not None and not marked(token, ENV_RUN)
+
+
+def _wait_ended(proc: subprocess.Popen[Any], token: str, seconds: float) -> None:
+    """Until ``command_ended``; ``TimeoutExpired`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not command_ended(proc, token):
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, seconds)
+        time.sleep(STOP_POLL_S)
 
 
 def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: float,
@@ -214,18 +248,27 @@ def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: fl
             processes.append({"file": path.name, "unreadable": True})
     updates = {path.name: _lines(path) for path in sorted(folder.glob("rank*.jsonl"))}
     run = RecordedRun(folder, command, code, updates, seconds, tuple(tail), interrupted,
-                      len(list(folder.glob(".torch-*"))), processes)
+                      _torch_markers(folder), processes)
     worlds = [p.get("world", 1) for p in processes]
     document = {
         "kind": "lrcheck-record", "schema_version": 1, "command": list(command),
         "exit_code": code, "ended": run.how_it_ended, "interrupted": interrupted,
         "seconds": round(seconds, 3), "samples_per_update": samples,
         "fingerprint_every": every, "world_size": max(worlds, default=1),
-        "updates": updates, "processes": processes,
+        "updates": updates, "torch_processes": run.torch_processes, "processes": processes,
         "versions": {"python": sys.version.split()[0], "lrcheck": _version(),
                      "torch": next((p["torch"] for p in processes if "torch" in p), None)}}
     (folder / DESCRIPTION).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     return run
+
+
+def _torch_markers(folder: Path) -> int:
+    """How many processes installed the recording (each left an empty ``.torch-<pid>`` when it
+    imported torch); the markers are removed once counted (``run.json`` keeps the count)."""
+    markers = list(folder.glob(".torch-*"))
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+    return len(markers)
 
 
 def _lines(path: Path) -> int:

@@ -27,8 +27,9 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))
-    ref, cand, more = read_sides(Path(reference), Path(candidate), pair.tolerances.params)
-    checks = recorded_checks(ref, cand, pair.tolerances, more,
+    ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
+                                             pair.tolerances.params)
+    checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
                              read_facts(Path(reference), Path(candidate)))
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)

@@ -23,8 +23,9 @@ from lrcheck.words import plural
 
 
 def read_sides(reference: Path, candidate: Path,
-               tol: float) -> tuple[RunTrace, RunTrace, list[CheckResult]]:
-    """Both runs as traces, and the checks of their replicas' agreement."""
+               tol: float) -> tuple[RunTrace, RunTrace, list[CheckResult], list[str]]:
+    """Both runs as traces, the checks of their replicas' agreement, and why a record folder
+    is incomplete (``FolderRun.incomplete``: its command failed or was stopped)."""
     sides: list[tuple[list[dict[str, Any]], FolderRun | None]] = []
     for path in (reference, candidate):
         if path.is_dir():
@@ -40,14 +41,16 @@ def read_sides(reference: Path, candidate: Path,
                   [_whole(r) for r in records], run) for records, run in sides]
     traces = [RunTrace.from_records(records, str(path), None if run is None else _command(run))
               for (records, run), path in zip(sides, (reference, candidate), strict=True)]
-    more = []
+    more, incomplete = [], []
     for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
+        if run is not None and (why := run.incomplete(name)) is not None:
+            incomplete.append(why)
         if run is not None and run.replicas is not None:
             gap = run.replicas
             found = check_replicas(name, (gap.gap, gap.update, gap.rank), run.ranks, tol)
             if found is not None:
                 more.append(found)
-    return traces[0], traces[1], more
+    return traces[0], traces[1], more, incomplete
 
 
 def _command(run: FolderRun) -> RecordedCommand:

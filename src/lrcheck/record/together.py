@@ -23,10 +23,13 @@ from typing import TextIO
 
 from lrcheck.errors import RunError
 from lrcheck.record.launch import (
+    ENV_RUN,
     LOG,
+    STOP_POLL_S,
     TAIL_LINES,
     RecordedRun,
     check_command,
+    command_ended,
     environment,
     finish_folder,
     prepare_folder,
@@ -47,6 +50,7 @@ class _Side:
     def __init__(self, name: str, argv: list[str], command: Sequence[str], folder: Path,
                  env: dict[str, str], echo: TextIO | None, lock: threading.Lock) -> None:
         self.name, self.command, self.folder = name, tuple(command), folder
+        self.token = env[ENV_RUN]
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -118,20 +122,20 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
 def _stop_all(sides: Iterable[_Side], *, interrupt: bool) -> None:
     """Stop every command still running, all at once (``launch.stop_command``'s signals, each
     sent to all before any is waited for)."""
-    alive = [side for side in sides if side.proc.poll() is None]
+    sides = list(sides)
     for sig, wait in stop_plan(interrupt):
-        alive = [side for side in alive if side.proc.poll() is None]
+        alive = [side for side in sides if not command_ended(side.proc, side.token)]
         if not alive:
             break
         for side in alive:
-            signal_command(side.proc, sig)
-        deadline = None if wait is None else time.monotonic() + wait
-        for side in alive:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            signal_command(side.proc, sig, side.token)
+        deadline = time.monotonic() + wait
+        while alive and time.monotonic() < deadline:
             try:
-                side.proc.wait(left)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):  # a second Ctrl-C: go on
+                time.sleep(STOP_POLL_S)
+            except KeyboardInterrupt:  # a second Ctrl-C: go on stopping
                 continue
+            alive = [side for side in alive if not command_ended(side.proc, side.token)]
     for side in sides:
         side.code = side.proc.wait() if side.code is None else side.code
 

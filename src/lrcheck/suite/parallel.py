@@ -13,6 +13,11 @@ environment: a Ctrl-C at the terminal reaches the suite alone, which stops every
 with the same signal (SIGINT, or the SIGTERM/SIGHUP it got). A worker's running pair is then
 saved as ``incomplete``; pairs not started are ``not_run``. Workers that do not end within
 ``STOP_WAIT_S`` are killed.
+
+A worker that dies (killed by the out-of-memory killer, say) is what a crash is in a sequential
+suite: its pair is an error (exit 3), whatever it had started is killed (every process that
+carries its ``WORKER_ID_ENV``: a recorded command, a torchrun job), and the other workers go
+on; pairs left when no worker is are errors too. The suite's report is written.
 """
 
 from __future__ import annotations
@@ -36,14 +41,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from lrcheck.errors import SpecError, Stopped, stop_words
+from lrcheck.errors import RunError, SpecError, Stopped, stop_words
+from lrcheck.runner.dist.procs import marked
 from lrcheck.spec import RunSpec
 from lrcheck.suite.outcome import PairOutcome
 from lrcheck.suite.queue import PairQueue
 from lrcheck.suite.run import OnDone, OnProgress, PairFiles
-from lrcheck.suite.spec import Suite
+from lrcheck.suite.spec import Suite, SuiteEntry
 
 SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
+# Set by each worker for what it starts: "<SUITE_WORKER_ENV's token>-<the worker's number>".
+WORKER_ID_ENV = "LRCHECK_SUITE_WORKER_ID"
 STOP_WAIT_S = 60.0
 PROGRESS_EVERY_S = 0.2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -87,6 +95,7 @@ class _Worker:
 
     process: BaseProcess
     pipe: Connection
+    mark: str  # its WORKER_ID_ENV
     index: int | None = None
 
 
@@ -120,7 +129,7 @@ def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
                (suite, out, files, baseline))
         _schedule(queue, workers, jobs, on_progress, done)
     except KeyboardInterrupt as stop:
-        _stop(workers, stop, done)
+        _stop(workers, suite, stop, done)
         running = [o.entry.name for _, o in sorted(outcomes.items()) if o.interrupted]
         stopped = (f"{stop_words(stop)} with {len(running)} pair{'s' * (len(running) != 1)} "
                    f"running ({', '.join(map(repr, running))}) of {len(suite.entries)}")
@@ -142,10 +151,12 @@ def _start(context: ForkServerContext | SpawnContext, workers: list[_Worker], co
     try:
         for number in range(count):
             mine, theirs = context.Pipe()
-            process = context.Process(target=_work, args=(number, *args, theirs), daemon=True)
+            mark = f"{token}-{number}"
+            process = context.Process(target=_work, args=(number, mark, *args, theirs),
+                                      daemon=True)
             process.start()
             theirs.close()
-            workers.append(_Worker(process, mine))
+            workers.append(_Worker(process, mine, mark))
     finally:
         os.environ.pop(SUITE_WORKER_ENV, None)
 
@@ -181,15 +192,21 @@ def _context() -> tuple[ForkServerContext | SpawnContext, Callable[[], None]]:
 def _schedule(queue: PairQueue, workers: list[_Worker], jobs: int,
               on_progress: OnProgress | None, done: _Done) -> None:
     """Hand out the pairs (``queue``) while their cores are free; collect what the workers send
-    until every pair is done."""
+    until every pair is done. A worker that died with a pair: that pair is an error; with no
+    worker left, so is every pair not started."""
     free = jobs
     while queue.todo or any(w.index is not None for w in workers):
         for worker in (w for w in workers if w.index is None and not w.pipe.closed):
             index = queue.take(free)
             if index is None:
                 break
+            try:
+                worker.pipe.send((index, queue.given(index), queue.shares(index)))
+            except OSError:  # it died idle, before its end of the pipe was seen closed
+                queue.put_back(index)
+                _bury(worker)
+                continue
             worker.index, free = index, free - queue.cores(index)
-            worker.pipe.send((index, queue.given(index), queue.shares(index)))
         message = _receive(workers)
         if message[0] == "progress" and on_progress is not None:
             on_progress(*message[2:])
@@ -198,18 +215,35 @@ def _schedule(queue: PairQueue, workers: list[_Worker], jobs: int,
         elif message[0] == "done":
             done(message[2], message[3], message[4])
         elif message[0] == "none":
-            raise SpecError("every suite worker has left with pairs still to run")
-        elif message[0] == "idle":
+            for index in list(queue.todo):
+                done(index, _error(queue.suite.entries[index], "not run: every suite worker "
+                                   "had died before it could start"), ())
+            return
+        elif message[0] in ("idle", "died"):
             worker = workers[message[1]]
+            if message[0] == "died":
+                _lost(worker, queue.suite, message[2], done)
             if worker.index is not None:
                 free += queue.cores(worker.index)
                 queue.ended(worker.index)
             worker.index = None
 
 
+def _error(entry: SuiteEntry, why: str) -> PairOutcome:
+    """A pair that ended without a report because its worker died: a crash (exit 3)."""
+    return PairOutcome(entry, error=why, error_code=RunError.exit_code)
+
+
+def _lost(worker: _Worker, suite: Suite, why: str, done: _Done) -> None:
+    """The pair of a worker that died running it (``why``) told as an error."""
+    assert worker.index is not None  # a worker is told as died only with a pair
+    done(worker.index, _error(suite.entries[worker.index], why), ())
+
+
 def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any, ...]:
-    """The next message from a worker (``("gone", n)`` for one that left); a worker that died
-    with a pair is told as an error. ``timeout``: ``("wait",)`` when none came in time."""
+    """The next message from a worker: ``("gone", n)`` for one that left, ``("died", n, why)``
+    for one that died with a pair (what it started is killed). ``timeout``: ``("wait",)``
+    when none came in time."""
     from multiprocessing.connection import wait
 
     pipes = {w.pipe: n for n, w in enumerate(workers) if not w.pipe.closed}
@@ -226,17 +260,29 @@ def _receive(workers: list[_Worker], timeout: float | None = None) -> tuple[Any,
     except (EOFError, OSError):
         number = pipes[pipe]
         worker = workers[number]
-        pipe.close()
-        worker.process.join(5.0)
-        if worker.index is not None:
-            worker.index = None
-            raise SpecError(f"suite worker {number + 1} (pid {worker.process.pid}) died with "
-                            f"exit code {worker.process.exitcode} while running a "
-                            "pair") from None
-        return ("gone", number)
+        _bury(worker)
+        if worker.index is None:
+            return ("gone", number)
+        code = worker.process.exitcode
+        how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+               and -code in signal.valid_signals() else f"exit code {code}")
+        return ("died", number, f"its suite worker {number + 1} (pid {worker.process.pid}) "
+                f"died while running it ({how}; the out-of-memory killer sends SIGKILL); what "
+                "the pair had started was stopped")
 
 
-def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: _Done) -> None:
+def _bury(worker: _Worker) -> None:
+    """A worker found dead: its pipe closed, the process reaped, and whatever it had started
+    killed: every process carrying its ``WORKER_ID_ENV`` (a recorded command, a torchrun job
+    in a session of its own)."""
+    worker.pipe.close()
+    worker.process.join(5.0)
+    for pid in marked(worker.mark, WORKER_ID_ENV):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stop(workers: list[_Worker], suite: Suite, stop: KeyboardInterrupt, done: _Done) -> None:
     """Stop every worker with the signal that stopped the suite and collect what their
     running pairs became (incomplete)."""
     sig = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
@@ -249,24 +295,25 @@ def _stop(workers: list[_Worker], stop: KeyboardInterrupt, done: _Done) -> None:
                     os.kill(worker.process.pid, sig)
                 except ProcessLookupError:
                     pass
-        _collect(workers, done)
+        _collect(workers, suite, done)
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
 
 
-def _collect(workers: list[_Worker], done: _Done) -> None:
-    """What the stopped workers' running pairs became, until each is idle or gone."""
+def _collect(workers: list[_Worker], suite: Suite, done: _Done) -> None:
+    """What the stopped workers' running pairs became, until each is idle or gone (a worker
+    that died: its pair an error)."""
     deadline = time.monotonic() + STOP_WAIT_S
     while any(w.index is not None for w in workers) and time.monotonic() < deadline:
-        try:
-            message = _receive(workers, 0.5)
-        except SpecError:  # a worker that died while stopping: its pairs stay not run
-            continue
+        message = _receive(workers, 0.5)
         if message[0] == "none":
             break
         if message[0] == "done":
             done(message[2], message[3], message[4])
+        elif message[0] == "died":
+            _lost(workers[message[1]], suite, message[2], done)
+            workers[message[1]].index = None
         elif message[0] == "idle":
             workers[message[1]].index = None
 
@@ -309,12 +356,13 @@ def _gone(pid: int, deadline: float) -> None:
             os.killpg(pid, signal.SIGKILL)
 
 
-def _work(number: int, suite: Suite, out: Path, files: WorkerFiles,
+def _work(number: int, mark: str, suite: Suite, out: Path, files: WorkerFiles,
           baseline: dict[str, dict[str, Any]] | None, pipe: Connection) -> None:
     """A worker: run each pair it is given (``run.run_suite`` of that pair, with the runs it
     is given already trained), sending its progress, what it trains that other pairs need,
-    and its outcome, until it is given None or stopped."""
+    and its outcome, until it is given None or stopped. What it starts carries ``mark``."""
     os.setpgrp()  # Ctrl-C at the terminal reaches the suite, which tells the workers once
+    os.environ[WORKER_ID_ENV] = mark
     _stop_on_signals()
     try:
         _pairs(number, suite, out, files, baseline, pipe)

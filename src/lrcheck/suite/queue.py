@@ -42,9 +42,10 @@ class PairQueue:
     left: Counter[GroupKey] = field(init=False, default_factory=Counter)  # pairs not ended
     _group: dict[int, GroupKey] = field(init=False, default_factory=dict)
     _cores: dict[int, int] = field(init=False, default_factory=dict)
+    _order: dict[int, tuple[int, float, int]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        order: dict[int, tuple[int, float, int]] = {}
+        order = self._order
         for group in groups(self.suite):
             first, *rest = group.indices
             order[first] = (0, -group.cost, first)
@@ -72,6 +73,13 @@ class PairQueue:
                 self.training.add(key)
             return index
         return None
+
+    def put_back(self, index: int) -> None:
+        """The pair at ``index``, taken, was not started after all (its worker had died): in
+        line again, in its place, and its reference no longer on its way when it trains it."""
+        if self._untrained(self._group[index]):  # then it was the pair to train it
+            self.training.discard(self._group[index])
+        self.todo = sorted([*self.todo, index], key=self._order.__getitem__)
 
     def given(self, index: int) -> dict[RunSpec, bytes]:
         """What the worker of the pair at ``index`` is given: its group's trained runs."""

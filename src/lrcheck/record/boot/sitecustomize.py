@@ -4,7 +4,13 @@ every process the recorded command starts (as coverage.py measures subprocesses)
 it is silent when that is unset. The settings are ``PYTHON*`` variables because DeepSpeed's
 multi-node runner passes on no others. Then it runs the user's own ``sitecustomize``, the next
 one on ``sys.path``, as Python would have without this one. Nothing here may break the user's
-program: a failure is one warning line on stderr."""
+program: a failure is one warning line on stderr.
+
+Under an interpreter where lrcheck is not installed (another environment's Python), lrcheck is
+imported from its own library folder (``PYTHON_LRCHECK_RECORD_LIB``), put on ``sys.path`` for
+that import only: the user's ``sys.path`` is left as it was, so nothing else the user imports
+comes from lrcheck's environment. lrcheck's later imports (``lrcheck.record.process``, at
+torch's import) are found through the imported package itself, not ``sys.path``."""
 
 import os
 import sys
@@ -17,8 +23,13 @@ def _start() -> None:
         try:
             from lrcheck.record import startup
         except ImportError:  # lrcheck is not importable from the command's interpreter's path
-            sys.path.append(os.environ.get("PYTHON_LRCHECK_RECORD_LIB", ""))
-            from lrcheck.record import startup
+            lib = os.environ.get("PYTHON_LRCHECK_RECORD_LIB", "")
+            sys.path.append(lib)
+            try:
+                from lrcheck.record import startup
+            finally:
+                if sys.path and sys.path[-1] == lib:
+                    sys.path.pop()
         startup.install()
     except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens
         print(f"lrcheck: warning: recording is off in process {os.getpid()}: {exc!r}",
