@@ -27,7 +27,9 @@ class StepGaps:
     """``gaps[i, t]``: for update ``steps[i]`` and tensor ``names[t]``, ‖g_c − g_r‖, ‖g_r‖ (the
     gradients the update used), ‖p_c − p_r‖ after it, ‖p_r − p_start‖ (the reference's own
     update) and ‖ulp(p_r)‖. ``dtype``/``reference_dtype``: the parameters' types as recorded;
-    ``init_gap``: ``max|Δp| / max|p|`` of the initial weights (None: not compared);
+    ``init_gap``: ``max|Δp| / max|p|`` of the weights before update 0's step (None: not
+    compared), and ``born_equal`` whether they were the same when each optimizer was made
+    (None: not known);
     ``stopped``: why lockstep ended early, and after which update (``stopped_at``)."""
 
     names: tuple[str, ...]
@@ -36,6 +38,7 @@ class StepGaps:
     steps: np.ndarray
     gaps: np.ndarray
     init_gap: float | None
+    born_equal: bool | None = None
     stopped: str | None = None
     stopped_at: int | None = None
 
@@ -60,6 +63,7 @@ class StepGaps:
         return cls(names, str(head.get("dtype")), head.get("reference_dtype"),
                    np.array([int(line["step"]) for line in rows], dtype=np.int64), gaps,
                    None if init is None else float(init) / max(float(scale or 0.0), 1e-300),
+                   head.get("born_equal"),
                    None if off is None else str(off["off"]),
                    None if off is None or off.get("at") is None else int(off["at"]))
 

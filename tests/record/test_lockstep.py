@@ -79,6 +79,15 @@ def test_weight_decay_on_every_micro_batch_fails_at_the_first_update_that_moves(
     assert "most in 0.weight" in params.detail or "most in 3.weight" in params.detail
 
 
+def test_weight_decay_by_hand_before_the_first_step_is_not_called_another_seed(tmp_path):
+    _, checks = _run(tmp_path, ["--wd-per-micro", "--warmup", "0"],
+                     ["--bs", "4", "--accum", "4", "--wd-per-micro", "--warmup", "0"])
+    params = checks["params"]
+    assert params.status == "fail" and params.first_divergence == 0
+    assert "changed them in place before its first step" in params.detail
+    assert "seed" not in params.detail
+
+
 def test_clipping_every_micro_batch_and_a_skipped_zero_grad_fail_where_they_act(tmp_path):
     _, clipped = _run(tmp_path, ["--clip"], ["--bs", "4", "--accum", "4", "--clip",
                                              "--clip-per-micro"])

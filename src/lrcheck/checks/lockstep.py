@@ -134,6 +134,13 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
     """``params`` in lockstep: ‖p_c − p_r‖ after every update at most the bound times the
     update's own size ‖p_r − p_start‖, above the rounding floor of the parameters' values
     (‖ulp(p_r)‖: one unit in the last place per element), rounding-noise tensors left out."""
+    if gaps.init_gap and gaps.born_equal:
+        return CheckResult("params", FAIL, None, 0,
+                           f"the weights update 0's step started from differ (max|Δp|/max|p| "
+                           f"{gaps.init_gap:.3g}) though they were the same when the optimizers "
+                           "were made: the candidate changed them in place before its first "
+                           "step (weight decay, a clamp or a copy by hand, once per "
+                           "micro-batch?)")
     if gaps.init_gap:
         return CheckResult("params", FAIL, None, 0,
                            f"the runs start from different weights (max|Δp|/max|p| "
@@ -145,24 +152,28 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
     noise = rounding_noise(gaps, bound)
     keep = ~noise
     diff, size, ulp = (_norms(gaps, keep, c) for c in (PARAM_DIFF, UPDATE_REF, ULP))
-    allowed = bound.update * size + ulp
+    # Beyond the rounding floor of the values (every element one ulp apart), relative to the
+    # update: what is judged against the bound.
+    excess = np.maximum(diff - ulp, 0.0) / np.maximum(size, TINY)
     rel = diff / np.maximum(size, TINY)
-    over = np.flatnonzero(~(diff <= allowed))
-    worst = float(np.max(np.where(size > 0, rel, 0.0), initial=0.0))
+    over = np.flatnonzero(~(excess <= bound.update))
+    moved = size > 0
+    worst = float(np.max(np.where(moved, excess, 0.0), initial=0.0))
     what = "‖Δp‖/‖update‖ (the parameters after the update, relative to the update's size)"
     named = _noise_text(gaps, noise, bound, optimizer)
     if not len(over):
         return _ended("params", None, float(np.max(diff)), worst, reason,
-                      f"{_lead(gaps)}: max {what} {worst:.3g} ≤ {bound.update:g} above the "
-                      f"rounding floor of the parameters' values, over "
-                      f"{plural(len(rel), 'update')}{named}")
+                      f"{_lead(gaps)}: max {what} "
+                      f"{float(np.max(np.where(moved, rel, 0.0), initial=0.0)):.3g}, of which "
+                      f"at most {worst:.3g} ≤ {bound.update:g} beyond the rounding floor of "
+                      f"the parameters' values, over {plural(len(rel), 'update')}{named}")
     i = int(over[0])
     k = int(gaps.steps[i])
     return _ended("params", k, float(diff[i]), worst, reason,
-                  f"{_lead(gaps)}: {what} {rel[i]:.3g} > {bound.update:g} at update {k}, from "
-                  f"the same state ({diff[i]:.3g} apart, the update {size[i]:.3g}, the rounding "
-                  f"floor {ulp[i]:.3g}): {_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}"
-                  f"{named}")
+                  f"{_lead(gaps)}: {what} {rel[i]:.3g} at update {k}, {excess[i]:.3g} beyond "
+                  f"the rounding floor > {bound.update:g}, from the same state ({diff[i]:.3g} "
+                  f"apart, the update {size[i]:.3g}, the floor {ulp[i]:.3g}): "
+                  f"{_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}{named}")
 
 
 def moved(gaps: StepGaps) -> tuple[int, int]:

@@ -88,7 +88,10 @@ class Streamer:
         self.folder = folder
         self.off = False
 
-    def start(self, params: list[torch.Tensor], sharded: bool) -> None:
+    def start(self, params: list[torch.Tensor], sharded: bool,
+              born: list[float] | None = None) -> None:
+        """Before update 0 (``born``: the parameters' fingerprint when the optimizer was
+        made)."""
         if sharded:  # a shard per rank: nothing whole to load
             self.off = True
             _write_text(self.folder / "reference.json",
@@ -98,7 +101,7 @@ class Streamer:
         _save({"params": _cpu(list(params))}, self.folder / "ref-init.pt")
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
-             "dtype": dtype_of(params)}))
+             "dtype": dtype_of(params), "born": born}))
 
     def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
         if self.off:
@@ -170,8 +173,10 @@ class Follower:
         self.lines.write(json.dumps(line, allow_nan=False) + "\n")
         self.lines.flush()
 
-    def start(self, params: list[torch.Tensor], names: list[str], sharded: bool) -> None:
-        """Before update 0: the initial weights compared with the reference's."""
+    def start(self, params: list[torch.Tensor], names: list[str], sharded: bool,
+              born: list[float] | None = None) -> None:
+        """Before update 0: the weights compared with the reference's, as the step is about
+        to use them and (``born``) when the optimizer was made."""
         release = ended(self.folder, REFERENCE)
         info_path = self.folder / "reference.json"
         self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS)}
@@ -199,8 +204,11 @@ class Follower:
                        for p, r in zip(params, ref, strict=True) if p.numel()), default=0.0)
             scale = max((float(torch.max(torch.abs(r.double()))) for r in ref if r.numel()),
                         default=0.0)
+        theirs = info.get("born")
         self.header.update({"init_gap": gap, "init_scale": scale,
-                            "reference_dtype": info["dtype"]})
+                            "reference_dtype": info["dtype"],
+                            "born_equal": None if born is None or theirs is None
+                            else born == theirs})
         self._write(self.header)
         self.start_params = ref
 

@@ -41,6 +41,9 @@ from lrcheck.record import lockstep, modules, startup
 from lrcheck.recorder import Recorder, fingerprint
 
 HPARAMS = ("momentum", "betas", "weight_decay")
+# In a lockstep pair, the fingerprint of an optimizer's parameters when it was made, set on it:
+# the weights before anything the user's loop does to them.
+BORN = "_lrcheck_born"
 _local = threading.local()
 
 
@@ -50,6 +53,7 @@ class _Optimizer:
     def __init__(self, index: int, recorder: Recorder, optimizer: torch.optim.Optimizer,
                  params: list[torch.Tensor], wrapper: type | None) -> None:
         self.index, self.recorder = index, recorder
+        self.optimizer = optimizer
         self.cls = _name(type(optimizer))
         self.wrapper = None if wrapper is None else _name(wrapper)
         self.tensors = len(params)
@@ -151,12 +155,13 @@ class ProcessRecorder:
         if st.index != 0 or self.role not in (startup.REFERENCE, startup.CANDIDATE):
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
+        born = getattr(st.optimizer, BORN, None)
         if self.role == startup.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
-            self.streamer.start(params, st.sharded)
+            self.streamer.start(params, st.sharded, born)
         elif self.role == startup.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
-            self.follower.start(params, st.names, st.sharded)
+            self.follower.start(params, st.names, st.sharded, born)
 
     def post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         st = self.optimizers.get(id(optimizer))
@@ -294,10 +299,29 @@ def _subclasses(cls: type) -> list[type]:
     return found
 
 
+def _fingerprint_at_birth() -> None:
+    """Wrap ``Optimizer.__init__`` so that each optimizer keeps (``BORN``) the fingerprint of
+    its parameters as they were when it was made."""
+    original = torch.optim.Optimizer.__init__
+    if getattr(original, "_lrcheck", False):
+        return
+
+    @functools.wraps(original)
+    def init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if not hasattr(self, BORN):
+            setattr(self, BORN, fingerprint(_local_tensor(p) for p in _params(self)))
+
+    init._lrcheck = True  # type: ignore[attr-defined]
+    torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
+
+
 def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
     """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``)."""
     recorder = ProcessRecorder(Path(folder), samples, every)
     modules.count_dropout()
+    if recorder.role:
+        _fingerprint_at_birth()
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
     for cls in _subclasses(LRScheduler):

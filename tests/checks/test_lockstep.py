@@ -1,0 +1,91 @@
+"""``checks.lockstep`` on hand-made lockstep gaps: the bound of the recorded type, the first
+update beyond it with its tensor named, rounding-noise tensors left out and named, the
+weights the runs started from, and dropout making the effects a warning."""
+
+import numpy as np
+import pytest
+
+from lrcheck.checks.lockstep import BOUNDS, check_grads, check_updates, rounding_noise
+from lrcheck.stepwise import StepGaps
+
+NAMES = ("w", "k.bias")
+
+
+def _gaps(rows, dtype="float32", init_gap=0.0, born_equal=None):
+    """``rows``: per update, per tensor (grad_diff, grad_ref, param_diff, update_ref, ulp)."""
+    arr = np.array(rows, dtype=np.float64)
+    return StepGaps(NAMES, dtype, dtype, np.arange(len(arr)), arr, init_gap, born_equal)
+
+
+CLEAN = [(1e-8, 1.0, 1e-9, 1e-2, 1e-7), (0.0, 0.0, 0.0, 0.0, 1e-8)]
+
+
+def test_a_gap_at_the_rounding_level_passes_and_one_of_1e_3_fails_at_its_update():
+    ok = _gaps([CLEAN] * 3)
+    assert check_grads(ok, None).status == "pass" and check_updates(ok, None).status == "pass"
+    bad = _gaps([CLEAN, [(1e-3, 1.0, 1e-9, 1e-2, 1e-7), CLEAN[1]], CLEAN])
+    grads = check_grads(bad, None)
+    print(grads.detail)
+    assert grads.status == "fail" and grads.first_divergence == 1
+    assert "most in w (0.001 of its own)" in grads.detail
+    moved = _gaps([CLEAN, CLEAN, [(1e-8, 1.0, 1e-5, 1e-2, 1e-7), CLEAN[1]]])
+    params = check_updates(moved, None)
+    print(params.detail)
+    assert params.status == "fail" and params.first_divergence == 2
+
+
+def test_the_bound_is_the_recorded_type_s():
+    # 1e-6 of the gradient: rounding in float32, far beyond it in float64.
+    rows = [[(1e-6, 1.0, 1e-9, 1e-2, 1e-7), CLEAN[1]]] * 2
+    assert check_grads(_gaps(rows, "float32"), None).status == "pass"
+    assert check_grads(_gaps(rows, "float64"), None).status == "fail"
+    assert BOUNDS["float64"].grad < 1e-6 < BOUNDS["float32"].grad < 1e-3
+
+
+def test_a_tensor_with_a_gradient_of_pure_rounding_noise_is_left_out_and_named():
+    noisy = (4e-10, 3e-10, 5e-3, 6e-3, 1e-8)  # AdamW: a step of a sizeable part of the LR
+    gaps = _gaps([[CLEAN[0], noisy]] * 4)
+    assert rounding_noise(gaps, BOUNDS["float32"])[:, 1].all()
+    for check in (check_grads, check_updates):
+        result = check(gaps, None, "AdamW")
+        print(result.detail)
+        assert result.status == "pass"
+        assert "k.bias get only rounding noise as a gradient" in result.detail
+        assert "AdamW's steps on them are not compared" in result.detail
+    # The same step on a tensor with a real gradient is a failure.
+    real = _gaps([[CLEAN[0], (1e-8, 0.5, 5e-3, 6e-3, 1e-8)]] * 4)
+    assert check_updates(real, None).status == "fail"
+
+
+def test_a_difference_under_the_rounding_floor_of_the_values_is_no_failure():
+    # An update far below one ulp of the parameters: both runs round it to the same values or
+    # one ulp apart, which says nothing about the update.
+    tiny = _gaps([[(1e-9, 1.0, 1e-7, 1e-6, 2e-7), CLEAN[1]]] * 2)
+    assert check_updates(tiny, None).status == "pass"
+
+
+@pytest.mark.parametrize(("born_equal", "words"), [
+    (False, "start from different weights"), (None, "start from different weights"),
+    (True, "changed them in place before its first step")])
+def test_other_starting_weights_are_said_for_what_they_are(born_equal, words):
+    result = check_updates(_gaps([CLEAN] * 3, init_gap=3e-5, born_equal=born_equal), None)
+    print(result.detail)
+    assert result.status == "fail" and result.first_divergence == 0 and words in result.detail
+    # Update 0's gradient came from other weights: it is not judged, the later ones are.
+    assert check_grads(_gaps([[(1.0, 1.0, 0, 1e-2, 1e-7), CLEAN[1]], CLEAN], init_gap=3e-5),
+                       None).status == "pass"
+
+
+def test_dropout_makes_the_effects_a_warning_with_the_reason():
+    bad = _gaps([[(1e-2, 1.0, 1e-4, 1e-2, 1e-7), CLEAN[1]]] * 2)
+    for check in (check_grads, check_updates):
+        result = check(bad, "dropout p=0.1 active in 1 module")
+        assert result.status == "warn" and "not comparable: dropout p=0.1" in result.detail
+
+
+def test_where_lockstep_stopped_is_said():
+    gaps = StepGaps(NAMES, "float32", "float32", np.arange(2), np.array([CLEAN] * 2), 0.0,
+                    None, "the reference ended after 2 update(s)", 2)
+    result = check_grads(gaps, None)
+    assert "lockstep stopped after update 2: the reference ended after 2 update(s)" in \
+        result.detail
