@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.errors import SpecError
+from lrcheck.trace import RunTrace
 
 # A candidate rank's lockstep file, in its record folder.
 LINES = "lockstep-rank{rank}.jsonl"
@@ -72,10 +73,12 @@ class StepGaps:
 class RecordedFacts:
     """What two record folders say beyond their Recorder lines, for ``checks.recorded``:
     the candidate's lockstep gaps (None: it ran free, with ``free`` saying why), why the
-    effects are not comparable (``stochastic``: dropout active), and the reference's optimizer
-    class name."""
+    effects are not comparable (``stochastic``: dropout active), the reference's optimizer
+    class name, and the reference command's twin where one ran (``twin``: its parameters
+    nudged by one ulp at its first step, the floor of a free-running pair's drift)."""
 
     lockstep: StepGaps | None = None
     free: str | None = None
     stochastic: str | None = None
     optimizer: str = ""
+    twin: RunTrace | None = None

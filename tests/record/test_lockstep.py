@@ -152,7 +152,21 @@ def test_free_running_is_asked_for_and_said(tmp_path):
     report, checks = _run(tmp_path, [], ["--bs", "8", "--accum", "2"], free=True)
     assert "grads" not in checks and checks["evidence"].status == "pass"
     assert not (tmp_path / "out" / "candidate" / "lockstep-rank0.jsonl").exists()
+    assert "free-running (the runs were recorded one after the other" in checks["params"].detail
     assert report.ok
+
+
+def test_free_running_effects_beyond_the_tolerance_are_judged_against_a_twin(tmp_path):
+    report, checks = _run(tmp_path, ["--dtype", "float64", "--updates", "20"],
+                          ["--dtype", "float64", "--updates", "20", "--bs", "4", "--accum", "4",
+                           "--scale-grad-at", "7"], free=True, fingerprint_every=1)
+    assert (tmp_path / "out" / "twin" / "run.json").exists()
+    for name in ("params", "grad-norm"):
+        assert checks[name].status == "fail" and checks[name].first_divergence == 7
+        assert "the twin reference's own drift" in checks[name].detail
+        assert "nudged by one unit in the last place" in checks[name].detail
+    assert "judged against the twin's drift" in checks["params"].detail
+    assert not report.ok
 
 
 def test_two_ddp_ranks_follow_one_reference(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lrcheck.checks.effects import jump_or_drift, relative
+from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, relative
 from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
 from lrcheck.trace import RunTrace
 
@@ -33,9 +33,10 @@ def check_skips(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarr
 
 
 def check_grad_norm(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray],
-                    tol: float) -> CheckResult | None:
+                    tol: float, twin: RunTrace | None = None) -> CheckResult | None:
     """``grad-norm``: the gradient norm of the updates where both runs took one, judged as
-    ``params`` is (a jump against the drift); None where neither run recorded one."""
+    ``params`` is (against the reference command's ``twin`` where there is one, else as a
+    jump against the drift); None where neither run recorded one."""
     if ref.grad_norms is None or cand.grad_norms is None:
         return None
     both = [(int(i), ref.grad_norms[int(i)], cand.grad_norms[int(j)])
@@ -48,8 +49,13 @@ def check_grad_norm(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.n
     a = np.array([x for _, x, _ in both], dtype=np.float64)
     b = np.array([y for _, _, y in both], dtype=np.float64)
     diff, scale = np.abs(b - a), np.maximum(np.abs(a), 1e-300)
-    return jump_or_drift(relative("grad-norm", diff, scale, tol, None, steps, "|Δ‖g‖|/‖g‖"),
-                         diff, scale, tol, steps)
+    result = relative("grad-norm", diff, scale, tol, None, steps, "|Δ‖g‖|/‖g‖")
+    norms = None if twin is None else twin.grad_norms
+    own = None if norms is None else [norms[k] if k < len(norms) else None for k in steps]
+    if result.status == FAIL and own is not None and all(x is not None for x in own):
+        floor = np.abs(np.array(own, dtype=np.float64) - a) / scale
+        return against_twin(result, diff / scale, floor, tol, steps, TWIN_COMMAND)
+    return jump_or_drift(result, diff, scale, tol, steps)
 
 
 def check_replicas(name: str, gap: tuple[float, int, int] | None, ranks: int,

@@ -152,7 +152,7 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
                                       "itself), so this may be rounding drift: without --fast "
                                       "a twin of the reference tells")
     t_diff, t_scale = gap(ref, twin)
-    return _against_twin(result, diff / np.maximum(scale, TINY),
+    return against_twin(result, diff / np.maximum(scale, TINY),
                          t_diff / np.maximum(t_scale, TINY), tol)
 
 
@@ -164,12 +164,23 @@ def _cause_before(result: CheckResult, causes: Sequence[CheckResult]) -> CheckRe
     return min(failed, key=lambda c: c.first_divergence or 0, default=None)
 
 
-def _against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
-                  tol: float) -> CheckResult:
+# What the twin is, in the words of the details: lrcheck's own loop's, and a recorded command's.
+TWIN_OWN = ("the twin is the reference with its samples summed in another order and its initial "
+            "weights one unit in the last place apart")
+TWIN_COMMAND = ("the twin is the reference command run again, its parameters nudged by one unit "
+                "in the last place at its first optimizer step")
+
+
+def against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
+                  tol: float, steps: np.ndarray | None = None,
+                  twin: str = TWIN_OWN) -> CheckResult:
     """A failed effect ``result`` judged again against the noise floor: ``rel``, the
-    candidate's relative gap per update, against ``twin_rel``, the twin reference's own."""
+    candidate's relative gap per update, against ``twin_rel``, the twin reference's own
+    (``steps``: the updates they were measured at, default 0, 1, …; ``twin``: what the twin is,
+    for the detail)."""
     name = result.name
     n = min(len(rel), len(twin_rel))
+    at_step = np.arange(n) if steps is None else np.asarray(steps)[:n]
     floor = np.maximum.accumulate(np.nan_to_num(twin_rel[:n], nan=0.0, posinf=0.0))
     rel = rel[:n]
     allowed = np.maximum(tol, FLOOR_FACTOR * floor)
@@ -186,29 +197,30 @@ def _against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
             early = beyond[beyond < j]
             ratio = (float(np.max(rel[early] / np.maximum(floor[early], TINY)))
                      if len(early) else 0.0)
-            return CheckResult(name, WARN, result.max_abs_diff, j,
-                               f"not comparable from update {j} on: the twin reference (summed "
-                               "in another order, initial weights one ulp apart) drifted "
-                               f"{floor[j]:.3g} apart there, so drift has decorrelated the "
-                               f"trainings and later gaps cannot be judged; up to there the "
-                               f"candidate drifted at most {ratio:.2g}× the twin's own (the "
-                               f"most allowed is {FLOOR_FACTOR:g}×)", result.max_rel_diff)
+            return CheckResult(name, WARN, result.max_abs_diff, int(at_step[j]),
+                               f"effects judged up to update {int(at_step[j])} of "
+                               f"{int(at_step[-1]) + 1}: the twin decorrelated there (it "
+                               f"drifted {floor[j]:.3g} apart; {twin}), so later gaps cannot be "
+                               f"judged; up to there the candidate drifted at most {ratio:.2g}× "
+                               f"the twin's own (the most allowed is {FLOOR_FACTOR:g}×)",
+                               result.max_rel_diff)
         return CheckResult(name, PASS, result.max_abs_diff, None,
-                           f"numerical drift: from {rel[start]:.3g} at update {start} (the first "
-                           f"beyond {tol:g}) to {rel[worst]:.3g} at update {worst}, at most "
+                           f"numerical drift: from {rel[start]:.3g} at update "
+                           f"{int(at_step[start])} (the first beyond {tol:g}) to "
+                           f"{rel[worst]:.3g} at update {int(at_step[worst])}, at most "
                            f"{float(ratios.max()):.2g}× the twin reference's own drift (update "
-                           f"{at}: {rel[at]:.3g} against {floor[at]:.3g}; the most allowed is "
-                           f"{FLOOR_FACTOR:g}×); the twin is the reference with its samples "
-                           "summed in another order and its initial weights one unit in the "
-                           "last place apart", result.max_rel_diff)
+                           f"{int(at_step[at])}: {rel[at]:.3g} against {floor[at]:.3g}; the most "
+                           f"allowed is {FLOOR_FACTOR:g}×); {twin}", result.max_rel_diff)
     k = int(over[0])
+    step = int(at_step[k])
     if not np.isfinite(rel[k]):
-        measured = f"not finite (NaN or inf) at update {k}"
+        measured = f"not finite (NaN or inf) at update {step}"
     else:
-        measured = (f"relative {rel[k]:.3g} at update {k}, {rel[k] / max(floor[k], TINY):.3g}× "
-                    f"the twin reference's own drift there ({floor[k]:.3g}; the most allowed "
-                    f"is {FLOOR_FACTOR:g}×): more than rounding")
-    return CheckResult(name, FAIL, result.max_abs_diff, k, measured, result.max_rel_diff)
+        measured = (f"relative {rel[k]:.3g} at update {step}, "
+                    f"{rel[k] / max(floor[k], TINY):.3g}× the twin reference's own drift there "
+                    f"({floor[k]:.3g}; the most allowed is {FLOOR_FACTOR:g}×): more than "
+                    f"rounding; {twin}")
+    return CheckResult(name, FAIL, result.max_abs_diff, step, measured, result.max_rel_diff)
 
 
 def needs_floor(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> bool:

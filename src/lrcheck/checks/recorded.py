@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from lrcheck.checks.commands import check_grad_norm, check_skips
-from lrcheck.checks.effects import jump_or_drift, loss_scale, relative
+from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
 from lrcheck.checks.lockstep import check_grads, check_updates, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, WARN, CheckResult
@@ -45,10 +45,13 @@ def check_aligned_updates(ref: RunTrace, cand: RunTrace,
 
 
 def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarray | None],
-                       pairs: tuple[np.ndarray, np.ndarray], tol: float) -> CheckResult:
+                       pairs: tuple[np.ndarray, np.ndarray], tol: float,
+                       twin: Sequence[np.ndarray | None] | None = None) -> CheckResult:
     """``params`` from parameter fingerprints (``integrations.core.fingerprint``: per tensor its
     sum and largest absolute value, rows of ``(tensors, 2)``) on the aligned updates where both
-    files have one: ``max |Δsum| / max maxabs_ref`` over the tensors, at most ``tol``."""
+    files have one: ``max |Δsum| / max maxabs_ref`` over the tensors, at most ``tol``. Beyond
+    it: with the reference command's ``twin`` (its fingerprints, update by update), judged
+    against the twin's own drift (``effects.against_twin``); without, as a jump or drift."""
     both = [(int(i), int(j)) for i, j in zip(*pairs, strict=True)
             if ref[i] is not None and cand[j] is not None]
     if not both:
@@ -67,8 +70,13 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
         scale[row] = np.max(a[:, 1], initial=0.0)
     steps = np.array([i for i, _ in both])
     what = "|Δsum|/max|p|"
-    result = jump_or_drift(relative("params", diff, scale, tol, None, steps, what), diff, scale,
-                           tol, steps)
+    result = relative("params", diff, scale, tol, None, steps, what)
+    floor = None if twin is None else _twin_gaps(ref, twin, steps)
+    if floor is not None and result.status == FAIL:
+        result = against_twin(result, diff / np.maximum(scale, 1e-300), floor, tol, steps,
+                              TWIN_COMMAND)
+    else:
+        result = jump_or_drift(result, diff, scale, tol, steps)
     first = ""
     if steps[0] == 0:
         gap0 = diff[0] / max(scale[0], 1e-300)
@@ -80,6 +88,21 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
                                   "over the tensors, the change of a tensor's sum over the "
                                   "largest |p| of the reference, not an element's relative "
                                   f"gap{first}")
+
+
+def _twin_gaps(ref: Sequence[np.ndarray | None], twin: Sequence[np.ndarray | None],
+               steps: np.ndarray) -> np.ndarray | None:
+    """The twin's ``|Δsum|/max|p|`` from the reference at ``steps`` (None: the twin lacks a
+    fingerprint there, or is not the same model)."""
+    out = np.empty(len(steps))
+    for row, i in enumerate(steps):
+        a = ref[int(i)]
+        b = twin[int(i)] if int(i) < len(twin) else None
+        if a is None or b is None or a.shape != b.shape:
+            return None
+        out[row] = np.max(np.abs(b[:, 0] - a[:, 0]), initial=0.0) / max(
+            float(np.max(a[:, 1], initial=0.0)), 1e-300)
+    return out
 
 
 def check_evidence(ref: RunTrace, cand: RunTrace, facts: RecordedFacts) -> CheckResult:
@@ -160,9 +183,11 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                for name in ("data", "weights", "params", "metrics")}
     found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
              "lr": lr, "loss": loss}
+    twin = facts.twin
     if ref.fingerprints is not None and cand.fingerprints is not None:
         found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
-                                             tol.params)
+                                             tol.params,
+                                             None if twin is None else twin.fingerprints)
     elif ref.fingerprints is not None or cand.fingerprints is not None:
         who = "reference" if ref.fingerprints is not None else "candidate"
         found["params"] = CheckResult("params", SKIP, None, None,
@@ -174,10 +199,13 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
         found["params"] = check_updates(facts.lockstep, reason, facts.optimizer)
         grads = check_grads(facts.lockstep, reason, facts.optimizer)
     else:
-        grads = check_grad_norm(ref, cand, pairs, tol.params)
+        grads = check_grad_norm(ref, cand, pairs, tol.params, twin)
         found["params"] = _not_comparable(found["params"], reason) or found["params"]
         if facts.free and found["params"].status != SKIP:
-            found["params"] = replace(found["params"], detail=f"free-running ({facts.free}): "
+            judge = ("against the twin's drift" if twin is not None
+                     else "no twin: as a jump or drift")
+            found["params"] = replace(found["params"], detail=f"free-running ({facts.free}; "
+                                                              f"judged {judge}): "
                                                               f"{found['params'].detail}")
     found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
     extra = [check_skips(ref, cand, pairs), _not_comparable(grads, reason),

@@ -139,7 +139,7 @@ def prepare_folder(out: Path) -> Path:
 
 def record_command(command: Sequence[str], out: Path, *, samples: int | None = None,
                    every: int = DEFAULT_EVERY, echo: TextIO | None = None,
-                   capture: bool = False) -> RecordedRun:
+                   capture: bool = False, extra: dict[str, str] | None = None) -> RecordedRun:
     """Run ``command`` recorded into ``out``. ``capture``: read its output (stdout and stderr
     together) to keep the last lines and ``output.log``, passing it on to ``echo`` (None:
     silent); otherwise it writes to this process's terminal. Ctrl-C (or SIGTERM) while it runs
@@ -150,7 +150,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
         raise SpecError(f"--fingerprint-every must be >= 0 (0: none), got {every!r}")
     argv = check_command(command)
     folder = prepare_folder(out)
-    env = environment(folder, samples, every)
+    env = {**environment(folder, samples, every), **(extra or {})}
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     interrupted = False

@@ -5,20 +5,24 @@ a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too.
 from __future__ import annotations
 
 import shlex
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from lrcheck.checks.status import FAIL, WARN
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
+from lrcheck.record.startup import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
-              tolerances: Tolerances | None = None) -> Report:
-    """``lrcheck.diff``'s report of the two runs (files or record folders)."""
+              tolerances: Tolerances | None = None, twin: Path | None = None) -> Report:
+    """``lrcheck.diff``'s report of the two runs (files or record folders); ``twin``: the
+    record folder of the reference command's twin, the floor of free-running effects."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
     from lrcheck.record.sides import read_facts, read_sides
@@ -30,7 +34,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
                                              pair.tolerances.params)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
-                             read_facts(Path(reference), Path(candidate)))
+                             read_facts(Path(reference), Path(candidate), twin,
+                                        pair.tolerances.params))
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)
 
@@ -75,23 +80,57 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
     the reference (``record.together``; ``timeout``: seconds without an update before both are
-    stopped as hung); ``free``: one after the other, each free-running. A command that fails
-    is a ``RunError`` with its exit code and last lines."""
+    stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
+    (asked to, or where lockstep could not load: shards) and whose effects go beyond their
+    tolerance is judged against a twin: the reference command run again into ``out``/twin,
+    its parameters nudged by one ulp at its first step. A command that fails is a
+    ``RunError`` with its exit code and last lines."""
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
-    if not free:
-        every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
+    every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
+    folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
+    if free:
+        for side, argv in commands.items():
+            _record_alone(side, argv, folders[side], samples, every, echo)
+    else:
         for run in record_together(commands, Path(out), samples=samples, every=every,
                                    echo=echo, timeout=timeout).values():
             _stepped(run)
-        return diff_runs(Path(out) / "reference", Path(out) / "candidate",
-                         tolerances=tolerances)
-    for side, argv in commands.items():
-        run = record_run(argv, Path(out) / side, samples=samples,
-                         fingerprint_every=fingerprint_every, echo=echo, capture=True)
-        if run.exit_code != 0:
-            last = "\n".join(run.tail[-8:])
-            raise RunError(f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
-                           f"; its last lines:\n{last}" if last else
-                           f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})")
-    return diff_runs(Path(out) / "reference", Path(out) / "candidate", tolerances=tolerances)
+    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances)
+    if not _needs_twin(report):
+        if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
+            shutil.rmtree(folders["twin"], ignore_errors=True)
+        return report
+    _record_alone("twin of the reference", commands["reference"], folders["twin"], samples,
+                  every, echo, {ENV_NUDGE: "1"})
+    return diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
+                     twin=folders["twin"])
+
+
+def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None, every: int,
+                  echo: TextIO | None, extra: dict[str, str] | None = None) -> RecordedRun:
+    """One command recorded on its own; a ``RunError`` where it fails."""
+    run = _stepped(record_command(argv, folder, samples=samples, every=every, echo=echo,
+                                  capture=True, extra=extra))
+    if run.exit_code != 0:
+        last = "\n".join(run.tail[-8:])
+        text = f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
+        raise RunError(f"{text}; its last lines:\n{last}" if last else text)
+    return run
+
+
+def _needs_twin(report: Report) -> bool:
+    """Whether a free-running pair's effects (``params``, ``grad-norm``) go beyond their
+    tolerance where no cause (``lr``, ``updates``) already differs, at or before them."""
+    checks = {c.name: c for c in report.checks}
+    if "grads" in checks:  # in lockstep
+        return False
+    effects = [c.first_divergence for name in ("params", "grad-norm")
+               if (c := checks.get(name)) is not None and c.status in (FAIL, WARN)
+               and c.first_divergence is not None and "not comparable:" not in c.detail]
+    if not effects:
+        return False
+    causes = [c.first_divergence for name in ("lr", "updates")
+              if (c := checks.get(name)) is not None and c.status == FAIL]
+    known = [k for k in causes if k is not None]
+    return not causes or (bool(known) and min(known) > min(effects))

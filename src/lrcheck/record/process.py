@@ -152,6 +152,8 @@ class ProcessRecorder:
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
         self.describe()
+        if st.index == 0 and os.environ.get(startup.ENV_NUDGE):
+            _nudge(params)
         if st.index != 0 or self.role not in (startup.REFERENCE, startup.CANDIDATE):
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
@@ -297,6 +299,16 @@ def _subclasses(cls: type) -> list[type]:
     for sub in cls.__subclasses__():
         found.extend(_subclasses(sub))
     return found
+
+
+def _nudge(params: list[torch.Tensor]) -> None:
+    """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
+    a twin's start, the floor of a free-running pair's drift."""
+    with torch.no_grad():
+        for p in params:
+            local = _local_tensor(p)
+            if local.is_floating_point() and local.numel():
+                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
 
 
 def _fingerprint_at_birth() -> None:

@@ -68,9 +68,11 @@ def _whole(record: dict[str, Any]) -> dict[str, Any]:
             "fingerprint": whole_model([np.asarray(record["fingerprint"]).reshape(-1, 2)])}
 
 
-def read_facts(reference: Path, candidate: Path) -> RecordedFacts:
-    """What the two record folders say beyond their Recorder lines (``RecordedFacts``); empty
-    for Recorder files."""
+def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
+               tol: float = 0.0) -> RecordedFacts:
+    """What the two record folders say beyond their Recorder lines (``RecordedFacts``; the
+    ``twin``'s record folder read as the reference is, against the candidate); empty for
+    Recorder files."""
     if not (reference.is_dir() and candidate.is_dir()):
         return RecordedFacts()
     about = {side: description(path) for side, path in (("reference", reference),
@@ -85,11 +87,12 @@ def read_facts(reference: Path, candidate: Path) -> RecordedFacts:
         else:
             free = found.stopped
     else:
-        free = "the runs were recorded one after the other (lrcheck run --free, or lrcheck record)"
+        free = "the runs were recorded one after the other, by lrcheck run --free or lrcheck record"
     first = [o for p in about["reference"].get("processes", []) for o in p.get("optimizers", [])
              if o.get("index") == 0]
     optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
-    return RecordedFacts(gaps, free, _stochastic(about), optimizer)
+    twin_trace = None if twin is None else read_sides(twin, candidate, tol)[0]
+    return RecordedFacts(gaps, free, _stochastic(about), optimizer, twin_trace)
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:

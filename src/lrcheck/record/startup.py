@@ -23,6 +23,9 @@ ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
 ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
 ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
 REFERENCE, CANDIDATE = "reference", "candidate"
+# A twin of the reference (``lrcheck run`` free-running): its parameters are nudged by one unit
+# in the last place just before its first optimizer step.
+ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
 
 
 def ended(exchange: Path, side: str) -> Path:
