@@ -175,16 +175,19 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
 def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = RUN_STALL_S) -> Report:
+                 free: bool = False, timeout: float | None = RUN_STALL_S,
+                 strict: bool = False) -> Report:
     """``lrcheck run``: record the two command lines (each split as a shell would, not run
     through one) into ``out``/reference and ``out``/candidate, side by side with the
     candidate in lockstep (``free``: one after the other, each free-running), then ``diff``
-    them. A command that fails, or makes no update for ``timeout`` seconds in lockstep, is a
-    ``RunError`` with its exit code and last lines; Ctrl-C keeps what was recorded."""
+    them; ``strict``: effects that could be judged only up to some update (a twin that
+    decorrelated) fail there. A command that fails, or makes no update for ``timeout``
+    seconds in lockstep, is a ``RunError`` with its exit code and last lines; Ctrl-C keeps
+    what was recorded."""
     from lrcheck.record.pairs import run_commands as run
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
-               echo=echo, tolerances=tolerances, free=free, timeout=timeout)
+               echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict)
 
 
 def save_report(report: Report, out: str | Path) -> Path:

@@ -89,3 +89,23 @@ def test_where_lockstep_stopped_is_said():
     result = check_grads(gaps, None)
     assert "lockstep stopped after update 2: the reference ended after 2 update(s)" in \
         result.detail
+
+
+def test_a_twin_that_decorrelates_says_up_to_where_and_strict_makes_it_a_failure():
+    from lrcheck.checks.effects import TWIN_COMMAND, against_twin, relative
+    from lrcheck.checks.status import strictly
+
+    steps = np.array([0, 50, 100, 150])
+    rel = np.array([1e-6, 1e-3, 0.2, 0.4])
+    twin = np.array([1e-6, 5e-4, 0.15, 0.3])  # drifted 0.1 apart by update 100
+    failed = relative("params", rel, np.ones(4), 1e-4, None, steps)
+    warned = against_twin(failed, rel, twin, 1e-4, steps, TWIN_COMMAND, 200)
+    print(warned.detail)
+    assert warned.status == "warn" and warned.first_divergence == 100
+    assert warned.detail.startswith("effects judged up to update 100 of 200")
+    [strict] = strictly([warned])
+    assert strict.status == "fail" and strict.first_divergence == 100
+    assert strict.detail.startswith("--strict: effects judged up to update 100")
+    # Every other warning stays one.
+    other = relative("params", rel, np.ones(4), 1e-4, "dropout p=0.1 active", steps)
+    assert strictly([other]) == [other]

@@ -169,11 +169,24 @@ def test_free_running_effects_beyond_the_tolerance_are_judged_against_a_twin(tmp
     assert not report.ok
 
 
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            str(SCRIPT)]
+
+
+def test_a_rank_that_crashes_is_named(tmp_path):
+    with pytest.raises(RunError) as caught:
+        api.run_commands(_line("--updates", "200"),
+                         shlex.join([*TORCHRUN, "--bs", "4", "--accum", "2", "--updates", "200",
+                                     "--crash-at", "3", "--crash-rank", "1"]), tmp_path / "out")
+    print(caught.value)
+    assert "the candidate command" in str(caught.value)
+    assert "rank 1 failed first" in str(caught.value)
+    assert not _left_running()
+
+
 def test_two_ddp_ranks_follow_one_reference(tmp_path):
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2", str(SCRIPT)]
-    report = api.run_commands(_line(), shlex.join([*torchrun, "--bs", "4", "--accum", "2"]),
-                                  tmp_path / "out")
+    report = api.run_commands(_line(), shlex.join([*TORCHRUN, "--bs", "4", "--accum", "2"]),
+                              tmp_path / "out")
     checks = {c.name: c for c in report.checks}
     for c in report.checks:
         print(f"{c.name}: {c.status.value}: {c.detail}")

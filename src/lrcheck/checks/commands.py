@@ -54,7 +54,8 @@ def check_grad_norm(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.n
     own = None if norms is None else [norms[k] if k < len(norms) else None for k in steps]
     if result.status == FAIL and own is not None and all(x is not None for x in own):
         floor = np.abs(np.array(own, dtype=np.float64) - a) / scale
-        return against_twin(result, diff / scale, floor, tol, steps, TWIN_COMMAND)
+        return against_twin(result, diff / scale, floor, tol, steps, TWIN_COMMAND,
+                            len(pairs[0]))
     return jump_or_drift(result, diff, scale, tol, steps)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from lrcheck.checks.causes import check_data, check_weights
 from lrcheck.checks.lr import check_lr
-from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, WARN, CheckResult
+from lrcheck.checks.status import FAIL, JUDGED_UP_TO, PASS, SKIP, TINY, WARN, CheckResult
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
@@ -173,11 +173,11 @@ TWIN_COMMAND = ("the twin is the reference command run again, its parameters nud
 
 def against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
                   tol: float, steps: np.ndarray | None = None,
-                  twin: str = TWIN_OWN) -> CheckResult:
+                  twin: str = TWIN_OWN, total: int | None = None) -> CheckResult:
     """A failed effect ``result`` judged again against the noise floor: ``rel``, the
     candidate's relative gap per update, against ``twin_rel``, the twin reference's own
     (``steps``: the updates they were measured at, default 0, 1, …; ``twin``: what the twin is,
-    for the detail)."""
+    for the detail; ``total``: the run's updates, default the last measured + 1)."""
     name = result.name
     n = min(len(rel), len(twin_rel))
     at_step = np.arange(n) if steps is None else np.asarray(steps)[:n]
@@ -198,8 +198,8 @@ def against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
             ratio = (float(np.max(rel[early] / np.maximum(floor[early], TINY)))
                      if len(early) else 0.0)
             return CheckResult(name, WARN, result.max_abs_diff, int(at_step[j]),
-                               f"effects judged up to update {int(at_step[j])} of "
-                               f"{int(at_step[-1]) + 1}: the twin decorrelated there (it "
+                               f"{JUDGED_UP_TO} {int(at_step[j])} of "
+                               f"{total or int(at_step[-1]) + 1}: the twin decorrelated there (it "
                                f"drifted {floor[j]:.3g} apart; {twin}), so later gaps cannot be "
                                f"judged; up to there the candidate drifted at most {ratio:.2g}× "
                                f"the twin's own (the most allowed is {FLOOR_FACTOR:g}×)",

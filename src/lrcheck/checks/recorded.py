@@ -74,7 +74,7 @@ def check_fingerprints(ref: Sequence[np.ndarray | None], cand: Sequence[np.ndarr
     floor = None if twin is None else _twin_gaps(ref, twin, steps)
     if floor is not None and result.status == FAIL:
         result = against_twin(result, diff / np.maximum(scale, 1e-300), floor, tol, steps,
-                              TWIN_COMMAND)
+                              TWIN_COMMAND, len(pairs[0]))
     else:
         result = jump_or_drift(result, diff, scale, tol, steps)
     first = ""

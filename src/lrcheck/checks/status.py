@@ -41,3 +41,16 @@ class CheckResult:
 def verdict(checks: list[CheckResult]) -> Status:
     """``fail`` if any check failed, else ``pass``."""
     return FAIL if any(c.status == FAIL for c in checks) else PASS
+
+
+# How a warning begins where the effects could be judged only up to some update (a twin that
+# decorrelated): what ``strictly`` turns into a failure.
+JUDGED_UP_TO = "effects judged up to update"
+
+
+def strictly(checks: list[CheckResult]) -> list[CheckResult]:
+    """``checks`` with every warning that effects were judged only up to some update made a
+    failure there (``lrcheck run --strict``)."""
+    return [CheckResult(c.name, FAIL, c.max_abs_diff, c.first_divergence,
+                        f"--strict: {c.detail}", c.max_rel_diff)
+            if c.status == WARN and c.detail.startswith(JUDGED_UP_TO) else c for c in checks]

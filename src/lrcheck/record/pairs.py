@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from lrcheck.checks.status import FAIL, WARN
+from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
 from lrcheck.record.startup import ENV_NUDGE
@@ -20,9 +20,11 @@ from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
-              tolerances: Tolerances | None = None, twin: Path | None = None) -> Report:
+              tolerances: Tolerances | None = None, twin: Path | None = None,
+              strict: bool = False) -> Report:
     """``lrcheck.diff``'s report of the two runs (files or record folders); ``twin``: the
-    record folder of the reference command's twin, the floor of free-running effects."""
+    record folder of the reference command's twin, the floor of free-running effects;
+    ``strict``: effects judged only up to some update fail there (``checks.strictly``)."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
     from lrcheck.record.sides import read_facts, read_sides
@@ -36,6 +38,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
                              read_facts(Path(reference), Path(candidate), twin,
                                         pair.tolerances.params))
+    if strict:
+        checks = strictly(checks)
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
                   kind=Kind.DIFF)
 
@@ -76,14 +80,16 @@ def split_command(side: str, line: str) -> list[str]:
 def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = RUN_STALL_S) -> Report:
+                 free: bool = False, timeout: float | None = RUN_STALL_S,
+                 strict: bool = False) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
     the reference (``record.together``; ``timeout``: seconds without an update before both are
     stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
     (asked to, or where lockstep could not load: shards) and whose effects go beyond their
     tolerance is judged against a twin: the reference command run again into ``out``/twin,
-    its parameters nudged by one ulp at its first step. A command that fails is a
+    its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
+    the update where the twin decorrelated fail there). A command that fails is a
     ``RunError`` with its exit code and last lines."""
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
@@ -96,7 +102,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
         for run in record_together(commands, Path(out), samples=samples, every=every,
                                    echo=echo, timeout=timeout).values():
             _stepped(run)
-    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances)
+    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
+                       strict=strict)
     if not _needs_twin(report):
         if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
             shutil.rmtree(folders["twin"], ignore_errors=True)
@@ -104,7 +111,7 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     _record_alone("twin of the reference", commands["reference"], folders["twin"], samples,
                   every, echo, {ENV_NUDGE: "1"})
     return diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                     twin=folders["twin"])
+                     twin=folders["twin"], strict=strict)
 
 
 def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None, every: int,

@@ -10,6 +10,7 @@ once updates have begun."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -46,6 +47,10 @@ def scratch() -> str | None:
     return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30 else None
 
 
+# torchrun's summary of a failure: "rank      : 1 (local_rank: 1)" under "Root Cause".
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
+
+
 class _Side:
     def __init__(self, name: str, argv: list[str], command: Sequence[str], folder: Path,
                  env: dict[str, str], echo: TextIO | None, lock: threading.Lock) -> None:
@@ -69,13 +74,32 @@ class _Side:
                         echo.write(f"{self.name}│ {line}")
                         echo.flush()
 
+    def ranks(self) -> str:
+        """Which rank failed: torchrun's root cause where its output says it, else the rank
+        whose record stopped first, where the command ran several."""
+        for line in self.tail:
+            found = _ROOT_RANK.match(line)
+            if found:
+                return f"; rank {found[1]} failed first, as torchrun says"
+        counts = {}
+        for path in self.folder.glob("rank*.jsonl"):
+            stem = path.stem
+            if stem[4:].isdigit():
+                with path.open("rb") as file:
+                    counts[int(stem[4:])] = sum(1 for line in file if line.strip())
+        if len(counts) < 2 or len(set(counts.values())) < 2:
+            return ""
+        rank = min(counts, key=lambda r: (counts[r], r))
+        return (f"; rank {rank} of {len(counts)} stopped first, after "
+                f"{counts[rank]} update(s)")
+
     def updates(self) -> int:
         return sum(p.stat().st_size for p in self.folder.glob("rank*.jsonl"))
 
     def failure(self) -> RunError:
         how = RecordedRun.ended_as(self.code if self.code is not None else -9)
         last = "\n".join(list(self.tail)[-8:])
-        text = f"the {self.name} command {shlex.join(self.command)} failed ({how})"
+        text = f"the {self.name} command {shlex.join(self.command)} failed ({how}{self.ranks()})"
         return RunError(f"{text}; its last lines:\n{last}" if last else text)
 
 
