@@ -61,7 +61,10 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _cpu(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
-    return [None if t is None else t.detach().to("cpu", copy=True) for t in tensors]
+    """The tensors as ``torch.save`` takes them: detached, on the CPU (copied only from
+    another device: a CPU tensor is written out by the save itself)."""
+    return [None if t is None else t.detach() if t.device.type == "cpu" else
+            t.detach().to("cpu") for t in tensors]
 
 
 def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[dict[str, Any]]:
@@ -69,7 +72,7 @@ def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list
     for p in params:
         entry = {}
         for key, value in optimizer.state.get(p, {}).items():
-            entry[key] = value.detach().to("cpu", copy=True) if torch.is_tensor(value) else value
+            entry[key] = _cpu([value])[0] if torch.is_tensor(value) else value
         out.append(entry)
     return out
 
@@ -197,7 +200,7 @@ class Follower:
             return self._stop(f"the models differ: {len(params)} parameter tensors in the "
                               f"candidate, {info['tensors']} in the reference, or of other "
                               "shapes", None)
-        init = torch.load(self.folder / "ref-init.pt", map_location="cpu", weights_only=True)
+        init = _read(self.folder / "ref-init.pt")
         ref = init["params"]
         with torch.no_grad():
             gap = max((float(torch.max(torch.abs(p.detach().cpu().double() - r.double())))
@@ -218,7 +221,7 @@ class Follower:
         path = self.folder / f"ref-{k}.pt"
         if not _wait(path.exists, ended(self.folder, REFERENCE)):
             return self._stop(f"the reference ended after {k} update(s)", k)
-        ref = torch.load(path, map_location="cpu", weights_only=True)
+        ref = _read(path)
         self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
         problem = _load(optimizer, params, ref)
         if problem:
@@ -232,30 +235,40 @@ class Follower:
         self.lines.close()
 
 
+def _read(path: Path) -> dict[str, Any]:
+    """A state the reference wrote, mapped rather than read (the exchange is in memory): its
+    tensors are views of the file's pages, which stay valid once the file is removed."""
+    found: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return found
+
+
 def _norm(t: torch.Tensor) -> float:
+    """‖t‖, summed in float64."""
     return float(torch.linalg.vector_norm(t, dtype=torch.float64))
+
+
+_UP = torch.tensor(float("inf"))
 
 
 def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
           start: list[torch.Tensor]) -> list[list[float]]:
-    """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits."""
+    """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
+    differences are taken in the parameters' own type: two values this close subtract
+    exactly (Sterbenz), and only the norms are summed in float64."""
     rows = []
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
-            mine = p.detach().cpu()
-            g_c = None if p.grad is None else p.grad.detach().cpu()
-            if g_r is None and g_c is None:
-                gd = gr = 0.0
-            elif g_r is None or g_c is None:
-                gd, gr = _norm(g_c if g_c is not None else g_r), _norm(g_r) if g_r is not None \
-                    else 0.0
+            mine = p.detach().to("cpu")
+            g_c = None if p.grad is None else p.grad.detach().to("cpu")
+            if g_r is None or g_c is None:
+                gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
+                gr = 0.0 if g_r is None else _norm(g_r)
             else:
-                gd, gr = _norm(g_c.double() - g_r.double()), _norm(g_r)
-            pd = _norm(mine.double() - p_r.double())
-            ur = _norm(p_r.double() - p_0.double())
-            ulp = _norm((torch.nextafter(p_r, torch.full_like(p_r, float("inf"))) - p_r)
-                        .double()) if p_r.is_floating_point() and p_r.numel() else 0.0
-            rows.append([float(f"{v:.4g}") for v in (gd, gr, pd, ur, ulp)])
+                gd, gr = _norm(g_c - g_r), _norm(g_r)
+            ulp = _norm(torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r) \
+                if p_r.is_floating_point() and p_r.numel() else 0.0
+            rows.append([float(f"{v:.4g}") for v in (gd, gr, _norm(mine - p_r), _norm(p_r - p_0),
+                                                     ulp)])
     return rows
 
 
