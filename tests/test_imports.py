@@ -1,4 +1,4 @@
-"""No lrcheck module imports one that imports it back (DESIGN.md, "Module map").
+"""No lrcheck module imports one that imports it back (docs/design.md, "Module map").
 
 The graph is read from the source, not from ``sys.modules``: every ``import`` and
 ``from ... import`` of every file under ``src/lrcheck``, at module level and inside functions
@@ -113,8 +113,8 @@ def test_plan_imports_neither_spec_nor_runner():
             assert not bad, f"{name} imports {sorted(bad)}"
 
 
-# What the command line may import of lrcheck (DESIGN.md, "Module map"): the library's calls and
-# specs, its errors, the registries its choices come from, and the report writers; besides
+# What the command line may import of lrcheck (docs/design.md, "Module map"): the library's
+# calls and specs, its errors, the registries its choices come from, and the report writers; besides
 # itself, and ``lrcheck``, whose public names are the api's.
 CLI_MAY_IMPORT = ("lrcheck.api", "lrcheck.spec", "lrcheck.errors", "lrcheck.experiments.tasks",
                   "lrcheck.experiments.schedulers", "lrcheck.plan.frameworks",

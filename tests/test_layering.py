@@ -1,4 +1,4 @@
-"""lrcheck's sub-packages import each other one way only (DESIGN.md, "Module map"): where
+"""lrcheck's sub-packages import each other one way only (docs/design.md, "Module map"): where
 ``reports`` imports ``suite``, nothing in ``suite`` imports ``reports``, counting imports inside
 functions and under ``TYPE_CHECKING`` (the graph is read from the source with ``ast``; no module
 cycle is ``tests/test_imports.py``'s test)."""

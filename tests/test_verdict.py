@@ -1,5 +1,5 @@
-"""The verdict users can trust (DESIGN.md, "causes exactly, effects against the training's own
-noise"), through ``lrcheck.compare`` in lrcheck's own loop: correct configurations whose free
+"""The verdict users can trust (docs/design.md, "Causes exactly, effects against the training's
+own noise"), through ``lrcheck.compare`` in lrcheck's own loop: correct configurations whose free
 trajectories drift apart by rounding pass; a small real difference inside such a noisy run
 fails at the update where it acts. Each prints every check on failure."""
 

@@ -1,4 +1,5 @@
-"""Where a comparison ran: result.json's ``environment`` (DESIGN.md), as a typed record.
+"""Where a comparison ran: result.json's ``environment`` (docs/design.md, "result.json"), as a
+typed record.
 
 ``Environment.to_dict()`` writes the keys in the order result.json has always had them and
 leaves out what a report does not know (a diff of two files knows only lrcheck's version);

@@ -1,4 +1,5 @@
-"""The errors lrcheck raises; each carries the exit code the CLI turns it into (DESIGN.md)."""
+"""The errors lrcheck raises; each carries the exit code the CLI turns it into (docs/design.md,
+"Exit codes")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The outcome of a comparison: the pair, both traces, the checks and where it ran.
 
-``Report.to_dict()`` is ``result.json`` (schema_version 1, DESIGN.md): keep its keys stable and
-add beside them.
+``Report.to_dict()`` is ``result.json`` (docs/design.md, "result.json (schema_version 1)"): keep
+its keys stable and add beside them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ import pytest
 from lrcheck.errors import SpecError
 from lrcheck.plan.steps import ScheduleContext, plan_steps, schedule_context
 
+# ScheduleContext's fields, in the order of the table in docs/design.md, "Schedulers".
 DESIGN_FIELDS = ["micro_batches_per_epoch", "epochs", "accum_steps", "world_size",
                  "micro_batch_size", "num_samples", "updates_per_epoch", "total_updates",
                  "total_steps", "warmup_steps"]

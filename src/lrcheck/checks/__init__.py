@@ -1,5 +1,5 @@
-"""The checks of DESIGN.md as pure functions: (reference trace, candidate trace, tolerances) →
-results. Nothing here trains, prints or writes.
+"""The checks (docs/design.md, "The checks and their tolerances") as pure functions: (reference
+trace, candidate trace, tolerances) → results. Nothing here trains, prints or writes.
 
 The causes (``causes``: updates, data, weights, skipped steps; ``lr``) are checked exactly per
 update; the effects (``effects``: params, loss, metrics) against the training's own noise;

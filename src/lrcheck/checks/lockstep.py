@@ -32,7 +32,7 @@ class Bound:
     noise: float
 
 
-# Calibrated on correct pairs (docs/checks.md, "Lockstep for recorded runs"): the largest
+# Calibrated on correct pairs (docs/checks.md, "Lockstep bounds for recorded runs"): the largest
 # relative gaps measured, the bound and the margin are there.
 BOUNDS = {"float64": Bound(1e-9, 1e-9, 1e-12),
           "float32": Bound(1e-4, 1e-4, 1e-5),

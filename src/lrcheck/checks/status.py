@@ -9,7 +9,8 @@ from lrcheck.words import Word
 
 
 class Status(Word):
-    """How a check ended (DESIGN.md): its value is what result.json and the reports write."""
+    """How a check ended (docs/design.md, "The checks and their tolerances"): its value is what
+    result.json and the reports write."""
 
     PASS = "pass"
     FAIL = "fail"

@@ -2,7 +2,7 @@
 
 Torch, scikit-learn and matplotlib are imported only once a command runs, so ``--help`` is fast.
 Whatever ends a command — bad input, a crash, Ctrl-C, a signal — becomes one line on stderr and
-the exit code of DESIGN.md in one place, ``ending.exit_code``.
+its exit code (docs/design.md, "Exit codes") in one place, ``ending.exit_code``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What ends a command, in one place: its exit code (DESIGN.md), the one line it tells on stderr,
-and the signals that stop it as Ctrl-C does. A traceback reaching a user is a bug."""
+"""What ends a command, in one place: its exit code (docs/design.md, "Exit codes"), the one line
+it tells on stderr, and the signals that stop it as Ctrl-C does. A traceback reaching a user is a bug."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def _usage_code(usage: _ClickError) -> int:
 
 def exit_code(exc: BaseException) -> int:
     """The one place where what ended a command becomes its line on stderr and its exit code
-    (DESIGN.md): a usage error or bad input 2, a crash 3, Ctrl-C or a signal 130 (``main`` makes
+    (docs/design.md, "Exit codes"): a usage error or bad input 2, a crash 3, Ctrl-C or a signal 130 (``main`` makes
     a signal's 128 + its number). Anything else is a bug, raised as it is."""
     errors = Console(stderr=True, highlight=False, soft_wrap=True)
     if isinstance(exc, _click.ClickException):

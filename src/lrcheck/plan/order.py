@@ -1,4 +1,5 @@
-"""The data order that makes exact equality possible (DESIGN.md, "how data flows").
+"""The data order that makes exact equality possible (docs/design.md, "Why exact equality is
+possible, and how data flows").
 
 Epoch ``e`` has one permutation from a generator seeded by ``(seed, e)``; global batch ``k`` is
 the next ``E`` indices of it; micro-batch ``m`` of an update is the next ``bs·world`` indices of

@@ -1,4 +1,4 @@
-"""Scheduler-stepping policies (DESIGN.md, "Policies"), as data.
+"""Scheduler-stepping policies (docs/design.md, "Policies"), as data.
 
 A policy answers two questions: in what unit the schedule's length is given (optimizer updates,
 or micro-batches), and whether ``scheduler.step()`` runs after

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # numpy stays off the import path of `lrcheck --help`
 
 @dataclass(frozen=True)
 class ScheduleContext:
-    """What a schedule factory ``make(optimizer, ctx)`` is told (DESIGN.md, "Schedulers").
+    """What a schedule factory ``make(optimizer, ctx)`` is told (docs/design.md, "Schedulers").
 
     ``micro_batches_per_epoch`` is what ``len(train_loader)`` gives on one rank; ``total_steps``
     and ``warmup_steps`` are in the policy's own unit (optimizer updates; micro-batches for

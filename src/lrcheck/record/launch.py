@@ -34,7 +34,8 @@ LOG = "output.log"
 TAIL_LINES = 20
 # A fingerprint and gradient norm cost about 3 AdamW steps (21 ms for 2.1 M parameters on this
 # CPU, against 7 ms for the step): every 50 updates keeps them near 3 % of a loop whose update
-# takes 16 ms (BENCHMARKS.md, "Recording overhead"). LR-only recording costs ~17 µs per update.
+# takes 16 ms (BENCHMARKS.md, "Recording overhead of `lrcheck record`"). LR-only recording
+# costs ~17 µs per update.
 DEFAULT_EVERY = 50
 # Python's flags that keep sitecustomize from running or PYTHONPATH from being read.
 _BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",

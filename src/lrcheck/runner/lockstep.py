@@ -1,6 +1,6 @@
 """Lockstep: the candidate's update k computed from exactly the state the reference's update k
 started from, so that each update is compared at the rounding level and no drift accumulates
-(DESIGN.md, "causes exactly, effects against the training's own noise").
+(docs/design.md, "lrcheck's own loop: effects in lockstep").
 
 Two trainings that differ only in the order of a floating-point sum part at the last bit, and
 small batches, a high LR or AdamW amplify that by orders of magnitude over hundreds of updates:

@@ -1,6 +1,7 @@
 """The loss of a micro-batch, normalised so that the gradient of an update is the mean over the
-whole effective batch, whatever ``bs``, ``accum`` and ``world`` are (DESIGN.md, "how data
-flows"). Every loop uses it, lrcheck's own and the frameworks' alike."""
+whole effective batch, whatever ``bs``, ``accum`` and ``world`` are (docs/design.md, "Why
+exact equality is possible, and how data flows"). Every loop uses it, lrcheck's own and the
+frameworks' alike."""
 
 from __future__ import annotations
 

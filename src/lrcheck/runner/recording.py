@@ -4,7 +4,8 @@
 A loop calls, for each optimizer update:
 
 - ``before_step(optimizer, scheduler_steps)`` just before ``optimizer.step()``: the LR every
-  param group uses (DESIGN.md, "the contract"), and how many times ``scheduler.step()`` had run;
+  param group uses (docs/design.md, "The checks and their tolerances"), and how many times
+  ``scheduler.step()`` had run;
 - ``step_scheduler(scheduler, update)`` in place of ``scheduler.step()``: a schedule that raises
   ends the run there with the reason in ``stopped`` — a finding, not a crash;
 - ``update(step, loss, samples_seen, epoch, window)`` once the update's loss is known (summed
@@ -15,9 +16,9 @@ and ``end_epoch(net, epoch, after_update)`` after each epoch (accuracy and macro
 split). ``finish(windows)`` returns the ``RunTrace`` (lrcheck's own loop passes its planned
 windows, a framework's adapter those gathered from every rank).
 
-Recording stays cheap (BENCHMARKS.md, "recording"): the snapshot of the parameters is one
-``torch.cat`` of flat views made once per model into a row of a tensor allocated once per run,
-and nothing here waits for the device more than once per update.
+Recording stays cheap (BENCHMARKS.md, "How the recording overhead is measured"): the snapshot
+of the parameters is one ``torch.cat`` of flat views made once per model into a row of a tensor
+allocated once per run, and nothing here waits for the device more than once per update.
 """
 
 from __future__ import annotations
