@@ -56,7 +56,7 @@ def run_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Neither the commands' output nor the tables: only the verdict line.")] = False,
     free: Annotated[bool, typer.Option("--free", help="Run the commands one after the other, each free-running, instead of side by side in lockstep: parameters and gradient norms are then judged from fingerprints, as drift or jumps.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail where the effects could be judged only up to some update (free-running: the twin decorrelated there) instead of warning.")] = False,
-    timeout: Annotated[float, typer.Option(min=0, metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
+    timeout: Annotated[float, typer.Option(metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole

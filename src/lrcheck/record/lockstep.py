@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from lrcheck.record.startup import CANDIDATE, REFERENCE, ended
+from lrcheck.record.roles import CANDIDATE, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
 # Updates the reference may run ahead of the slowest candidate rank: two states on disk.

@@ -13,7 +13,7 @@ from typing import TextIO
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
-from lrcheck.record.startup import ENV_NUDGE
+from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
@@ -91,6 +91,9 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
     the update where the twin decorrelated fail there). A command that fails is a
     ``RunError`` with its exit code and last lines."""
+    if timeout is not None and not timeout >= 0:
+        raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
+                        f"{timeout!r}")
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
     every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every

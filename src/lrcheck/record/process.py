@@ -37,7 +37,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import lockstep, modules, startup
+from lrcheck.record import lockstep, modules, roles
 from lrcheck.recorder import Recorder, fingerprint
 
 HPARAMS = ("momentum", "betas", "weight_decay")
@@ -86,8 +86,8 @@ class ProcessRecorder:
         self.stepped: dict[int, int] = {}  # id(optimizer) → pre-hooks seen, for GradScaler
         self.name: str | None = None
         self.world = 1
-        self.role = os.environ.get(startup.ENV_ROLE, "")
-        self.exchange = Path(os.environ.get(startup.ENV_EXCHANGE, "") or ".")
+        self.role = os.environ.get(roles.ENV_ROLE, "")
+        self.exchange = Path(os.environ.get(roles.ENV_EXCHANGE, "") or ".")
         self.streamer: lockstep.Streamer | None = None
         self.follower: lockstep.Follower | None = None
 
@@ -152,16 +152,16 @@ class ProcessRecorder:
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
         self.describe()
-        if st.index == 0 and os.environ.get(startup.ENV_NUDGE):
+        if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             _nudge(params)
-        if st.index != 0 or self.role not in (startup.REFERENCE, startup.CANDIDATE):
+        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE):
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
-        if self.role == startup.REFERENCE and rank == 0:
+        if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
             self.streamer.start(params, st.sharded, born)
-        elif self.role == startup.CANDIDATE:
+        elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
             self.follower.start(params, st.names, st.sharded, born)
 

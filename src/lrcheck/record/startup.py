@@ -9,7 +9,6 @@ import importlib.machinery
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,22 +17,6 @@ ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
 ENV_SAMPLES = "PYTHON_LRCHECK_RECORD_SAMPLES"
 ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
 ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
-# A lockstep pair (``lrcheck run``): the exchange folder both commands share, and this
-# command's side in it (``record.lockstep``).
-ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
-ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
-REFERENCE, CANDIDATE = "reference", "candidate"
-# A twin of the reference (``lrcheck run`` free-running): its parameters are nudged by one unit
-# in the last place just before its first optimizer step.
-ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
-
-
-def ended(exchange: Path, side: str) -> Path:
-    """The marker that says ``side`` of a lockstep pair has ended: it releases the other's
-    waits."""
-    return exchange / f"{side}.ended"
-
-
 class _TorchWatch(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``torch`` is being imported it takes the spec the other
     finders give and runs ``_torch_ready`` once the module has executed."""

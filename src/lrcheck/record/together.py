@@ -37,7 +37,7 @@ from lrcheck.record.launch import (
     signal_command,
     stop_plan,
 )
-from lrcheck.record.startup import ENV_EXCHANGE, ENV_ROLE, ended
+from lrcheck.record.roles import ENV_EXCHANGE, ENV_ROLE, ended
 from lrcheck.spec import RUN_STALL_S
 
 

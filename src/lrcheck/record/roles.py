@@ -1,0 +1,22 @@
+"""The two sides of a lockstep pair (``lrcheck run``) and their settings, read by every
+process of each command (``record.process``, ``record.lockstep``) and set by
+``record.together``: names only, importing nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The exchange folder both commands share, and this command's side in it. PYTHON* names, as
+# the recording's other settings (record/startup.py).
+ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
+ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
+REFERENCE, CANDIDATE = "reference", "candidate"
+# A twin of the reference (``lrcheck run`` free-running): its parameters are nudged by one unit
+# in the last place just before its first optimizer step.
+ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
+
+
+def ended(exchange: Path, side: str) -> Path:
+    """The marker that says ``side`` of a lockstep pair has ended: it releases the other's
+    waits."""
+    return exchange / f"{side}.ended"
