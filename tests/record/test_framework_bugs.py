@@ -1,0 +1,114 @@
+"""Effect-only bugs in users' own scripts, one family of framework each (tests/fixtures/user_*.py),
+through ``lrcheck run``'s default: the two commands side by side, the candidate in lockstep.
+Each bug acts at one update K and leaves the LR right: ``--scale-grad-at K`` (update K's
+gradient scaled by 1 + 1e-3, as each framework lets a user touch it) and ``--skip-zero-grad-at
+K`` (the gradients not zeroed once, before update K, where each framework zeroes them). The
+correct accumulation pair passes; each bug fails at K. Where lockstep cannot load (ZeRO 2,
+FSDP2: sharded parameters) the candidate runs free and the fingerprints judge: there the bugs
+that fail at K today are tested here (their correct pairs pass in test_sharded.py). Slow: every
+run is two fresh processes (or process groups) that import torch and a framework."""
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+PY = sys.executable
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+deepspeed = pytest.mark.deepspeed
+SCALE_AT, SKIP_AT = 5, 9  # in the middle of runs of 16 (frameworks) and 32 updates (loops)
+BUGS = {"correct": [], "scale-grad": ["--scale-grad-at", str(SCALE_AT)],
+        "skip-zero-grad": ["--skip-zero-grad-at", str(SKIP_AT)]}
+
+
+def _line(argv) -> str:
+    return shlex.join(str(a) for a in argv)
+
+
+def _run(tmp_path, ref, cand, **options):
+    report = api.run_commands(_line(ref), _line(cand), tmp_path / "out", **options)
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return report, {c.name: c for c in report.checks}
+
+
+def _family(name: str, tmp_path: Path) -> tuple[list, list]:
+    """The big-batch reference and the accumulating candidate of one family."""
+    if name in ("trainer", "lightning", "accelerate"):
+        run = [PY, FIXTURES / "user_frameworks.py", name]
+        return ([*run, "--out", tmp_path / "ref", "--bs", "32"],
+                [*run, "--out", tmp_path / "cand", "--bs", "16", "--accum", "2"])
+    if name == "deepspeed":  # no ZeRO, one process: whole parameters, so lockstep
+        script = FIXTURES / "user_deepspeed.py"
+        return [PY, script, "--bs", "32"], [PY, script, "--bs", "16", "--accum", "2"]
+    script = FIXTURES / "user_train.py"
+    if name == "torchrun":  # DDP on 2 ranks
+        return [PY, script, "--bs", "32"], [*TORCHRUN, script, "--bs", "8", "--accum", "2"]
+    return [PY, script, "--bs", "32"], [PY, script, "--bs", "16", "--accum", "2"]
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize("family", ["plain", "torchrun", "trainer", "lightning", "accelerate",
+                                    pytest.param("deepspeed", marks=deepspeed)])
+def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
+        tmp_path, family, bug):
+    if family == "deepspeed":
+        pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
+                                                "pip install 'lrcheck[deepspeed]'")
+    ref, cand = _family(family, tmp_path)
+    report, checks = _run(tmp_path, ref, [*cand, *BUGS[bug]])
+    grads, params = checks["grads"], checks["params"]
+    assert "lockstep (" in grads.detail and "started from the reference's state" in grads.detail
+    assert checks["lr"].status == "pass"  # each bug leaves the LR right
+    if bug == "correct":
+        assert report.ok and grads.status == "pass" and params.status == "pass"
+        assert checks["evidence"].status == "pass"
+        return
+    at = SCALE_AT if bug == "scale-grad" else SKIP_AT
+    assert not report.ok
+    assert grads.status == "fail" and grads.first_divergence == at
+    assert params.status == "fail" and params.first_divergence == at
+    assert f"at update {at}, from the same state" in grads.detail
+    if bug == "scale-grad":  # exactly the error put in, on a gradient read after clipping
+        assert 9.9e-4 < grads.max_rel_diff < 1.01e-3
+
+
+@deepspeed
+def test_deepspeed_zero2_free_running_a_scaled_gradient_fails_grad_norm_at_its_update(tmp_path):
+    """ZeRO 2's shards cannot be loaded: the candidate runs free, float32. The gradient norm
+    says where the scale entered; the parameters' fingerprints only warn (drift, from update
+    11), and a skipped zero_grad cannot act at all (ZeRO 2 has moved every gradient into its
+    partitions and released it before the engine's zero_grad): not tested here."""
+    pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
+                                            "pip install 'lrcheck[deepspeed]'")
+    script = FIXTURES / "user_deepspeed.py"
+    report, checks = _run(tmp_path, [PY, script, "--bs", "32"],
+                          [*TORCHRUN, script, "--bs", "8", "--accum", "2", "--zero", "2",
+                           *BUGS["scale-grad"]], fingerprint_every=1)
+    assert not report.ok and "grads" not in checks
+    assert "free-running" in checks["params"].detail
+    norm = checks["grad-norm"]
+    assert norm.status == "fail" and norm.first_divergence == SCALE_AT
+    assert f"it jumped at update {SCALE_AT}" in norm.detail
+
+
+@pytest.mark.parametrize("bug", ["scale-grad", "skip-zero-grad"])
+def test_fsdp2_free_running_each_bug_fails_params_and_grad_norm_at_its_update(tmp_path, bug):
+    """FSDP2's shards cannot be loaded: the candidate (2 ranks, float64) runs free, and the
+    fingerprints and the gradient norm jump at the update where the bug acts."""
+    script = FIXTURES / "user_fsdp.py"
+    report, checks = _run(tmp_path, [PY, script, "--bs", "32"],
+                          [*TORCHRUN, script, "--bs", "8", "--accum", "2", *BUGS[bug]],
+                          fingerprint_every=1)
+    at = SCALE_AT if bug == "scale-grad" else SKIP_AT
+    assert not report.ok and "grads" not in checks
+    assert checks["lr"].status == "pass"
+    for name in ("params", "grad-norm"):
+        assert checks[name].status == "fail" and checks[name].first_divergence == at
+        assert f"it jumped at update {at}" in checks[name].detail
+    assert "free-running" in checks["params"].detail
