@@ -52,14 +52,23 @@ def _family(name: str, tmp_path: Path) -> tuple[list, list]:
     return [PY, script, "--bs", "32"], [PY, script, "--bs", "16", "--accum", "2"]
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
-@pytest.mark.parametrize("family", ["plain", "torchrun", "trainer", "lightning", "accelerate",
-                                    pytest.param("deepspeed", marks=deepspeed)])
+FAMILIES = ["plain", "torchrun", "trainer", "lightning", "accelerate",
+            pytest.param("deepspeed", marks=deepspeed)]
+# Every family's correct pair and scaled gradient; the skipped zero_grad where each framework
+# zeroes the gradients its own way (the loop's own call, DDP's is the same; DeepSpeed's engine
+# too): a run is two fresh processes importing a framework, seconds each.
+CASES = [*((family, bug) for family in FAMILIES for bug in ("correct", "scale-grad")),
+         *((family, "skip-zero-grad") for family in ("plain", "trainer", "lightning",
+                                                     "accelerate"))]
+
+
+@pytest.mark.parametrize(("family", "bug"), CASES)
 def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
         tmp_path, family, bug):
     if family == "deepspeed":
         pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
                                                 "pip install 'lrcheck[deepspeed]'")
+    family = getattr(family, "values", [family])[0]
     ref, cand = _family(family, tmp_path)
     report, checks = _run(tmp_path, ref, [*cand, *BUGS[bug]])
     grads, params = checks["grads"], checks["params"]
@@ -94,7 +103,7 @@ def test_deepspeed_zero2_free_running_a_scaled_gradient_fails_grad_norm_at_its_u
     assert "free-running" in checks["params"].detail
     norm = checks["grad-norm"]
     assert norm.status == "fail" and norm.first_divergence == SCALE_AT
-    assert f"it jumped at update {SCALE_AT}" in norm.detail
+    assert "the twin reference's own drift" in norm.detail  # the reference run again, nudged
 
 
 @pytest.mark.parametrize("bug", ["scale-grad", "skip-zero-grad"])
@@ -110,5 +119,6 @@ def test_fsdp2_free_running_each_bug_fails_params_and_grad_norm_at_its_update(tm
     assert checks["lr"].status == "pass"
     for name in ("params", "grad-norm"):
         assert checks[name].status == "fail" and checks[name].first_divergence == at
-        assert f"it jumped at update {at}" in checks[name].detail
+        assert "the twin reference's own drift" in checks[name].detail
     assert "free-running" in checks["params"].detail
+    assert "judged against the twin's drift" in checks["params"].detail
