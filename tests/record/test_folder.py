@@ -153,3 +153,18 @@ def test_a_rank_file_that_run_json_lists_and_is_missing_is_named(tmp_path):
     print(caught.value)
     assert "rank0.jsonl, which its run.json lists with 5 update(s), is missing" in str(
         caught.value) and "made no optimizer update" not in str(caught.value)
+
+
+def test_a_ranks_failure_is_a_cause_that_spares_the_twin():
+    from types import SimpleNamespace
+
+    from lrcheck.checks.status import FAIL, PASS, CheckResult
+    from lrcheck.record.pairs import _needs_twin
+
+    params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
+    lr = CheckResult("lr", PASS, 0.0, None, "equal at all 32 updates")
+    ranks = CheckResult("ranks (candidate)", FAIL, 0.001, 1, "rank 1's LR differs …")
+    assert _needs_twin(SimpleNamespace(checks=[lr, params]))
+    assert not _needs_twin(SimpleNamespace(checks=[lr, params, ranks]))
+    later = CheckResult("ranks (candidate)", FAIL, 0.001, 5, "rank 1's LR differs …")
+    assert _needs_twin(SimpleNamespace(checks=[lr, params, later]))  # the effect came first
