@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.record.folder import merge, read_folder
+from lrcheck.record.folder import merge, rank_schedules, read_folder
 
 
 def _line(k, fp):
@@ -49,12 +49,60 @@ def test_a_partitioned_run_is_compared_with_the_other_runs_whole_model(tmp_path)
     assert ref.fingerprints[0].tolist() == cand.fingerprints[0].tolist() == [[4.0, 2.0]]
 
 
-def test_replicas_are_checked_against_rank_0():
-    ranks = [[_line(0, [1.0, 2.0])], [_line(0, [1.5, 2.0])]]
-    merged, gap = merge(ranks, sharded=False)
+def test_replicas_are_checked_against_rank_0_at_every_fingerprinted_update():
+    ranks = [[_line(0, [1.0, 2.0]), _line(1, None), _line(2, [1.0, 2.0])],
+             [_line(0, [1.5, 2.0]), _line(1, None), _line(2, [1.0, 2.0])],
+             [_line(0, [1.0, 2.0]), _line(1, None), _line(2, [2.0, 2.0])]]
+    merged, gaps = merge(ranks, sharded=False)
     assert merged[0]["fingerprint"] == [1.0, 2.0]
-    assert gap is not None and (gap.gap, gap.update, gap.rank) == (0.25, 0, 1)
-    assert np.isclose(merge([ranks[0], ranks[0]], sharded=False)[1].gap, 0.0)
+    assert gaps is not None and [(g.gap, g.update, g.rank) for g in gaps] == [(0.25, 0, 1),
+                                                                               (0.5, 2, 2)]
+    same = merge([ranks[0], ranks[0]], sharded=False)[1]
+    assert same is not None and np.isclose(max(g.gap for g in same), 0.0)
+    assert merge([ranks[0]], sharded=False)[1] is None
+
+
+def _rank_line(k, lr, steps):
+    return {"step": k, "samples_seen": k + 1, "lr": [lr], "loss": None, "scheduler_steps": steps}
+
+
+def test_every_ranks_schedule_is_kept_beside_rank_0s_records():
+    ranks = [[_rank_line(k, 0.001 * (k + 1), 1) for k in range(3)],
+             [_rank_line(k, 0.001, 1 if k == 0 else 0) for k in range(4)]]
+    merged, _ = merge(ranks, sharded=False)
+    assert [r["lr"] for r in merged] == [[0.001], [0.002], [0.003]]  # rank 0's, unbloated
+    assert all(set(r) == set(ranks[0][0]) for r in merged)
+    found = rank_schedules(ranks)
+    assert found is not None and [a.shape for a in found.lrs] == [(3, 1), (3, 1)]
+    assert found.lrs[1][:, 0].tolist() == [0.001] * 3
+    assert [s.tolist() for s in found.steps] == [[1, 1, 1], [1, 0, 0]]
+    assert rank_schedules(ranks[:1]) is None
+    uncounted = [[{**line, "scheduler_steps": 0} for line in ranks[0]],
+                 [{k: v for k, v in line.items() if k != "scheduler_steps"} for line in ranks[1]]]
+    assert rank_schedules(uncounted).steps[1] is None
+
+
+def test_a_folder_whose_rank_1_did_not_step_its_scheduler_fails_ranks(tmp_path):
+    from lrcheck.record.pairs import diff_runs
+
+    warmup = [_rank_line(k, 0.001 * (k + 1), 1) for k in range(4)]
+    stuck = [_rank_line(k, 0.001, int(k == 0)) for k in range(4)]  # only its initial step
+    for name, rank1 in (("ref", warmup), ("bug", stuck)):
+        folder = tmp_path / name
+        folder.mkdir()
+        for rank, lines in enumerate((warmup, rank1)):
+            (folder / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n"
+                                                              for x in lines))
+        (folder / "run.json").write_text(json.dumps({
+            "kind": "lrcheck-record", "samples_per_update": None, "exit_code": 0,
+            "world_size": 2, "updates": {"rank0.jsonl": 4, "rank1.jsonl": 4}}))
+    checks = {c.name: c for c in diff_runs(tmp_path / "ref", tmp_path / "bug").checks}
+    assert checks["ranks (reference)"].status == "pass"
+    assert checks["lr"].status == "pass"  # rank 0's LR is the reference's
+    bug = checks["ranks (candidate)"]
+    assert bug.status == "fail" and bug.first_divergence == 1
+    assert bug.detail.startswith("rank 1's LR differs from rank 0's from update 1 (0.001 on "
+                                 "rank 1, 0.002 on rank 0): its scheduler did not step")
 
 
 def test_a_folder_without_run_json_or_updates_is_bad_input(tmp_path):
@@ -105,3 +153,18 @@ def test_a_rank_file_that_run_json_lists_and_is_missing_is_named(tmp_path):
     print(caught.value)
     assert "rank0.jsonl, which its run.json lists with 5 update(s), is missing" in str(
         caught.value) and "made no optimizer update" not in str(caught.value)
+
+
+def test_a_ranks_failure_is_a_cause_that_spares_the_twin():
+    from types import SimpleNamespace
+
+    from lrcheck.checks.status import FAIL, PASS, CheckResult
+    from lrcheck.record.pairs import _needs_twin
+
+    params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
+    lr = CheckResult("lr", PASS, 0.0, None, "equal at all 32 updates")
+    ranks = CheckResult("ranks (candidate)", FAIL, 0.001, 1, "rank 1's LR differs …")
+    assert _needs_twin(SimpleNamespace(checks=[lr, params]))
+    assert not _needs_twin(SimpleNamespace(checks=[lr, params, ranks]))
+    later = CheckResult("ranks (candidate)", FAIL, 0.001, 5, "rank 1's LR differs …")
+    assert _needs_twin(SimpleNamespace(checks=[lr, params, later]))  # the effect came first

@@ -4,6 +4,7 @@ it acts on. Slow: every run is a fresh Python process that imports torch (and a 
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -110,3 +111,30 @@ def test_accelerate_launch_multi_gpu_records_two_ranks_on_the_cpu(tmp_path):
     checks = _checks(api.diff(tmp_path / "one", tmp_path / "two"))
     assert checks["updates"].status == "pass"
     assert checks["replicas (candidate)"].status == "pass"
+
+
+def test_torchrun_whose_scheduler_steps_on_rank_0_only_fails_ranks_at_update_1(tmp_path):
+    """``if rank == 0: scheduler.step()`` in a logging block: rank 0's LR is the reference's
+    (``lr`` passes), rank 1's stays at its first value, which ``ranks`` names at update 1, where
+    it first acts (update 0's LR is the one the scheduler set at construction, on every rank);
+    the correct torchrun pair passes it. Through ``lrcheck run``'s lockstep, which loads the
+    reference's state but leaves each rank's LR its own."""
+    ref = shlex.join([*PLAIN, "--bs", "32"])
+    good = api.run_commands(ref, shlex.join([*TORCHRUN, "--bs", "8", "--accum", "2"]),
+                            tmp_path / "good")
+    ranks = _checks(good)["ranks (candidate)"]
+    print(ranks.detail)
+    assert good.exit_code == 0 and ranks.status == "pass"
+    assert ranks.detail == ("the 2 ranks used the same LR at all 32 updates and made the same "
+                            "scheduler.step() calls")
+    bug = _checks(api.run_commands(ref, shlex.join([*TORCHRUN, "--bs", "8", "--accum", "2",
+                                                    "--bug", "scheduler-rank0-only"]),
+                                   tmp_path / "bug"))
+    print(bug["ranks (candidate)"].detail)
+    assert bug["lr"].status == "pass"  # rank 0's schedule is right
+    assert bug["ranks (candidate)"].status == "fail"
+    assert bug["ranks (candidate)"].first_divergence == 1
+    assert bug["ranks (candidate)"].detail.startswith(
+        "rank 1's LR differs from rank 0's from update 1 (0.001 on rank 1, 0.002 on rank 0): "
+        "its scheduler did not step (0 scheduler.step() calls on rank 1 against 1 on rank 0 "
+        "before update 1)")

@@ -1,13 +1,17 @@
 """The checks only a run ``lrcheck record`` recorded has: the steps a GradScaler skipped, the
-gradient norm, and (a run of several replicas) whether the replicas agree."""
+gradient norm, and (a run of several ranks) whether the replicas agree and every rank used
+rank 0's LR."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, relative
-from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
+from lrcheck.checks.status import FAIL, PASS, SKIP, WARN, CheckResult
 from lrcheck.trace import RunTrace
+from lrcheck.words import plural
 
 
 def check_skips(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray]
@@ -59,19 +63,115 @@ def check_grad_norm(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.n
     return jump_or_drift(result, diff, scale, tol, steps)
 
 
-def check_replicas(name: str, gap: tuple[float, int, int] | None, ranks: int,
+def check_replicas(name: str, gaps: Sequence[tuple[float, int, int]] | None, ranks: int,
                    tol: float) -> CheckResult | None:
     """``replicas``: the parameter fingerprints of every rank of a replicated run (DDP) agree
-    with rank 0's within ``tol`` (``gap``: the largest ``|Δsum|/max|p|``, its update and
-    rank); None for a run of one rank, a sharded one, or one without fingerprints."""
-    if gap is None:
+    with rank 0's within ``tol`` (``gaps``: at each fingerprinted update, in order, the largest
+    ``|Δsum|/max|p|``, the update and the rank); a failure is placed at the first update beyond
+    ``tol``, the largest gap named beside it. None for a run of one rank, a sharded one, or one
+    without fingerprints."""
+    if not gaps:
         return None
-    value, update, rank = gap
-    if value > tol:
-        return CheckResult(f"replicas ({name})", FAIL, value, update,
+    worst = max(gaps, key=lambda g: (np.nan_to_num(g[0], nan=np.inf), -g[1]))
+    first = next((g for g in gaps if not g[0] <= tol), None)  # NaN fails too
+    if first is not None:
+        value, update, rank = first
+        largest = ("" if worst[1] == update else
+                   f"; the largest gap is {worst[0]:.3g}, rank {worst[2]}'s after update "
+                   f"{worst[1]}")
+        return CheckResult(f"replicas ({name})", FAIL, worst[0], update,
                            f"rank {rank}'s parameters part from rank 0's after update {update} "
-                           f"(|Δsum|/max|p| {value:.3g} > {tol:g}): the {ranks} replicas of "
-                           f"the {name} do not train in sync")
-    return CheckResult(f"replicas ({name})", PASS, value, None,
+                           f"(|Δsum|/max|p| {value:.3g} > {tol:g}){largest}: the {ranks} "
+                           f"replicas of the {name} do not train in sync")
+    return CheckResult(f"replicas ({name})", PASS, worst[0], None,
                        f"the {ranks} ranks' parameters agree with rank 0's "
-                       f"(|Δsum|/max|p| ≤ {value:.3g})")
+                       f"(|Δsum|/max|p| ≤ {worst[0]:.3g})")
+
+
+def check_ranks(name: str, lrs: Sequence[np.ndarray], steps: Sequence[np.ndarray | None],
+                tol: float) -> CheckResult | None:
+    """``ranks``: every rank of a multi-process run used rank 0's LR at every update, each
+    param group within ``tol·max(1, |lr|)`` as ``lr`` judges (``lrs``: per rank, rank 0 first,
+    updates × param groups; ``steps``: per rank, its ``scheduler.step()`` calls before each
+    update, None where not counted). A failure is placed at the first update where a rank's LR
+    parts from rank 0's, and names the scheduler steps that explain it; scheduler steps that
+    differ while every LR is equal are a warning. None for a run of one rank."""
+    if len(lrs) < 2:
+        return None
+    base = lrs[0]
+    count = base.shape[0]
+    parted: list[tuple[int, int, int]] = []  # (update, rank, param group)
+    for rank, other in enumerate(lrs[1:], start=1):
+        if other.shape != base.shape:
+            parted.append((0, rank, -1))
+            continue
+        bad = np.argwhere(~(np.abs(other - base) <= tol * np.maximum(1.0, np.abs(base))))
+        if len(bad):
+            parted.append((int(bad[0][0]), rank, int(bad[0][1])))
+    counted = all(s is not None for s in steps)
+    if not parted:
+        steps_apart = _steps_apart(steps) if counted else None
+        if steps_apart is not None:
+            k, rank = steps_apart
+            ours, theirs = _calls(steps, rank, k)
+            return CheckResult(f"ranks ({name})", WARN, None, k,
+                               f"the {len(lrs)} ranks used the same LR at all "
+                               f"{plural(count, 'update')}, but rank {rank} made "
+                               f"{plural(ours, 'scheduler.step() call')} before update {k} "
+                               f"against {theirs} on rank 0: its scheduler's state is not "
+                               "rank 0's")
+        calls = " and made the same scheduler.step() calls" if counted else ""
+        return CheckResult(f"ranks ({name})", PASS, 0.0, None,
+                           f"the {len(lrs)} ranks used the same LR at all "
+                           f"{plural(count, 'update')}{calls}")
+    k, rank, group = min(parted)
+    others = sorted({r for _, r, _ in parted} - {rank})
+    also = f"; rank{'s' * (len(others) > 1)} {', '.join(map(str, others))} too" if others else ""
+    if group < 0:
+        return CheckResult(f"ranks ({name})", FAIL, None, 0,
+                           f"rank {rank} has {plural(lrs[rank].shape[1], 'param group')}, "
+                           f"rank 0 {base.shape[1]}{also}: the ranks do not train alike")
+    mine, zero = float(lrs[rank][k, group]), float(base[k, group])
+    where = f" (param group {group})" if base.shape[1] > 1 else ""
+    head = (f"rank {rank}'s LR differs from rank 0's from update {k}{where} ({mine:.6g} on "
+            f"rank {rank}, {zero:.6g} on rank 0)")
+    why = _why(steps, rank, k) if counted else "the scheduler steps were not counted"
+    return CheckResult(f"ranks ({name})", FAIL, abs(mine - zero), k,
+                       f"{head}: {why}{also}; the {len(lrs)} ranks of the {name} do not train "
+                       "alike")
+
+
+def _steps_apart(steps: Sequence[np.ndarray | None]) -> tuple[int, int] | None:
+    """The first update (and the lowest rank there) before which a rank's scheduler steps
+    differ from rank 0's; None where they never do."""
+    base = steps[0]
+    assert base is not None
+    found = [(int(np.flatnonzero(s != base)[0]), rank)
+             for rank, s in enumerate(steps[1:], start=1)
+             if s is not None and (s != base).any()]
+    return min(found) if found else None
+
+
+def _calls(steps: Sequence[np.ndarray | None], rank: int, k: int) -> tuple[int, int]:
+    mine, zero = steps[rank], steps[0]
+    assert mine is not None and zero is not None
+    return int(mine[k]), int(zero[k])
+
+
+def _why(steps: Sequence[np.ndarray | None], rank: int, k: int) -> str:
+    """What rank ``rank``'s scheduler steps say about its LR parting at update ``k``."""
+    mine, zero = steps[rank], steps[0]
+    assert mine is not None and zero is not None
+    apart = np.flatnonzero(mine[:k + 1] != zero[:k + 1])
+    if not len(apart):
+        return (f"its scheduler stepped as rank 0's did "
+                f"({plural(int(zero[:k + 1].sum()), 'scheduler.step() call')} each up to "
+                f"update {k}): its LR was set otherwise")
+    j = int(apart[0])
+    ours, theirs = int(mine[j]), int(zero[j])
+    did = ("did not step" if ours == 0 else
+           f"stepped {plural(ours, 'time')}" if ours > theirs else
+           f"stepped only {plural(ours, 'time')}")
+    when = "" if j == k else f" from update {j}"
+    return (f"its scheduler {did}{when} ({ours} scheduler.step() call{'s' * (ours != 1)} on "
+            f"rank {rank} against {theirs} on rank 0 before update {j})")

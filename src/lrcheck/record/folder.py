@@ -2,13 +2,15 @@
 one optimizer merged into the records of the whole run.
 
 Merging: the LR, the scheduler steps and the skipped steps are rank 0's (every rank steps the
-same schedule). Parameters sharded over the ranks (FSDP2's DTensors; ZeRO's partitions) are
+same schedule); every rank's LR and scheduler steps are kept beside the records
+(``RankSchedules``), so that a rank whose schedule parts from rank 0's is a failure of its
+own. Parameters sharded over the ranks (FSDP2's DTensors; ZeRO's partitions) are
 fingerprinted per shard: the sums add and the largest absolute values max, which gives the
 whole tensor's fingerprint exactly. ZeRO steps its optimizer on flat partitions of the model's
 parameters rather than on its tensors: a partitioned run's fingerprint is the whole model's
 (one sum, one largest absolute value), and ``record.sides`` compares the other run's whole
-model with it. Replicated parameters (DDP) are rank 0's, and every other
-rank's are checked against them: replicas that part are a failure of their own."""
+model with it. Replicated parameters (DDP) are rank 0's, and every other rank's are checked
+against them, update by update: replicas that part are a failure of their own."""
 
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ _RANK_FILE = re.compile(r"^rank(\d+)(-opt(\d+))?\.jsonl$")
 
 @dataclass(frozen=True)
 class ReplicaGap:
-    """The largest gap between a replica's fingerprint and rank 0's: ``|Δsum| / max|p|``, the
-    update where it is largest and the rank."""
+    """The largest gap at one fingerprinted update between a replica's fingerprint and rank
+    0's: ``|Δsum| / max|p|``, the update and the rank."""
 
     gap: float
     update: int
@@ -37,18 +39,30 @@ class ReplicaGap:
 
 
 @dataclass(frozen=True)
+class RankSchedules:
+    """Every rank's schedule, rank 0 first, up to the updates every rank recorded: its LRs
+    (updates × param groups) and its ``scheduler.step()`` calls before each update (None:
+    not counted)."""
+
+    lrs: tuple[np.ndarray, ...]
+    steps: tuple[np.ndarray | None, ...]
+
+
+@dataclass(frozen=True)
 class FolderRun:
     """A record folder as one run: its merged records, its description (``run.json``), how
     many ranks it had, whether they were sharded (``partitioned``: by ZeRO, into flat
-    partitions), and the replicas' largest gap (None: one rank, or sharded)."""
+    partitions), the replicas' largest gap at each fingerprinted update (None: one rank, or
+    sharded) and every rank's schedule (None: one rank)."""
 
     records: list[dict[str, Any]]
     description: dict[str, Any]
     ranks: int
     sharded: bool
     partitioned: bool
-    replicas: ReplicaGap | None
+    replicas: tuple[ReplicaGap, ...] | None
     optimizers: int
+    schedules: RankSchedules | None = None
 
     @property
     def samples_known(self) -> bool:
@@ -111,17 +125,20 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
             if o.get("index") == optimizer]
     partitioned = any(o.get("partitioned") for o in mine)
     sharded = partitioned or any(o.get("sharded") for o in mine)
-    records, gap = merge(per_rank, sharded, partitioned)
-    return FolderRun(records, about, len(ranks), sharded, partitioned, gap, len(files))
+    records, gaps = merge(per_rank, sharded, partitioned)
+    return FolderRun(records, about, len(ranks), sharded, partitioned, gaps, len(files),
+                     rank_schedules(per_rank))
 
 
 def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
-          partitioned: bool = False) -> tuple[list[dict[str, Any]], ReplicaGap | None]:
+          partitioned: bool = False
+          ) -> tuple[list[dict[str, Any]], tuple[ReplicaGap, ...] | None]:
     """The ranks' records as the whole run's (see the module's docstring), up to the updates
-    every rank recorded."""
+    every rank recorded, and the replicas' largest gap at each fingerprinted update (None:
+    nothing to compare)."""
     count = min(len(r) for r in per_rank)
     merged: list[dict[str, Any]] = []
-    worst: ReplicaGap | None = None
+    gaps: list[ReplicaGap] = []
     for k in range(count):
         lines = [r[k] for r in per_rank]
         record = dict(lines[0])
@@ -135,11 +152,28 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
                 record["fingerprint"] = np.column_stack(
                     [stacked[:, :, 0].sum(axis=0), stacked[:, :, 1].max(axis=0)]).ravel().tolist()
             else:
-                worst = _replica_gap(arrays, k, worst)
+                gaps.append(_replica_gap(arrays, k))
         if sharded and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         merged.append(record)
-    return merged, worst
+    return merged, tuple(gaps) if gaps else None
+
+
+def rank_schedules(per_rank: list[list[dict[str, Any]]]) -> RankSchedules | None:
+    """Every rank's LRs and scheduler steps, up to the updates every rank recorded (None: one
+    rank). A rank whose param groups change in number gets NaN where it has none."""
+    if len(per_rank) < 2:
+        return None
+    count = min(len(r) for r in per_rank)
+    lrs, steps = [], []
+    for lines in per_rank:
+        groups = max((len(line["lr"]) for line in lines[:count]), default=0)
+        lrs.append(np.array([[*line["lr"], *[np.nan] * (groups - len(line["lr"]))]
+                             for line in lines[:count]], dtype=np.float64).reshape(count, groups))
+        counted = all("scheduler_steps" in line for line in lines[:count])
+        steps.append(np.array([int(line["scheduler_steps"]) for line in lines[:count]],
+                              dtype=np.int64) if counted else None)
+    return RankSchedules(tuple(lrs), tuple(steps))
 
 
 def whole_model(arrays: list[np.ndarray]) -> list[float]:
@@ -148,12 +182,14 @@ def whole_model(arrays: list[np.ndarray]) -> list[float]:
             float(max((a[:, 1].max(initial=0.0) for a in arrays), default=0.0))]
 
 
-def _replica_gap(arrays: list[np.ndarray], k: int, worst: ReplicaGap | None) -> ReplicaGap | None:
+def _replica_gap(arrays: list[np.ndarray], k: int) -> ReplicaGap:
+    """The largest gap of update ``k`` over the replicas (the first rank where it is largest)."""
     scale = max(float(np.max(arrays[0][:, 1], initial=0.0)), 1e-300)
+    worst = ReplicaGap(0.0, k, 1)
     for rank, other in enumerate(arrays[1:], start=1):
         if other.shape != arrays[0].shape:
             return ReplicaGap(float("inf"), k, rank)
         gap = float(np.max(np.abs(other[:, 0] - arrays[0][:, 0]), initial=0.0)) / scale
-        if worst is None or gap > worst.gap:
+        if not gap <= worst.gap:  # NaN too
             worst = ReplicaGap(gap, k, rank)
     return worst

@@ -34,7 +34,7 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
-                                             pair.tolerances.params)
+                                             pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
                              read_facts(Path(reference), Path(candidate), twin,
                                         pair.tolerances.params))
@@ -140,7 +140,8 @@ def _needs_twin(report: Report) -> bool:
                and c.first_divergence is not None and "not comparable:" not in c.detail]
     if not effects:
         return False
-    causes = [c.first_divergence for name in ("lr", "updates")
+    causes = [c.first_divergence for name in ("lr", "updates", "ranks (reference)",
+                                              "ranks (candidate)")
               if (c := checks.get(name)) is not None and c.status == FAIL]
     known = [k for k in causes if k is not None]
     return not causes or (bool(known) and min(known) > min(effects))

@@ -12,20 +12,22 @@ from typing import Any
 
 import numpy as np
 
-from lrcheck.checks.commands import check_replicas
+from lrcheck.checks.commands import check_ranks, check_replicas
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
 from lrcheck.record.folder import FolderRun, description, read_folder, whole_model
 from lrcheck.recorder import read_records
+from lrcheck.spec import Tolerances
 from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import plural
 
 
-def read_sides(reference: Path, candidate: Path,
-               tol: float) -> tuple[RunTrace, RunTrace, list[CheckResult], list[str]]:
-    """Both runs as traces, the checks of their replicas' agreement, and why a record folder
-    is incomplete (``FolderRun.incomplete``: its command failed or was stopped)."""
+def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tolerances.lr
+               ) -> tuple[RunTrace, RunTrace, list[CheckResult], list[str]]:
+    """Both runs as traces, the checks of their ranks (every rank's LR against rank 0's within
+    ``lr_tol``, the replicas' agreement within ``tol``), and why a record folder is incomplete
+    (``FolderRun.incomplete``: its command failed or was stopped)."""
     sides: list[tuple[list[dict[str, Any]], FolderRun | None]] = []
     for path in (reference, candidate):
         if path.is_dir():
@@ -45,9 +47,15 @@ def read_sides(reference: Path, candidate: Path,
     for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
         if run is not None and (why := run.incomplete(name)) is not None:
             incomplete.append(why)
-        if run is not None and run.replicas is not None:
-            gap = run.replicas
-            found = check_replicas(name, (gap.gap, gap.update, gap.rank), run.ranks, tol)
+        if run is None:
+            continue
+        if run.schedules is not None:
+            found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol)
+            if found is not None:
+                more.append(found)
+        if run.replicas is not None:
+            found = check_replicas(name, [(g.gap, g.update, g.rank) for g in run.replicas],
+                                   run.ranks, tol)
             if found is not None:
                 more.append(found)
     return traces[0], traces[1], more, incomplete
