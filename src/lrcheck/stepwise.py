@@ -75,10 +75,13 @@ class RecordedFacts:
     the candidate's lockstep gaps (None: it ran free, with ``free`` saying why), why the
     effects are not comparable (``stochastic``: dropout active), the reference's optimizer
     class name, and the reference command's twin where one ran (``twin``: its parameters
-    nudged by one ulp at its first step, the floor of a free-running pair's drift)."""
+    nudged by one ulp at its first step, the floor of a free-running pair's drift);
+    ``other_ranks``: the lockstep gaps of the candidate's ranks 1, 2, … (each rank loads the
+    reference's state and compares its own update)."""
 
     lockstep: StepGaps | None = None
     free: str | None = None
     stochastic: str | None = None
     optimizer: str = ""
     twin: RunTrace | None = None
+    other_ranks: tuple[StepGaps, ...] = ()

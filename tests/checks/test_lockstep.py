@@ -109,3 +109,15 @@ def test_a_twin_that_decorrelates_says_up_to_where_and_strict_makes_it_a_failure
     # Every other warning stays one.
     other = relative("params", rel, np.ones(4), 1e-4, "dropout p=0.1 active", steps)
     assert strictly([other]) == [other]
+
+
+def test_every_rank_is_judged_and_the_first_to_fail_is_named():
+    from lrcheck.checks.lockstep import every_rank
+
+    good, bad = _gaps([CLEAN] * 3), _gaps([CLEAN, [(1e-2, 1.0, 1e-9, 1e-2, 1e-7), CLEAN[1]],
+                                           CLEAN])
+    result = every_rank([check_grads(good, None), check_grads(bad, None)])
+    assert result.status == "fail" and result.first_divergence == 1
+    assert result.detail.startswith("rank 1 of 2: ")
+    both = every_rank([check_grads(good, None)] * 2)
+    assert both.status == "pass" and both.detail.endswith("the same judged on each of the 2 ranks")

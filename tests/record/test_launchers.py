@@ -138,3 +138,9 @@ def test_torchrun_whose_scheduler_steps_on_rank_0_only_fails_ranks_at_update_1(t
         "rank 1's LR differs from rank 0's from update 1 (0.001 on rank 1, 0.002 on rank 0): "
         "its scheduler did not step (0 scheduler.step() calls on rank 1 against 1 on rank 0 "
         "before update 1)")
+    # In lockstep every candidate rank judges its own update from the reference's state: rank
+    # 1's update, made with its LR, parts there.
+    params = bug["params"]
+    print(params.detail)
+    assert params.status == "fail" and params.first_divergence == 1
+    assert params.detail.startswith("rank 1 of 2: lockstep")

@@ -12,7 +12,7 @@ both judgements and named."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -182,3 +182,18 @@ def moved(gaps: StepGaps) -> tuple[int, int]:
     g = gaps.gaps
     return (int(np.sum(np.sum(g[:, :, UPDATE_REF], axis=1) > 0)),
             int(np.sum(np.sum(g[:, :, GRAD_REF], axis=1) > 0)))
+
+
+def every_rank(results: list[CheckResult]) -> CheckResult:
+    """One check of a candidate of several ranks, each judged in lockstep on its own: the
+    rank that failed first (the lowest of those that failed at the same update), else rank
+    0's, said to hold for all."""
+    if len(results) == 1:
+        return results[0]
+    failed = [(r.first_divergence if r.first_divergence is not None else 1 << 62, rank, r)
+              for rank, r in enumerate(results) if r.status == FAIL]
+    if failed:
+        _, rank, result = min(failed, key=lambda f: (f[0], f[1]))
+        return replace(result, detail=f"rank {rank} of {len(results)}: {result.detail}")
+    return replace(results[0], detail=f"{results[0].detail}; the same judged on each of the "
+                                      f"{len(results)} ranks")

@@ -10,7 +10,7 @@ import numpy as np
 
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
-from lrcheck.checks.lockstep import check_grads, check_updates, moved
+from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, WARN, CheckResult
 from lrcheck.spec import Tolerances
@@ -196,8 +196,9 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     reason = facts.stochastic
     grads: CheckResult | None
     if facts.lockstep is not None:
-        found["params"] = check_updates(facts.lockstep, reason, facts.optimizer)
-        grads = check_grads(facts.lockstep, reason, facts.optimizer)
+        ranks = (facts.lockstep, *facts.other_ranks)
+        found["params"] = every_rank([check_updates(g, reason, facts.optimizer) for g in ranks])
+        grads = every_rank([check_grads(g, reason, facts.optimizer) for g in ranks])
     else:
         grads = check_grad_norm(ref, cand, pairs, tol.params, twin)
         found["params"] = _not_comparable(found["params"], reason) or found["params"]

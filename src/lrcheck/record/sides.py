@@ -100,7 +100,12 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
              if o.get("index") == 0]
     optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
     twin_trace = None if twin is None else read_sides(twin, candidate, tol)[0]
-    return RecordedFacts(gaps, free, _stochastic(about), optimizer, twin_trace)
+    others = []
+    for rank in range(1, int(about["candidate"].get("world_size") or 1)):
+        path = candidate / LINES.format(rank=rank)
+        if gaps is not None and path.exists():
+            others.append(StepGaps.from_lines(_json_lines(path), str(path)))
+    return RecordedFacts(gaps, free, _stochastic(about), optimizer, twin_trace, tuple(others))
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
