@@ -30,7 +30,7 @@ OUTCOME_LABEL = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", E
 
 # Checks only some reports have (a GradScaler's skipped steps; a recorded command's gradient
 # norm): the suite's matrix has a column for each that some pair's report has.
-OPTIONAL_CHECKS = ("skipped-steps", "grad-norm")
+OPTIONAL_CHECKS = ("skipped-steps", "cadence", "grad-norm")
 
 
 def matrix_checks(result: SuiteResult) -> tuple[str, ...]:
