@@ -193,6 +193,9 @@ def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):
         model.zero_grad()  # the Transformers Trainer's way
         model(torch.ones(1, 3)).sum().backward()
         torch.autograd.backward(model(torch.ones(1, 3)).sum())
+        # a reentrant checkpoint runs a backward inside the backward: one pass
+        checkpoint = torch.utils.checkpoint.checkpoint
+        checkpoint(model, torch.ones(1, 3, requires_grad=True), use_reentrant=True).sum().backward()
         torch.nn.utils.clip_grad.clip_grad_value_(model.parameters(), clip_value=0.1)
         recorder.pre(optimizer, (), {})
         optimizer.step()
@@ -201,6 +204,6 @@ def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):
         undo()
     recorder.close()
     (r,) = read_records(tmp_path / "rank0.jsonl")
-    assert (r["backward"], r["reached"], r["zero_grad"]) == (3, 2, 1)
+    assert (r["backward"], r["reached"], r["zero_grad"]) == (4, 3, 1)
     assert (r["clip_grad_value"], r["clip_value"], r["clip_grad_norm"]) == (1, 0.1, 0)
     assert "opt_step" not in r and "clip_norm" not in r  # SGD keeps no step counter

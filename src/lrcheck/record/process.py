@@ -406,9 +406,11 @@ def _fingerprint_at_birth() -> None:
     torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
 
 
-def _counting(owner: Any, name: str, count: Callable[..., None]) -> Callable[[], None]:
+def _counting(owner: Any, name: str, count: Callable[..., None],
+              inside: Callable[[], bool] | None = None) -> Callable[[], None]:
     """Wrap ``owner.name`` so that each outermost call (per thread: a call inside another of the
-    same name is part of it) runs ``count(args, kwargs, result)`` after it; returns the undo."""
+    same name is part of it, as is one made where ``inside()`` is true) runs
+    ``count(args, kwargs, result)`` after it; returns the undo."""
     original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     if getattr(original, "_lrcheck", False):
         return lambda: None
@@ -417,12 +419,13 @@ def _counting(owner: Any, name: str, count: Callable[..., None]) -> Callable[[],
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, key, 0)
+        outer = depth == 0 and (inside is None or not inside())
         setattr(_local, key, depth + 1)
         try:
             result = original(*args, **kwargs)
         finally:
             setattr(_local, key, depth)
-        if depth == 0:
+        if outer:
             count(args, kwargs, result)
         return result
 
@@ -457,7 +460,10 @@ def count_calls(recorder: ProcessRecorder) -> Callable[[], None]:
         return count
 
     undo = [
-        _counting(torch.autograd, "backward", tally("backward")),
+        # A backward inside a backward (a reentrant checkpoint's, on the engine's thread) is
+        # part of it.
+        _counting(torch.autograd, "backward", tally("backward"),
+                  lambda: torch._C._current_autograd_node() is not None),
         _counting(torch.optim.Optimizer, "zero_grad",
                   lambda args, kwargs, result: recorder.zero_grad(args[0])),
         _counting(torch.nn.Module, "zero_grad", zeroed_module),
