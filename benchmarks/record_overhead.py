@@ -5,7 +5,12 @@ default fingerprint (every ``DEFAULT_EVERY`` updates), alternated. The figure is
 inside the hooks over the rest of the same loop (stable from run to run, where the A/B ratio of
 separate loops moves by several % on a shared machine; both are printed, medians). One JSON
 line. Process start-up (the sitecustomize, which imports nothing before torch) is not in
-the figure: it is the same few milliseconds for any command."""
+the figure: it is the same few milliseconds for any command.
+
+The recorded modes count the cadence's calls too (``count_calls``: the loop's backward and
+zero_grad go through its wrappers); their cost is outside the hooks, so it is measured apart:
+``counted_call_us``, what one counted call adds (a wrapped no-op against the bare one), and
+``counted_overhead``, that × the loop's 2 counted calls per update over the bare update."""
 
 import json
 import statistics
@@ -21,7 +26,7 @@ from torch.optim.optimizer import (
 )
 
 from lrcheck.record.launch import DEFAULT_EVERY
-from lrcheck.record.process import ProcessRecorder
+from lrcheck.record.process import ProcessRecorder, _counting, count_calls
 
 
 def loop(updates: int) -> float:
@@ -57,16 +62,43 @@ def timed(mode: str, updates: int, folder: Path, inside: list[float]) -> float:
 
     handles = [register_optimizer_step_pre_hook(clocked(recorder.pre)),
                register_optimizer_step_post_hook(clocked(recorder.post))]
+    uncount = count_calls(recorder)
     try:
         wall = loop(updates)
         inside.append(spent[0] / (wall - spent[0]))
         return wall
     finally:
+        uncount()
         for handle in handles:
             handle.remove()
         recorder.close()
         for path in (folder / mode).iterdir():
             path.unlink()
+
+
+def counted_call_us(calls: int = 200_000) -> float:
+    """What counting adds to one call, in µs: a wrapped no-op against the bare one, medians."""
+    class Owner:
+        @staticmethod
+        def call() -> None:
+            return None
+
+    bare = Owner.call
+
+    def per_call(fn) -> float:
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - started) / calls * 1e6
+
+    totals = [0]
+    undo = _counting(Owner, "call", lambda args, kwargs, result: totals.__setitem__(0, 1))
+    try:
+        counted = Owner.call
+        gaps = [per_call(counted) - per_call(bare) for _ in range(5)]
+    finally:
+        undo()
+    return statistics.median(gaps)
 
 
 def main(runs: int, updates: int) -> None:
@@ -84,7 +116,11 @@ def main(runs: int, updates: int) -> None:
                 walls[mode].append(got[mode])
             for mode in ratios:
                 ratios[mode].append(got[mode] / got["bare"] - 1)
+    call_us = counted_call_us()
+    per_update_us = statistics.median(walls["bare"]) / updates * 1e6
     print(json.dumps({"updates": updates, "every": DEFAULT_EVERY,
+                      "counted_call_us": call_us,
+                      "counted_overhead": 2 * call_us / per_update_us,
                       **{f"{m}_s": statistics.median(walls[m]) for m in modes},
                       **{f"{m}_ab": statistics.median(r) for m, r in ratios.items()},
                       **{f"{m}_overhead": statistics.median(inside[m]) for m in ratios}}))

@@ -43,12 +43,31 @@ def test_importable_without_torch():
     assert done.stdout.strip() == "False", done.stderr
 
 
+def test_the_cadence_is_read_back_a_max_norm_of_infinity_included(tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps({"step": 0, "samples_seen": 8, "lr": [0.1], "backward": 4,
+                                "reached": 4, "zero_grad": 1, "clip_grad_norm": 1,
+                                "max_norm": "Infinity", "clip_norm": 2.5, "opt_step": 1.0,
+                                "ema_update": 1, "unknown": 3}) + "\n")
+    (record,) = read_records(path)
+    assert record["backward"] == 4 and record["max_norm"] == math.inf
+    assert record["clip_norm"] == 2.5 and record["opt_step"] == 1.0 and "unknown" not in record
+
+
 @pytest.mark.parametrize("line,needle", [
     ("not json", "not JSON"),
     ('{"step": 0, "lr": [0.1]}', "needs the keys step, samples_seen, lr"),
     ('{"step": 0, "samples_seen": 8, "lr": "high"}', "'lr' must be a number or a list"),
     ('{"step": -1, "samples_seen": 8, "lr": [0.1]}', "'step' must be a whole number"),
     ('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": "x"}', "'loss' must be a number"),
+    ('{"step": 1, "samples_seen": 16, "lr": [0.1], "backward": 1.5}',
+     "'backward' must be a whole number >= 0"),
+    ('{"step": 1, "samples_seen": 16, "lr": [0.1], "zero_grad": -1}',
+     "'zero_grad' must be a whole number >= 0"),
+    ('{"step": 1, "samples_seen": 16, "lr": [0.1], "max_norm": "big"}',
+     "'max_norm' must be a number"),
+    ('{"step": 1, "samples_seen": 16, "lr": [0.1], "opt_step": -2}',
+     "'opt_step' must be a number >= 0"),
 ])
 def test_malformed_lines_name_the_file_and_line(tmp_path, line, needle):
     path = tmp_path / "bad.jsonl"

@@ -21,8 +21,14 @@ from lrcheck.errors import SpecError
 
 REQUIRED = ("step", "samples_seen", "lr")
 # What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
-# steps since the previous update, and (with a fingerprint) the squared gradient norm.
-COUNTS = ("scheduler_steps", "skipped")
+# steps since the previous update, and (with a fingerprint) the squared gradient norm; and the
+# cadence (``record.process.count_calls``): the calls since the previous update of backward,
+# zero_grad, the clipping, GradScaler.update and the EMA, the backward passes since the last
+# zero_grad (``reached``: those whose gradients reach the update), and the numbers: the last
+# clip's max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter.
+COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
+          "clip_grad_value", "scaler_update", "ema_update")
+NUMBERS = ("max_norm", "clip_value", "clip_norm", "opt_step")
 
 # JSON has no NaN or infinity (Python's json writes them as bare NaN and Infinity, which other
 # readers refuse): a Recorder file holds them as these strings, and read_records reads them back.
@@ -250,6 +256,13 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
                 raise SpecError(f"{where}: {key!r} must be a whole number >= 0, "
                                 f"got {item[key]!r}")
             record[key] = item[key]
+    for key in NUMBERS:
+        if key in item:
+            value = _read_number(item[key])
+            if value is None or (key == "opt_step" and not (math.isfinite(value) and value >= 0)):
+                raise SpecError(f"{where}: {key!r} must be a number"
+                                f"{' >= 0' if key == 'opt_step' else ''}, got {item[key]!r}")
+            record[key] = value
     if "grad_sq" in item:
         grad_sq = _read_number(item["grad_sq"])
         if grad_sq is None or grad_sq < 0:

@@ -17,6 +17,7 @@ import numpy as np
 
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.plan.windows import Window, windows_from_json, windows_to_json
+from lrcheck.recorder import COUNTS, NUMBERS
 from lrcheck.spec import RunSpec
 
 T = TypeVar("T")
@@ -166,6 +167,7 @@ class RunTrace:
     grad_norms: list[float | None] | None = None
     skips: list[int] | None = None
     command: RecordedCommand | None = None
+    cadence: list[dict[str, float]] | None = None
 
     @property
     def metrics(self) -> Metrics | None:
@@ -197,10 +199,13 @@ class RunTrace:
                        for r in records] if any("grad_sq" in r for r in records) else None)
         skips = [int(r["skipped"]) for r in records] if all("skipped" in r for r in records) \
             else None
+        keys = (*COUNTS[2:], *NUMBERS)
+        cadence = ([{key: r[key] for key in keys if key in r} for r in records]
+                   if all("backward" in r for r in records) else None)
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
                    planned_updates=len(updates), context=None, source=source,
                    fingerprints=fingerprints, grad_norms=grad_norms, skips=skips,
-                   command=command)
+                   command=command, cadence=cadence)
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""

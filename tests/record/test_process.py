@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from lrcheck.record.process import ProcessRecorder, _count_scheduler_steps
+from lrcheck.record.process import ProcessRecorder, _count_scheduler_steps, count_calls
 from lrcheck.recorder import read_records
 
 
@@ -128,3 +128,82 @@ def test_a_second_process_of_the_same_rank_gets_its_own_files(tmp_path, name):
     _update(recorder, torch.optim.SGD(model.parameters(), lr=0.1), model)
     recorder.close()
     assert any(p.name.startswith(name) and p.suffix == ".jsonl" for p in tmp_path.iterdir())
+
+
+def _accumulate(recorder, optimizer, model, micro, *, zero_each=False, clip_each=False,
+                ema=None, ema_each=False):
+    """One update of ``micro`` micro-batches, clipping once (or after every backward), an EMA
+    updated once (or per micro-batch)."""
+    for m in range(micro):
+        if zero_each:
+            optimizer.zero_grad()
+        (model(torch.full((2, 3), float(m + 1))).sum() / micro).backward()
+        if clip_each:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        if ema is not None and ema_each:
+            ema.update_parameters(model)
+    if not clip_each:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.5)
+    recorder.pre(optimizer, (), {})
+    optimizer.step()
+    recorder.post(optimizer, (), {})
+    if ema is not None and not ema_each:
+        ema.update_parameters(model)
+    optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("bug", [None, "zero_each", "clip_each", "ema_each"])
+def test_the_cadence_counts_each_call_since_the_previous_update(tmp_path, bug):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=1)
+    undo = count_calls(recorder)
+    try:
+        model = _model()
+        ema = torch.optim.swa_utils.AveragedModel(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)  # its update is still a call
+        for _ in range(2):
+            _accumulate(recorder, optimizer, model, 3, ema=ema,
+                        **({bug: True} if bug else {}))
+            scaler.update()
+    finally:
+        undo()
+    recorder.close()
+    assert not getattr(torch.autograd.backward, "_lrcheck", False)
+    assert not getattr(torch.nn.utils.clip_grad_norm_, "_lrcheck", False)
+    records = read_records(tmp_path / "rank0.jsonl")
+    for k, r in enumerate(records):
+        assert r["backward"] == 3
+        assert r["clip_grad_norm"] == (3 if bug == "clip_each" else 1)
+        assert r["max_norm"] == 0.5 and r["clip_norm"] > 0 and r["clip_grad_value"] == 0
+        assert r["reached"] == (1 if bug == "zero_each" else 3)
+        # zero_grad after each step counts for the next update
+        assert r["zero_grad"] == (3 if bug == "zero_each" else 0) + k
+        assert r["ema_update"] == (3 if bug == "ema_each" else k)
+        assert r["scaler_update"] == k
+        assert r["opt_step"] == k + 1  # AdamW's state after this update's step
+
+
+def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    undo = count_calls(recorder)
+    try:
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.ones(1, 3)).sum().backward()
+        model.zero_grad()  # the Transformers Trainer's way
+        model(torch.ones(1, 3)).sum().backward()
+        torch.autograd.backward(model(torch.ones(1, 3)).sum())
+        # a reentrant checkpoint runs a backward inside the backward: one pass
+        checkpoint = torch.utils.checkpoint.checkpoint
+        checkpoint(model, torch.ones(1, 3, requires_grad=True), use_reentrant=True).sum().backward()
+        torch.nn.utils.clip_grad.clip_grad_value_(model.parameters(), clip_value=0.1)
+        recorder.pre(optimizer, (), {})
+        optimizer.step()
+        recorder.post(optimizer, (), {})
+    finally:
+        undo()
+    recorder.close()
+    (r,) = read_records(tmp_path / "rank0.jsonl")
+    assert (r["backward"], r["reached"], r["zero_grad"]) == (4, 3, 1)
+    assert (r["clip_grad_value"], r["clip_value"], r["clip_grad_norm"]) == (1, 0.1, 0)
+    assert "opt_step" not in r and "clip_norm" not in r  # SGD keeps no step counter

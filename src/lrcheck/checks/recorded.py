@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from lrcheck.checks.cadence import check_cadence
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
@@ -158,8 +159,9 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
-    are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps`` and
-    ``grad-norm`` (``checks.commands``), and ``more`` (the replicas' agreement) follows.
+    are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps``, ``cadence``
+    (``checks.cadence``) and ``grad-norm`` (``checks.commands``), and ``more`` (the replicas'
+    agreement) follows.
     Where the candidate ran in lockstep (``facts.lockstep``), ``params`` and ``grads`` are
     judged update by update from the same state (``checks.lockstep``) instead of
     fingerprints and gradient norms; ``evidence`` says whether a pass proves anything."""
@@ -209,7 +211,9 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                                                               f"judged {judge}): "
                                                               f"{found['params'].detail}")
     found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
-    extra = [check_skips(ref, cand, pairs), _not_comparable(grads, reason),
+    extra = [check_skips(ref, cand, pairs),
+             check_cadence(ref, cand, pairs, facts.lockstep is not None),
+             _not_comparable(grads, reason),
              check_evidence(ref, cand, facts)]
     return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
             + list(more))

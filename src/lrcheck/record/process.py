@@ -15,7 +15,16 @@ hooks twice (only the outermost step counts); DeepSpeed's bf16 wrapper steps onc
 construction with no gradient (a step where no parameter has a gradient is counted as a phantom
 step, not recorded); a GradScaler-skipped step fires no hook (``GradScaler.step`` is wrapped to
 count it); parameters sharded as DTensors (FSDP2) are fingerprinted on this rank's shard, which
-``record.folder`` merges over the ranks."""
+``record.folder`` merges over the ranks.
+
+The cadence (``count_calls``): per update, how many times since the optimizer's previous update
+the process ran a backward pass (the outermost ``torch.autograd.backward``, which
+``Tensor.backward`` calls), ``zero_grad`` (the optimizer's, or a module's), how many backward
+passes ran since the last ``zero_grad`` (those whose gradients reach the update), the gradient
+clipping of ``torch.nn.utils`` (with its ``max_norm`` / ``clip_value`` and, every ``every``-th
+update, the pre-clip norm of its last call), ``GradScaler.update`` and the EMA's
+``AveragedModel.update_parameters``; and the optimizer state's own step counter. Counters only:
+no tensor is read but on the updates that are fingerprinted anyway."""
 
 from __future__ import annotations
 
@@ -39,8 +48,12 @@ from torch.optim.optimizer import (
 
 from lrcheck.record import lockstep, modules, roles
 from lrcheck.recorder import Recorder, fingerprint
+from lrcheck.recorder import _number as json_number
 
 HPARAMS = ("momentum", "betas", "weight_decay")
+# The calls counted per update (``count_calls``), each a key of the Recorder line.
+CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "scaler_update",
+         "ema_update")
 # In a lockstep pair, the fingerprint of an optimizer's parameters when it was made, set on it:
 # the weights before anything the user's loop does to them.
 BORN = "_lrcheck_born"
@@ -72,6 +85,7 @@ class _Optimizer:
         self.dtype = lockstep.dtype_of(params)
         self.names: list[str] | None = None
         self.stochastic: list[dict[str, Any]] = []
+        self.seen: dict[str, int] = {}  # the process's call totals at this optimizer's update
 
 
 class ProcessRecorder:
@@ -90,6 +104,12 @@ class ProcessRecorder:
         self.exchange = Path(os.environ.get(roles.ENV_EXCHANGE, "") or ".")
         self.streamer: lockstep.Streamer | None = None
         self.follower: lockstep.Follower | None = None
+        # The cadence: the process's totals of each call counted (``CALLS``), per optimizer its
+        # zero_grad calls and the backward total at its last one, and the last clip's settings.
+        self.totals = dict.fromkeys(CALLS, 0)
+        self.zeroed: dict[int, list[int]] = {}  # id(optimizer) → [zero_grad calls, backward]
+        self.module_zeroed = -1  # the backward total at the last Module.zero_grad (-1: none)
+        self.clip: dict[str, Any] = {}  # max_norm, clip_value, the last pre-clip norm
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -188,6 +208,7 @@ class ProcessRecorder:
                 squares = torch.sum(norms * norms)
             extra["grad_sq"] = float(squares)
             fp = fingerprint(_local_tensor(p) for p in params)
+        extra.update(self.cadence(st, fp is not None))
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:
@@ -195,6 +216,37 @@ class ProcessRecorder:
                 self.streamer.after(k, optimizer, params)
             elif self.follower is not None:
                 self.follower.after(k, optimizer, params)
+
+    def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
+        """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
+        last clip's settings and the optimizer state's step counter, read before lockstep loads
+        the reference's state (``synced``: a device tensor may be read, as the fingerprint
+        synchronised already)."""
+        totals, seen = self.totals, st.seen
+        out: dict[str, Any] = {key: totals[key] - seen.get(key, 0) for key in CALLS
+                               if key != "module_zero_grad"}
+        calls, at = self.zeroed.get(id(st.optimizer), [0, -1])
+        out["zero_grad"] = (calls - seen.get("zero_grad", 0)
+                            + totals["module_zero_grad"] - seen.get("module_zero_grad", 0))
+        out["reached"] = totals["backward"] - max(at, self.module_zeroed, 0)
+        st.seen = {**totals, "zero_grad": calls}
+        if out["clip_grad_norm"] and "max_norm" in self.clip:
+            out["max_norm"] = _number(self.clip["max_norm"])
+            norm = self.clip.pop("norm", None)
+            if isinstance(norm, torch.Tensor) and (synced or norm.device.type == "cpu") \
+                    and norm.numel() == 1:
+                out["clip_norm"] = _number(float(norm))
+        if out["clip_grad_value"] and "clip_value" in self.clip:
+            out["clip_value"] = _number(self.clip["clip_value"])
+        step = _state_step(st.optimizer, synced)
+        if step is not None:
+            out["opt_step"] = step
+        return out
+
+    def zero_grad(self, optimizer: Any) -> None:
+        found = self.zeroed.setdefault(id(optimizer), [0, -1])
+        found[0] += 1
+        found[1] = self.totals["backward"]
 
     def scheduler_stepped(self, optimizer: Any) -> None:
         self.pending.setdefault(id(_torch_optimizer(optimizer)), [0, 0])[0] += 1
@@ -216,6 +268,32 @@ class ProcessRecorder:
             self.streamer.close()
         if self.follower is not None:
             self.follower.close()
+
+
+def _number(value: Any) -> float | str | None:
+    """A setting or norm as a Recorder line holds it (not finite: its string); None: not a
+    number."""
+    try:
+        return json_number(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _state_step(optimizer: torch.optim.Optimizer, synced: bool) -> float | None:
+    """The optimizer state's own step counter (AdamW's ``state[p]["step"]``) of the first
+    parameter that has one; None where none has (SGD) or it is on a device and not ``synced``."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if not state or "step" not in state:
+                continue
+            step = state["step"]
+            if isinstance(step, torch.Tensor):
+                if step.numel() != 1 or not (synced or step.device.type == "cpu"):
+                    return None
+                return float(step)
+            return float(step) if isinstance(step, (int, float)) else None
+    return None
 
 
 def _name(cls: type) -> str:
@@ -328,6 +406,85 @@ def _fingerprint_at_birth() -> None:
     torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
 
 
+def _counting(owner: Any, name: str, count: Callable[..., None],
+              inside: Callable[[], bool] | None = None) -> Callable[[], None]:
+    """Wrap ``owner.name`` so that each outermost call (per thread: a call inside another of the
+    same name is part of it, as is one made where ``inside()`` is true) runs
+    ``count(args, kwargs, result)`` after it; returns the undo."""
+    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    if getattr(original, "_lrcheck", False):
+        return lambda: None
+    key = f"depth_{id(owner)}_{name}"
+
+    @functools.wraps(original)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_local, key, 0)
+        outer = depth == 0 and (inside is None or not inside())
+        setattr(_local, key, depth + 1)
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            setattr(_local, key, depth)
+        if outer:
+            count(args, kwargs, result)
+        return result
+
+    counted._lrcheck = True  # type: ignore[attr-defined]
+    setattr(owner, name, counted)
+    return lambda: setattr(owner, name, original)
+
+
+def count_calls(recorder: ProcessRecorder) -> Callable[[], None]:
+    """Count, for ``recorder.cadence``, the calls of the cadence (see the module's docstring);
+    returns the undo (the tests and the benchmark count in-process)."""
+    import torch.nn.utils.clip_grad as clip_module
+    from torch.optim.swa_utils import AveragedModel
+
+    totals = recorder.totals
+
+    def tally(key: str) -> Callable[..., None]:
+        def count(args: Any, kwargs: Any, result: Any) -> None:
+            totals[key] += 1
+        return count
+
+    def zeroed_module(args: Any, kwargs: Any, result: Any) -> None:
+        totals["module_zero_grad"] += 1
+        recorder.module_zeroed = totals["backward"]
+
+    def clipped(key: str, setting: str) -> Callable[..., None]:
+        def count(args: Any, kwargs: Any, result: Any) -> None:
+            totals[key] += 1
+            recorder.clip[setting] = kwargs.get(setting, args[1] if len(args) > 1 else None)
+            if key == "clip_grad_norm":
+                recorder.clip["norm"] = result
+        return count
+
+    undo = [
+        # A backward inside a backward (a reentrant checkpoint's, on the engine's thread) is
+        # part of it.
+        _counting(torch.autograd, "backward", tally("backward"),
+                  lambda: torch._C._current_autograd_node() is not None),
+        _counting(torch.optim.Optimizer, "zero_grad",
+                  lambda args, kwargs, result: recorder.zero_grad(args[0])),
+        _counting(torch.nn.Module, "zero_grad", zeroed_module),
+        _counting(torch.amp.GradScaler, "update", tally("scaler_update")),
+        _counting(AveragedModel, "update_parameters", tally("ema_update")),
+    ]
+    for name, key, setting in (("clip_grad_norm_", "clip_grad_norm", "max_norm"),
+                               ("clip_grad_value_", "clip_grad_value", "clip_value")):
+        original = getattr(clip_module, name)
+        undo.append(_counting(clip_module, name, clipped(key, setting)))
+        if getattr(torch.nn.utils, name, None) is original:  # what users call
+            setattr(torch.nn.utils, name, getattr(clip_module, name))
+            undo.append(functools.partial(setattr, torch.nn.utils, name, original))
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
+
+
 def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
     """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``)."""
     recorder = ProcessRecorder(Path(folder), samples, every)
@@ -336,6 +493,7 @@ def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRec
         _fingerprint_at_birth()
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
+    count_calls(recorder)
     for cls in _subclasses(LRScheduler):
         _count_scheduler_steps(cls, recorder)
     original_init_subclass = LRScheduler.__dict__.get("__init_subclass__")

@@ -29,9 +29,9 @@ OUTCOME_LABEL = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", E
 
 
 # Checks only some reports have (a GradScaler's skipped steps; a recorded command's gradient
-# norm; in lockstep, its gradients; whether a pass proves anything): the suite's matrix has a
-# column for each that some pair's report has.
-OPTIONAL_CHECKS = ("skipped-steps", "grad-norm", "grads", "evidence")
+# norm; how often each call ran per update; in lockstep, its gradients; whether a pass proves
+# anything): the suite's matrix has a column for each that some pair's report has.
+OPTIONAL_CHECKS = ("skipped-steps", "cadence", "grad-norm", "grads", "evidence")
 
 
 def matrix_checks(result: SuiteResult) -> tuple[str, ...]:
