@@ -47,7 +47,8 @@ def scratch() -> str | None:
     return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30 else None
 
 
-# torchrun's summary of a failure: "rank      : 1 (local_rank: 1)" under "Root Cause".
+# torchrun's summary of a failure: "rank      : 1 (local_rank: 1)" under "Root Cause (first
+# observed failure)" (the ranks it stopped after it are listed before, under "Failures").
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\b")
 
 
@@ -77,7 +78,9 @@ class _Side:
     def ranks(self) -> str:
         """Which rank failed: torchrun's root cause where its output says it, else the rank
         whose record stopped first, where the command ran several."""
-        for line in self.tail:
+        lines = list(self.tail)
+        root = next((i for i, line in enumerate(lines) if "Root Cause" in line), None)
+        for line in lines[root:] if root is not None else ():
             found = _ROOT_RANK.match(line)
             if found:
                 return f"; rank {found[1]} failed first, as torchrun says"
