@@ -97,7 +97,7 @@ def check_grads(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Chec
     type, rounding-noise tensors left out; ``reason``: why the effects are not comparable."""
     if not len(gaps.steps):
         return CheckResult("grads", SKIP, None, None, f"no update compared: {_lead(gaps)}")
-    bound = bound_for(gaps.dtype)
+    bound = bound_for(f"{gaps.dtype}+{gaps.reference_dtype or gaps.dtype}")
     noise = rounding_noise(gaps, bound)
     keep = ~noise
     diff, ref = _norms(gaps, keep, GRAD_DIFF), _norms(gaps, keep, GRAD_REF)
@@ -148,7 +148,7 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
                            "initialisation the same way in both commands")
     if not len(gaps.steps):
         return CheckResult("params", SKIP, None, None, f"no update compared: {_lead(gaps)}")
-    bound = bound_for(gaps.dtype)
+    bound = bound_for(f"{gaps.dtype}+{gaps.reference_dtype or gaps.dtype}")
     noise = rounding_noise(gaps, bound)
     keep = ~noise
     diff, size, ulp = (_norms(gaps, keep, c) for c in (PARAM_DIFF, UPDATE_REF, ULP))

@@ -12,10 +12,12 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import deque
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from lrcheck.errors import SpecError
+from lrcheck.errors import RunError, SpecError
 from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
 from lrcheck.runner.dist.procs import marked
 
@@ -160,7 +162,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
                             errors="replace" if capture else None)
     try:
         if capture:
-            _pass_on(proc, folder / LOG, tail, echo)
+            pass_on(proc, folder / LOG, tail, echo)
         code = proc.wait()
     except KeyboardInterrupt:
         interrupted = True
@@ -172,16 +174,28 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
     return run
 
 
-def _pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str],
-             echo: TextIO | None) -> None:
+def pass_on(proc: subprocess.Popen[str], log: Path, tail: deque[str], echo: TextIO | None,
+            prefix: str = "", lock: threading.Lock | None = None) -> None:
+    """The command's output into ``log`` and ``tail``, and on to ``echo`` (each line after
+    ``prefix``, under ``lock`` where two commands share it)."""
     assert proc.stdout is not None
     with log.open("w", encoding="utf-8") as file:
         for line in proc.stdout:
             file.write(line)
             tail.append(line.rstrip("\n"))
             if echo is not None:
-                echo.write(line)
-                echo.flush()
+                with lock or contextlib.nullcontext():
+                    echo.write(prefix + line)
+                    echo.flush()
+
+
+def command_failed(side: str, command: Sequence[str], how: str,
+                   tail: Sequence[str]) -> RunError:
+    """The error of a recorded command that failed: its side, its line, how it ended and its
+    last lines."""
+    last = "\n".join(list(tail)[-8:])
+    text = f"the {side} command {shlex.join(command)} failed ({how})"
+    return RunError(f"{text}; its last lines:\n{last}" if last else text)
 
 
 def _stop(proc: subprocess.Popen[Any], token: str) -> int:
@@ -247,7 +261,7 @@ def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: fl
             processes.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             processes.append({"file": path.name, "unreadable": True})
-    updates = {path.name: _lines(path) for path in sorted(folder.glob("rank*.jsonl"))}
+    updates = {path.name: count_lines(path) for path in sorted(folder.glob("rank*.jsonl"))}
     run = RecordedRun(folder, command, code, updates, seconds, tuple(tail), interrupted,
                       _torch_markers(folder), processes)
     worlds = [p.get("world", 1) for p in processes]
@@ -272,7 +286,7 @@ def _torch_markers(folder: Path) -> int:
     return len(markers)
 
 
-def _lines(path: Path) -> int:
+def count_lines(path: Path) -> int:
     with path.open("rb") as file:
         return sum(1 for line in file if line.strip())
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
-from lrcheck.errors import RunError, SpecError
-from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, record_command
+from lrcheck.errors import SpecError
+from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
@@ -123,9 +123,7 @@ def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None,
     run = _stepped(record_command(argv, folder, samples=samples, every=every, echo=echo,
                                   capture=True, extra=extra))
     if run.exit_code != 0:
-        last = "\n".join(run.tail[-8:])
-        text = f"the {side} command {shlex.join(argv)} failed ({run.how_it_ended})"
-        raise RunError(f"{text}; its last lines:\n{last}" if last else text)
+        raise command_failed(side, argv, run.how_it_ended, run.tail)
     return run
 
 

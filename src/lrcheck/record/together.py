@@ -31,8 +31,11 @@ from lrcheck.record.launch import (
     RecordedRun,
     check_command,
     command_ended,
+    command_failed,
+    count_lines,
     environment,
     finish_folder,
+    pass_on,
     prepare_folder,
     signal_command,
     stop_plan,
@@ -61,19 +64,10 @@ class _Side:
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, errors="replace")
         self.code: int | None = None
-        self.thread = threading.Thread(target=self._pass_on, args=(echo, lock), daemon=True)
+        self.thread = threading.Thread(
+            target=pass_on, args=(self.proc, folder / LOG, self.tail, echo, f"{name}│ ", lock),
+            daemon=True)
         self.thread.start()
-
-    def _pass_on(self, echo: TextIO | None, lock: threading.Lock) -> None:
-        assert self.proc.stdout is not None
-        with (self.folder / LOG).open("w", encoding="utf-8") as file:
-            for line in self.proc.stdout:
-                file.write(line)
-                self.tail.append(line.rstrip("\n"))
-                if echo is not None:
-                    with lock:
-                        echo.write(f"{self.name}│ {line}")
-                        echo.flush()
 
     def ranks(self) -> str:
         """Which rank failed: torchrun's root cause where its output says it, else the rank
@@ -84,26 +78,21 @@ class _Side:
             found = _ROOT_RANK.match(line)
             if found:
                 return f"; rank {found[1]} failed first, as torchrun says"
-        counts = {}
-        for path in self.folder.glob("rank*.jsonl"):
-            stem = path.stem
-            if stem[4:].isdigit():
-                with path.open("rb") as file:
-                    counts[int(stem[4:])] = sum(1 for line in file if line.strip())
+        counts = {int(path.stem[4:]): count_lines(path)
+                  for path in self.folder.glob("rank*.jsonl") if path.stem[4:].isdigit()}
         if len(counts) < 2 or len(set(counts.values())) < 2:
             return ""
         rank = min(counts, key=lambda r: (counts[r], r))
         return (f"; rank {rank} of {len(counts)} stopped first, after "
                 f"{counts[rank]} update(s)")
 
-    def updates(self) -> int:
+    def progress(self) -> int:
+        """How far its records have grown (bytes): what the stall timeout watches."""
         return sum(p.stat().st_size for p in self.folder.glob("rank*.jsonl"))
 
     def failure(self) -> RunError:
         how = RecordedRun.ended_as(self.code if self.code is not None else -9)
-        last = "\n".join(list(self.tail)[-8:])
-        text = f"the {self.name} command {shlex.join(self.command)} failed ({how}{self.ranks()})"
-        return RunError(f"{text}; its last lines:\n{last}" if last else text)
+        return command_failed(self.name, self.command, how + self.ranks(), self.tail)
 
 
 def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples: int | None,
@@ -147,8 +136,8 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
 
 
 def _stop_all(sides: Iterable[_Side], *, interrupt: bool) -> None:
-    """Stop every command still running, all at once (``launch.stop_command``'s signals, each
-    sent to all before any is waited for)."""
+    """Stop every command still running, all at once (``launch.stop_plan``'s signals, each sent
+    to all before any is waited for)."""
     sides = list(sides)
     for sig, wait in stop_plan(interrupt):
         alive = [side for side in sides if not command_ended(side.proc, side.token)]
@@ -178,12 +167,12 @@ def _watch(sides: dict[str, _Side], exchange: Path, timeout: float | None) -> Ru
                 if code != 0:
                     _stop_all(sides.values(), interrupt=False)
                     return side.failure()
-        size = sum(side.updates() for side in sides.values())
+        size = sum(side.progress() for side in sides.values())
         now = time.monotonic()
         if size != last:
             last, moved = size, now
         elif timeout and size and now - moved > timeout:
-            stuck = min(sides.values(), key=lambda s: (s.code is not None, s.updates()))
+            stuck = min(sides.values(), key=lambda s: (s.code is not None, s.progress()))
             _stop_all(sides.values(), interrupt=False)
             return RunError(f"no update in either command for {timeout:g} s: the {stuck.name} "
                             f"command {shlex.join(stuck.command)} hung (stopped both; "
