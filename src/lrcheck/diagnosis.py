@@ -297,7 +297,7 @@ def _position(updates: Sequence[UpdateRecord], k: int) -> str:
     return f"update {k} (epoch {epoch})"
 
 
-def _weights(cand: Window, ref: Window, total: int) -> str:
+def weights_text(cand: Window, ref: Window, total: int) -> str:
     """How ``cand``'s micro-batch means were weighted against what would give each sample the
     weight it has in ``ref`` (both measured, the same samples)."""
     ref_ids, ref_share = sample_weights(ref) or (np.empty(0), np.empty(0))
@@ -353,7 +353,7 @@ def diagnose(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
     if sample_weights(cand) is None or sample_weights(ref) is None:
         return (f"{where}; the same samples as the reference (`data` passes there; their "
                 f"weights were not measured){lr}")
-    weights = _weights(cand, ref, total)
+    weights = weights_text(cand, ref, total)
     if weights:
         return (f"{where}; the same samples as the reference (`data` passes there), so the "
                 f"difference is their weights: {weights}")

@@ -268,7 +268,35 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
         if grad_sq is None or grad_sq < 0:
             raise SpecError(f"{where}: 'grad_sq' must be a number >= 0, got {item['grad_sq']!r}")
         record["grad_sq"] = grad_sq
+    if "fed" in item:
+        record.update(_fed(item, where))
     return record
+
+
+def _fed(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A line's samples (``lrcheck record``'s ``record.taps``), checked: ``fed``, per
+    micro-batch its rows' identities; ``fed_weights``, per micro-batch each row's weight or
+    null; ``fed_why`` and ``fed_dtype``, strings."""
+    fed, weights = item["fed"], item.get("fed_weights")
+    if not isinstance(fed, list) or not all(
+            isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                          for i in ids) for ids in fed):
+        raise SpecError(f"{where}: 'fed' must be a list of lists of whole numbers (each "
+                        "micro-batch's sample identities)")
+    if weights is None:
+        weights = [None] * len(fed)
+    if not isinstance(weights, list) or len(weights) != len(fed) or not all(
+            w is None or (isinstance(w, list) and len(w) == len(ids)
+                          and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  for v in w))
+            for ids, w in zip(fed, weights, strict=False)):
+        raise SpecError(f"{where}: 'fed_weights' must hold, per micro-batch of 'fed', one "
+                        "number per sample, or null")
+    out: dict[str, Any] = {"fed": fed, "fed_weights": weights}
+    for key in ("fed_why", "fed_dtype"):
+        if isinstance(item.get(key), str):
+            out[key] = item[key]
+    return out
 
 
 def _not_a_recorder_file(path: Path, text: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 
 from lrcheck.plan.steps import ScheduleContext
-from lrcheck.plan.windows import Window, windows_from_json, windows_to_json
+from lrcheck.plan.windows import Window, fed_window, windows_from_json, windows_to_json
 from lrcheck.recorder import COUNTS, NUMBERS
 from lrcheck.spec import RunSpec
 
@@ -142,7 +142,9 @@ class RunTrace:
     started from the reference's state). A run ``lrcheck record`` recorded may have
     ``grad_norms`` (per update, None where not taken) and ``skips`` (per update, the steps a
     GradScaler skipped before it); neither in JSON; a run read from a record folder, its
-    ``command``."""
+    ``command``, its ``windows`` where its process saw the training forwards
+    (``record.taps``), ``unweighed``: why some of their loss weights were not measured, and
+    ``loss_dtype``: the coarsest type a measured loss was computed in."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -168,6 +170,8 @@ class RunTrace:
     skips: list[int] | None = None
     command: RecordedCommand | None = None
     cadence: list[dict[str, float]] | None = None
+    unweighed: str | None = None
+    loss_dtype: str | None = None
 
     @property
     def metrics(self) -> Metrics | None:
@@ -202,10 +206,14 @@ class RunTrace:
         keys = (*COUNTS[2:], *NUMBERS)
         cadence = ([{key: r[key] for key in keys if key in r} for r in records]
                    if all("backward" in r for r in records) else None)
+        windows = ([fed_window(r["fed"]) for r in records]
+                   if records and all("fed" in r for r in records) else None)
         return cls(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),
                    planned_updates=len(updates), context=None, source=source,
                    fingerprints=fingerprints, grad_norms=grad_norms, skips=skips,
-                   command=command, cadence=cadence)
+                   command=command, cadence=cadence, windows=windows,
+                   unweighed=next((r["fed_why"] for r in records if r.get("fed_why")), None),
+                   loss_dtype=_coarsest(r.get("fed_dtype") for r in records))
 
     def lrs(self) -> np.ndarray:
         """LR per update and param group, shape ``(updates, groups)``."""
@@ -286,6 +294,13 @@ class RunTrace:
 
 
 DIGEST_BITS = 40
+
+
+def _coarsest(kinds: Iterable[str | None]) -> str | None:
+    """The coarsest of the floating-point type names given (None: none given)."""
+    order = ("float64", "float32", "float16", "bfloat16")
+    found = [k for k in kinds if k]
+    return max(found, key=lambda k: order.index(k) if k in order else 1) if found else None
 
 
 def lr_digest(lrs: np.ndarray) -> str:

@@ -53,6 +53,11 @@ def test_a_correct_pair_passes_at_the_rounding_level_from_a_warmup_at_lr_0(
     assert checks["grads"].max_rel_diff < bound / 10, "within a tenth of the bound"
     assert checks["evidence"].status == "pass"
     assert dtype in checks["grads"].detail
+    # The causes, seen in the forwards and the loss: the same 16 samples behind each update,
+    # each weighted 1/16 in both.
+    assert checks["data"].status == "pass", checks["data"].detail
+    assert "the same samples behind all 12 updates" in checks["data"].detail
+    assert checks["weights"].status == "pass", checks["weights"].detail
     # The warmup starts at LR 0: update 0 moves nothing, and that is no jump.
     assert checks["params"].max_rel_diff is not None
 
@@ -94,6 +99,26 @@ def test_clipping_every_micro_batch_and_a_skipped_zero_grad_fail_where_they_act(
     assert clipped["grads"].status == "fail" and clipped["grads"].first_divergence == 0
     _, skipped = _run(tmp_path, [], ["--bs", "8", "--accum", "2", "--skip-zero-grad-at", "5"])
     assert skipped["grads"].status == "fail" and skipped["grads"].first_divergence == 5
+
+
+def test_the_causes_of_a_user_s_script_are_named_at_update_0(tmp_path):
+    """Three bugs no effect check can name: a loss not divided by the accumulation steps, a
+    zero_grad before every micro-batch, another data order. Each fails its cause at update 0."""
+    _, undivided = _run(tmp_path / "a", [], ["--bs", "4", "--accum", "4", "--no-divide"])
+    weights = undivided["weights"]
+    assert weights.status == "fail" and weights.first_divergence == 0, weights.detail
+    assert "each micro-batch's mean weighted 1 instead of by its samples" in weights.detail
+    assert "sum to 4 in the candidate, 1 in the reference (4×)" in weights.detail
+    assert undivided["data"].status == "pass"
+    _, zeroed = _run(tmp_path / "b", [], ["--bs", "8", "--accum", "2", "--zero-grad-per-micro"])
+    assert zeroed["weights"].status == "fail" and zeroed["weights"].first_divergence == 0
+    assert "micro-batch means weighted 0 and 1/2" in zeroed["weights"].detail
+    assert zeroed["cadence"].status == "fail" and zeroed["cadence"].first_divergence == 0
+    _, shuffled = _run(tmp_path / "c", [], ["--bs", "8", "--accum", "2", "--order-seed", "1"])
+    data = shuffled["data"]
+    assert data.status == "fail" and data.first_divergence == 0, data.detail
+    assert "only in the candidate" in data.detail and "only in the reference" in data.detail
+    assert "see data" in shuffled["weights"].detail
 
 
 def test_two_runs_at_lr_0_do_not_pass(tmp_path):
@@ -191,5 +216,6 @@ def test_two_ddp_ranks_follow_one_reference(tmp_path):
     for c in report.checks:
         print(f"{c.name}: {c.status.value}: {c.detail}")
     assert report.ok and checks["grads"].status == "pass"
+    assert checks["data"].status == "pass" and checks["weights"].status == "pass"
     assert (tmp_path / "out" / "candidate" / "lockstep-rank1.jsonl").exists()
     assert checks["replicas (candidate)"].status == "pass"

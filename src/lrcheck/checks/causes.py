@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, CheckResult
-from lrcheck.diagnosis import data_diff, data_text
+from lrcheck.diagnosis import data_diff, data_text, weights_text
 from lrcheck.plan.windows import Window
 from lrcheck.trace import RunTrace, SkippedStep
 from lrcheck.words import plural
@@ -91,7 +91,9 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
         return CheckResult("weights", SKIP, None, None,
                            f"not recorded: {who} has no samples per update")
     spec = ref.spec or cand.spec
-    dtype = spec.dtype if spec is not None else "float64"
+    kinds = [t.loss_dtype for t in (ref, cand) if t.loss_dtype]
+    dtype = (spec.dtype if spec is not None else
+             "float64" if all(k == "float64" for k in kinds) else "float32")
     tol = WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
     n = min(len(ref.windows), len(cand.windows), len(ref.updates), len(cand.updates))
     # Every (update, sample) of both runs at once, on the updates both measured; only the first
@@ -102,8 +104,9 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
     b_keys, b_w = _keep(b, common)
     compared = int(common.sum())
     if not compared:
+        why = next((f": {t.unweighed}" for t in (ref, cand) if t.unweighed), "")
         return CheckResult("weights", SKIP, None, None,
-                           "not measured: no update has its weights measured in both runs")
+                           f"not measured: no update has its weights measured in both runs{why}")
     if not np.array_equal(a_keys, b_keys):
         m = min(len(a_keys), len(b_keys))
         at = np.flatnonzero(a_keys[:m] != b_keys[:m])
@@ -119,14 +122,29 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
         i = int(bad[0])
         k, sample = int(a_keys[i] // _SLOTS), int(a_keys[i] % _SLOTS)
         here = float(rel[a_keys // _SLOTS == k].max())
+        at = a_keys // _SLOTS == k
+        window = cand.windows[k]
+        means = weights_text(window, ref.windows[k], sum(len(m.ids) for m in window))
         return CheckResult("weights", FAIL, here, k,
-                           f"first differ at update {k}: sample {sample}'s loss weighted "
-                           f"{b_w[i]:.6g} in the candidate, {a_w[i]:.6g} in the reference "
-                           f"(relative {rel[i]:.3g} > {tol:g})", here)
+                           f"first differ at update {k}: {means + '; ' if means else ''}"
+                           f"sample {sample}'s loss weighted {b_w[i]:.6g} in the candidate, "
+                           f"{a_w[i]:.6g} in the reference (relative {rel[i]:.3g} > {tol:g})"
+                           f"{_in_total(float(b_w[at].sum()), float(a_w[at].sum()), tol)}", here)
     return CheckResult("weights", PASS, worst, None,
                        f"the same weight on each sample's loss at all "
                        f"{plural(compared, 'update')}, measured in the backward pass (max "
                        f"relative {worst:.3g} ≤ {tol:g})", worst)
+
+
+def _in_total(cand: float, ref: float, tol: float) -> str:
+    """What the update's weights sum to in each run, where the sums differ: a loss scaled as a
+    whole (not divided by the accumulation steps, or divided twice) shows as a ratio."""
+    if abs(cand - ref) <= tol * max(abs(ref), TINY):
+        return "; the update's weights sum to the same in both runs, shared out differently"
+    ratio = cand / ref if ref else float("inf")
+    return (f"; the update's weights sum to {cand:.6g} in the candidate, {ref:.6g} in the "
+            f"reference ({ratio:.4g}×): its loss is scaled as a whole, as a loss not divided "
+            "by the accumulation steps (or divided twice) is")
 
 
 # (update, sample id) as one key: update · _SLOTS + id.

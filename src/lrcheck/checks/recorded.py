@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from lrcheck.checks.cadence import check_cadence
+from lrcheck.checks.causes import check_data, check_weights
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
@@ -183,6 +184,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                       ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("data", "weights", "params", "metrics")}
+    if ref.windows is not None and cand.windows is not None:  # lrcheck record saw the forwards
+        skipped["data"], skipped["weights"] = check_data(ref, cand), check_weights(ref, cand)
     found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
              "lr": lr, "loss": loss}
     twin = facts.twin

@@ -57,6 +57,18 @@ class MicroBatch:
 Window = tuple[MicroBatch, ...]
 
 
+def fed_window(rows: Sequence[Sequence[Any]]) -> Window:
+    """A recorded update's window (``record.taps``, numbered by ``record.sides``): per
+    micro-batch ``[rank, sample numbers, each one's measured weight or None]``; the mean's
+    weight is the sum of its samples'."""
+    out = []
+    for rank, ids, weights in rows:
+        w = None if weights is None else np.asarray(weights, dtype=np.float64)
+        out.append(MicroBatch(int(rank), np.asarray(ids, dtype=np.int64),
+                              None if w is None else float(w.sum()), w))
+    return tuple(out)
+
+
 def window_ids(window: Window) -> np.ndarray:
     """Every sample id behind the update, over its micro-batches and ranks."""
     if not window:

@@ -155,8 +155,21 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
                 gaps.append(_replica_gap(arrays, k))
         if sharded and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
+        record.pop("fed", None), record.pop("fed_weights", None)
+        if all("fed" in line for line in lines):
+            record["fed"] = fed_window(lines)
         merged.append(record)
     return merged, tuple(gaps) if gaps else None
+
+
+def fed_window(lines: list[dict[str, Any]]) -> list[list[Any]]:
+    """The micro-batches every rank fed one update (``record.taps``), as ``[rank, row
+    identities, their weights or None]``, rank by rank in the order fed."""
+    window: list[list[Any]] = []
+    for rank, line in enumerate(lines):
+        weights = line.get("fed_weights") or [None] * len(line["fed"])
+        window.extend([rank, ids, w] for ids, w in zip(line["fed"], weights, strict=True))
+    return window
 
 
 def rank_schedules(per_rank: list[list[dict[str, Any]]]) -> RankSchedules | None:

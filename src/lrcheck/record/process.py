@@ -46,7 +46,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import lockstep, modules, roles
+from lrcheck.record import lockstep, modules, roles, taps
 from lrcheck.recorder import Recorder, fingerprint
 from lrcheck.recorder import _number as json_number
 
@@ -110,6 +110,10 @@ class ProcessRecorder:
         self.zeroed: dict[int, list[int]] = {}  # id(optimizer) → [zero_grad calls, backward]
         self.module_zeroed = -1  # the backward total at the last Module.zero_grad (-1: none)
         self.clip: dict[str, Any] = {}  # max_norm, clip_value, the last pre-clip norm
+        # The samples and loss weights of each update (``record.taps``), and the GradScaler
+        # that last stepped an optimizer (its scale divides the weights).
+        self.taps = taps.Taps()
+        self.scaler: Any = None
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -209,6 +213,8 @@ class ProcessRecorder:
             extra["grad_sq"] = float(squares)
             fp = fingerprint(_local_tensor(p) for p in params)
         extra.update(self.cadence(st, fp is not None))
+        if st.index == 0:
+            extra.update(self.fed())
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:
@@ -243,10 +249,28 @@ class ProcessRecorder:
             out["opt_step"] = step
         return out
 
+    def fed(self) -> dict[str, Any]:
+        """The samples and loss weights of the micro-batches since the previous update
+        (``record.taps``), as Recorder keys; none where no training forward was seen."""
+        scaler = self.scaler
+        scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+        fed = self.taps.take(scale, self.world)
+        if not fed.ids:
+            return {}
+        out: dict[str, Any] = {"fed": fed.ids, "fed_weights": fed.weights}
+        if fed.why:
+            out["fed_why"] = fed.why
+        if fed.dtype:
+            out["fed_dtype"] = fed.dtype
+        return out
+
     def zero_grad(self, optimizer: Any) -> None:
         found = self.zeroed.setdefault(id(optimizer), [0, -1])
         found[0] += 1
         found[1] = self.totals["backward"]
+        first = next(iter(self.optimizers.values()), None)
+        if first is None or first.optimizer is optimizer:
+            self.taps.zeroed()
 
     def scheduler_stepped(self, optimizer: Any) -> None:
         self.pending.setdefault(id(_torch_optimizer(optimizer)), [0, 0])[0] += 1
@@ -255,9 +279,11 @@ class ProcessRecorder:
                     *args: Any, **kwargs: Any) -> Any:
         inner = _torch_optimizer(optimizer)
         before = self.stepped.get(id(inner), 0)
+        self.scaler = scaler
         result = step(scaler, optimizer, *args, **kwargs)
         if self.stepped.get(id(inner), 0) == before:
             self.pending.setdefault(id(inner), [0, 0])[1] += 1
+            self.taps.take(1.0, 1)  # a skipped update's micro-batches fed nothing
         return result
 
     def close(self) -> None:
@@ -450,6 +476,7 @@ def count_calls(recorder: ProcessRecorder) -> Callable[[], None]:
     def zeroed_module(args: Any, kwargs: Any, result: Any) -> None:
         totals["module_zero_grad"] += 1
         recorder.module_zeroed = totals["backward"]
+        recorder.taps.zeroed()
 
     def clipped(key: str, setting: str) -> Callable[..., None]:
         def count(args: Any, kwargs: Any, result: Any) -> None:
@@ -494,6 +521,7 @@ def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRec
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
     count_calls(recorder)
+    taps.tap(recorder.taps)
     for cls in _subclasses(LRScheduler):
         _count_scheduler_steps(cls, recorder)
     original_init_subclass = LRScheduler.__dict__.get("__init_subclass__")

@@ -15,7 +15,7 @@ import numpy as np
 from lrcheck.checks.commands import check_ranks, check_replicas
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
-from lrcheck.record.folder import FolderRun, description, read_folder, whole_model
+from lrcheck.record.folder import FolderRun, description, fed_window, read_folder, whole_model
 from lrcheck.recorder import read_records
 from lrcheck.spec import Tolerances
 from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
@@ -38,6 +38,7 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
     if any(run is not None and not run.samples_known for _, run in sides):
         sides = [([{**r, "samples_seen": k + 1} for k, r in enumerate(records)], run)
                  for records, run in sides]
+    sides = _numbered(sides)
     if any(run is not None and run.partitioned for _, run in sides):
         sides = [(records if run is not None and run.partitioned else
                   [_whole(r) for r in records], run) for records, run in sides]
@@ -59,6 +60,28 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
             if found is not None:
                 more.append(found)
     return traces[0], traces[1], more, incomplete
+
+
+def _numbered(sides: list[tuple[list[dict[str, Any]], FolderRun | None]]
+              ) -> list[tuple[list[dict[str, Any]], FolderRun | None]]:
+    """Both runs' records with each sample's identity (a row's hash, ``record.taps``) as a
+    number shared by the two runs: the samples numbered in the order the reference first fed
+    them, then the candidate's others in theirs. A Recorder file's own micro-batches (one
+    process's) are read as rank 0's."""
+    numbers: dict[int, int] = {}
+    out = []
+    for records, run in sides:
+        numbered = []
+        for record in records:
+            if "fed" not in record:
+                numbered.append(record)
+                continue
+            window = record["fed"] if run is not None else fed_window([record])
+            numbered.append({**record, "fed": [
+                [rank, [numbers.setdefault(int(h), len(numbers)) for h in ids], w]
+                for rank, ids, w in window]})
+        out.append((numbered, run))
+    return out
 
 
 def _command(run: FolderRun) -> RecordedCommand:

@@ -1,0 +1,346 @@
+"""The samples behind each update of a recorded process, and the weight each one's loss carried
+in the update's gradient, measured without a change to the user's code.
+
+**Samples.** Every outermost call of a module that has trainable parameters (the model, or the
+DDP, FSDP or DeepSpeed module around it), made with gradients on and outside a backward pass
+(a checkpoint's recomputation is not a new micro-batch), starts a micro-batch: the identity of
+each row of its first tensor input (``input_ids`` where it is given by name) is a 62-bit hash of
+the row's contents, computed on the tensor's device — an integer dot product with fixed random
+coefficients, so that it depends on nothing but the row. Where an ``attention_mask`` of the
+same shape comes with it, the masked positions are left out and positions count from the first
+unmasked one, so that a sequence padded to different lengths (dynamic padding, left or right)
+keeps its identity. Two identical rows have one identity: a data set with duplicates feeds "the
+same sample" twice, which ``data`` counts as twice the one sample.
+
+**Loss weights.** torch's loss functions (``LOSSES``, and the ``nn.*Loss`` modules, which call
+them, and Transformers' ``ForCausalLMLoss``) are wrapped: an outermost call whose result needs
+a gradient gets a hook on its result, and the weight of each item's own loss (``l_i``,
+unweighted) in the update's gradient is the gradient that reaches the result times
+``∂result/∂l_i`` — 1 for ``sum``, the item's class weight over the weights' sum (or 1 / items)
+for ``mean``, the item's mask for ``ignore_index``. Nothing is computed differently: the user's
+loss is torch's. The items are mapped to the micro-batch's rows (an LM's ``B·T`` tokens to its
+``B`` rows) and summed per row; at the update, divided by the GradScaler's scale and by the
+world size (the ranks' gradients are averaged). A micro-batch whose gradients a ``zero_grad``
+erased before the update weighs 0. A loss computed elsewhere (a fused LM head, Liger's or
+unsloth's kernels, a hand-written mean) leaves its micro-batch's weights unmeasured, and says
+so."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+# torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
+# result by the item's own loss follows from the reduction, the class weights, the mask.
+LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+          "binary_cross_entropy", "binary_cross_entropy_with_logits")
+# Those whose ``mean`` divides by the sum of the elementwise ``weight`` (the others by the
+# number of elements).
+_MEAN_BY_WEIGHT = ("mse_loss", "l1_loss", "huber_loss")
+_BITS = 62
+_MASK = (1 << _BITS) - 1
+_local = threading.local()
+
+
+@dataclass
+class _Micro:
+    """One micro-batch: its rows' identities and, once a tapped loss saw it, each row's weight
+    (float64, on the device), and whether a backward pass reached those weights yet."""
+
+    ids: torch.Tensor
+    weights: torch.Tensor | None = None
+    backward: bool = False
+    why: str | None = None  # why the weights are not measured
+    dtype: torch.dtype | None = None  # the coarsest type of the losses measured
+
+
+@dataclass
+class Fed:
+    """What one update was fed in this process: per micro-batch, its rows' identities and their
+    weights (None: not measured), and why a weight was not measured."""
+
+    ids: list[list[int]] = field(default_factory=list)
+    weights: list[list[float] | None] = field(default_factory=list)
+    why: str | None = None
+    dtype: str | None = None  # the coarsest type a measured loss was computed in
+
+
+class Taps:
+    """The micro-batches of this process since the last update (``take``)."""
+
+    def __init__(self) -> None:
+        self.micro: list[_Micro] = []
+        self.current: _Micro | None = None
+        # Module → whether it has trainable parameters (weakly: a module's id is reused).
+        self.trainable: weakref.WeakKeyDictionary[torch.nn.Module, bool] = \
+            weakref.WeakKeyDictionary()
+
+    def forward(self, module: torch.nn.Module, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> None:
+        """An outermost module call: a new micro-batch where it is a training forward."""
+        if not torch.is_grad_enabled() or torch._C._current_autograd_node() is not None:
+            return
+        trains = self.trainable.get(module)
+        if trains is None:
+            trains = any(p.requires_grad for p in module.parameters())
+            self.trainable[module] = trains
+        if not trains:
+            return
+        found = first_input(args, kwargs)
+        if found is None:
+            return
+        x, mask = found
+        micro = _Micro(row_ids(x, mask))
+        self.micro.append(micro)
+        self.current = micro
+
+    def loss(self, name: str, bound: inspect.BoundArguments, out: torch.Tensor) -> None:
+        """A tapped loss's result ``out``: its items' weights added to the current micro-batch's
+        rows in the backward pass."""
+        micro = self.current
+        if micro is None or not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return
+        try:
+            local = derivative(name, bound)
+        except _NotKnown as exc:
+            micro.why = str(exc)
+            return
+        rows = len(micro.ids)
+        if local.dim() == 0 or local.shape[0] % max(rows, 1) or not rows:
+            micro.why = (f"{name}'s {tuple(local.shape)} items do not divide into the "
+                         f"{rows} rows of the forward before it")
+            return
+        if micro.weights is None:
+            micro.weights = torch.zeros(rows, dtype=torch.float64, device=local.device)
+        if micro.dtype is None or torch.finfo(out.dtype).eps > torch.finfo(micro.dtype).eps:
+            micro.dtype = out.dtype
+        per_row = None if out.dim() else local.reshape(rows, -1).sum(dim=1)
+
+        def reached(grad: torch.Tensor) -> None:
+            weights = micro.weights
+            if weights is None:
+                return
+            g = grad.detach().to(torch.float64)
+            if per_row is not None:
+                weights.add_(g * per_row)
+            else:
+                weights.add_((g.expand(local.shape) * local).reshape(rows, -1).sum(dim=1))
+            micro.backward = True
+
+        out.register_hook(reached)
+
+    def zeroed(self) -> None:
+        """``zero_grad``: the gradients of every micro-batch a backward pass reached so far are
+        gone; they weigh 0 in the update."""
+        for micro in self.micro:
+            if micro.backward and micro.weights is not None:
+                micro.weights.zero_()
+
+    def take(self, scale: float, world: int) -> Fed:
+        """The micro-batches since the last ``take``, their weights divided by ``scale`` (the
+        GradScaler's) and by ``world``; one transfer from the device."""
+        micro, self.micro, self.current = self.micro, [], None
+        fed = Fed()
+        if not micro:
+            return fed
+        ids = torch.cat([m.ids for m in micro]).tolist()
+        measured = [m.weights for m in micro if m.weights is not None]
+        flat = (torch.cat(measured) / (scale * world)).tolist() if measured else []
+        at = taken = 0
+        for m in micro:
+            n = len(m.ids)
+            fed.ids.append(ids[at:at + n])
+            at += n
+            if m.weights is None:
+                fed.weights.append(None)
+                fed.why = fed.why or m.why or ("no loss of torch.nn.functional's "
+                                               f"{', '.join(LOSSES)} saw its forward")
+            else:
+                fed.weights.append(flat[taken:taken + n])
+                taken += n
+        kinds = [m.dtype for m in micro if m.dtype is not None]
+        if kinds:
+            fed.dtype = str(max(kinds, key=lambda t: torch.finfo(t).eps)).replace("torch.", "")
+        return fed
+
+
+class _NotKnown(Exception):
+    """A call whose items' weights the tap cannot say (an unknown reduction)."""
+
+
+def derivative(name: str, bound: inspect.BoundArguments) -> torch.Tensor:
+    """Per item of the loss ``name`` called with ``bound``: ``∂result/∂l_i`` (float64), where
+    ``l_i`` is the item's own loss, unweighted; for ``reduction="none"`` the result is per item
+    and this is the item's factor in it."""
+    a = bound.arguments
+    if a.get("size_average") is not None or a.get("reduce") is not None:
+        raise _NotKnown(f"{name} was called with the deprecated size_average / reduce")
+    reduction = a.get("reduction", "mean")
+    if reduction not in ("mean", "sum", "none"):
+        raise _NotKnown(f"{name}'s reduction {reduction!r} is not one torch knows")
+    x, target = a["input"], a["target"]
+    weight = a.get("weight")
+    if name in ("cross_entropy", "nll_loss"):
+        if target.is_floating_point():  # class probabilities: items are the input's rows
+            shape = (x.shape[0], *x.shape[2:]) if x.dim() > 1 else ()
+            local = torch.ones(shape, dtype=torch.float64, device=x.device)
+            count = float(local.numel())
+            return local / count if reduction == "mean" else local
+        valid: torch.Tensor = target != a.get("ignore_index", -100)
+        local = valid.to(torch.float64)
+        if weight is not None:
+            local = local * weight.detach().to(torch.float64)[target.clamp(min=0)]
+        total = local.sum()
+        return local / total if reduction == "mean" else local
+    shape = torch.broadcast_shapes(x.shape, target.shape)
+    local = torch.ones(shape, dtype=torch.float64, device=x.device)
+    if weight is not None:
+        local = local * weight.detach().to(torch.float64)
+    if reduction != "mean":
+        return local
+    if weight is not None and name in _MEAN_BY_WEIGHT:
+        return local / local.sum()
+    return local / float(max(local.numel(), 1))
+
+
+def first_input(args: tuple[Any, ...], kwargs: dict[str, Any]
+                ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A forward's first tensor input with at least one dimension — ``input_ids`` where given
+    by name; a first argument that is a dict is read as named inputs, a list or tuple for its
+    first tensor — with the ``attention_mask`` given beside it, if any."""
+    named = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    if args and isinstance(args[0], dict):
+        named = {**{str(k): v for k, v in args[0].items() if isinstance(v, torch.Tensor)},
+                 **named}
+    else:
+        for value in args:
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            x = next((v for v in items if isinstance(v, torch.Tensor)), None)
+            if x is not None:
+                return (x, named.get("attention_mask")) if x.dim() else None
+    x = named.get("input_ids")
+    if x is None:
+        x = next((v for k, v in named.items() if k != "attention_mask" and v.dim()), None)
+    if x is None or not x.dim():
+        return None
+    return x, named.get("attention_mask")
+
+
+def row_ids(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row's identity (int64, ``len(x)``, on ``x``'s device): a dot product, wrapping in
+    64 bits, of the row's bits with random coefficients fixed by position; with a ``mask`` of
+    ``x``'s shape (B, T), the masked positions left out and positions counted from the first
+    unmasked one."""
+    with torch.no_grad():
+        if not x.numel():
+            return torch.zeros(len(x), dtype=torch.int64, device=x.device)
+        rows = _bits(x.detach().reshape(len(x), -1))
+        width = rows.shape[1]
+        coeff = _coefficients(max(width, 1), rows.device)
+        if mask is not None and mask.shape == x.shape and x.dim() == 2 and width:
+            keep = mask.detach().to(torch.bool)
+            start = torch.argmax(keep.to(torch.int32), dim=1, keepdim=True)
+            at = (torch.arange(width, device=rows.device) - start).clamp(min=0)
+            terms = rows * coeff[at] * keep.to(torch.int64)
+            length = keep.sum(dim=1)
+        else:
+            terms = rows * coeff[:width]
+            length = torch.full((len(rows),), width, dtype=torch.int64, device=rows.device)
+        return (terms.sum(dim=1) + length * _LENGTH) & _MASK
+
+
+def _bits(rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` as int64: a float's bit pattern, an integer's or a bool's value."""
+    if rows.is_floating_point() or rows.is_complex():
+        if rows.is_complex():
+            rows = torch.view_as_real(rows).reshape(len(rows), -1)
+        as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+        rows = rows.contiguous().view(as_int[rows.element_size()])
+    return rows.to(torch.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _coefficients(width: int, device: torch.device) -> torch.Tensor:
+    """The coefficients of positions 0 to ``width - 1`` (odd, 62 bits): splitmix64 of the
+    position, so that a position's coefficient is the same in rows of any width."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        z = np.arange(width, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) \
+            + np.uint64(0x1C0FFEE)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    odd = (z & np.uint64(_MASK)) | np.uint64(1)
+    return torch.from_numpy(odd.astype(np.int64)).to(device)
+
+
+_LENGTH = int(_coefficients(1, torch.device("cpu"))[0]) ^ 0x5A5A5A5A5A5A5A5
+
+
+def _outermost(key: str) -> bool:
+    """Whether this thread is outside every call counted under ``key``."""
+    return getattr(_local, key, 0) == 0
+
+
+def tap(taps: Taps) -> Callable[[], None]:
+    """Wrap ``Module.__call__`` and the losses of ``LOSSES`` for ``taps``; returns the undo."""
+    import torch.nn.functional as F
+
+    module_call = torch.nn.Module.__call__
+
+    @functools.wraps(module_call)
+    def call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return module_call(self, *args, **kwargs)
+        depth = getattr(_local, "module", 0)
+        if depth == 0:
+            try:
+                taps.forward(self, args, kwargs)
+            except Exception:  # noqa: BLE001 - the user's forward runs whatever happens
+                taps.current = None
+        _local.module = depth + 1
+        try:
+            return module_call(self, *args, **kwargs)
+        finally:
+            _local.module = depth
+
+    undo = [functools.partial(setattr, torch.nn.Module, "__call__", module_call)]
+    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+    for name in LOSSES:
+        original = getattr(F, name)
+        signature = inspect.signature(original)
+
+        def loss(*args: Any, _original: Any = original, _name: str = name,
+                 _signature: inspect.Signature = signature, **kwargs: Any) -> Any:
+            if torch.compiler.is_compiling() or not _outermost("loss"):
+                return _original(*args, **kwargs)
+            _local.loss = 1
+            try:
+                out = _original(*args, **kwargs)
+            finally:
+                _local.loss = 0
+            try:
+                bound = _signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                taps.loss(_name, bound, out)
+            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
+                pass
+            return out
+
+        functools.update_wrapper(loss, original)
+        setattr(F, name, loss)
+        undo.append(functools.partial(setattr, F, name, original))
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
