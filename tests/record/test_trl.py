@@ -1,0 +1,65 @@
+"""TRL's ``SFTTrainer`` recorded unmodified by ``lrcheck run`` (the ``trl`` extra): a user's SFT
+script (tests/fixtures/user_trl.py: a tiny config-built Llama, a word-level tokenizer, generated
+sentences of varying length, nothing downloaded), the big-batch reference against 2
+micro-batches of half its size, in lockstep. Both runs feed the same sentences to each update (the
+Trainer's seeded sampler draws one permutation whatever the batch size). The correct pair passes;
+with ``model_accepts_loss_kwargs=False`` each micro-batch's loss is its own token mean divided by
+the accumulation steps, which weights the tokens of update 0's two micro-batches (36 and 65 loss
+tokens) unequally: the gradient parts from the reference's at update 0. Slow: each pair is two
+fresh processes importing torch, transformers and TRL (about 6 s each here)."""
+
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+
+NO_TRL = "the trl extra is not installed: pip install 'lrcheck[trl]'"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason=NO_TRL)]
+SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_trl.py"
+# 4 updates: update 0 at the warmup's LR 0 (its gradient is still compared), then 3 that move.
+STEPS = ["--steps", "4"]
+
+
+def _pair(tmp_path_factory, name: str, *candidate: str):
+    """``lrcheck run`` of the reference (bs 8) against bs 4 × accum 2 with ``candidate``'s flags:
+    the report and its checks by name."""
+    ref = [sys.executable, SCRIPT, "--bs", "8", *STEPS]
+    cand = [sys.executable, SCRIPT, "--bs", "4", "--accum", "2", *STEPS, *candidate]
+    report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
+                              tmp_path_factory.mktemp(name) / "out")
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return report, {c.name: c for c in report.checks}
+
+
+@pytest.fixture(scope="module")
+def correct(tmp_path_factory):
+    return _pair(tmp_path_factory, "correct")
+
+
+@pytest.fixture(scope="module")
+def no_loss_kwargs(tmp_path_factory):
+    return _pair(tmp_path_factory, "no-loss-kwargs", "--no-loss-kwargs")
+
+
+def test_a_correct_sft_accumulation_pair_passes_in_lockstep(correct):
+    report, checks = correct
+    assert report.ok
+    for name in ("updates", "lr", "grads", "params", "cadence", "evidence"):
+        assert checks[name].status == "pass", name
+    assert "lockstep (" in checks["grads"].detail
+
+
+def test_without_loss_kwargs_the_gradient_parts_at_update_0(no_loss_kwargs):
+    report, checks = no_loss_kwargs
+    assert not report.ok
+    assert checks["lr"].status == "pass" and checks["cadence"].status == "pass"
+    grads = checks["grads"]
+    assert grads.status == "fail" and grads.first_divergence == 0
+    assert "at update 0, from the same state" in grads.detail
+    assert grads.max_rel_diff > 1e-2  # far beyond float32's 1e-4: the tokens' weights, not rounding
