@@ -10,7 +10,13 @@ the figure: it is the same few milliseconds for any command.
 The recorded modes count the cadence's calls too (``count_calls``: the loop's backward and
 zero_grad go through its wrappers); their cost is outside the hooks, so it is measured apart:
 ``counted_call_us``, what one counted call adds (a wrapped no-op against the bare one), and
-``counted_overhead``, that × the loop's 2 counted calls per update over the bare update."""
+``counted_overhead``, that × the loop's 2 counted calls per update over the bare update.
+
+``all`` records everything issue 29 adds as well: the default fingerprint, the cadence and
+the taps of ``record.taps`` (every module call through the wrapped ``Module.__call__``, each
+training forward's row identities, the loss's hook and the weights' transfer at the update).
+Its figure is the time inside the hooks and inside the taps' own work (``Taps.forward``,
+``Taps.loss``, the hook in the backward pass, ``Taps.take``) over the rest of the loop."""
 
 import json
 import statistics
@@ -26,6 +32,7 @@ from torch.optim.optimizer import (
 )
 
 from lrcheck.record.launch import DEFAULT_EVERY
+from lrcheck.record import taps
 from lrcheck.record.process import ProcessRecorder, _counting, count_calls
 
 
@@ -63,11 +70,27 @@ def timed(mode: str, updates: int, folder: Path, inside: list[float]) -> float:
     handles = [register_optimizer_step_pre_hook(clocked(recorder.pre)),
                register_optimizer_step_post_hook(clocked(recorder.post))]
     uncount = count_calls(recorder)
+    untap = lambda: None  # noqa: E731
+    if mode == "all":
+        for name in ("forward", "loss"):
+            setattr(recorder.taps, name, clocked(getattr(recorder.taps, name)))
+        original_add = torch.Tensor.register_hook
+
+        def clocked_hook(tensor, hook):  # the loss's hook, in the backward pass
+            return original_add(tensor, clocked(hook))
+
+        torch.Tensor.register_hook = clocked_hook
+        untap_taps = taps.tap(recorder.taps)
+
+        def untap() -> None:
+            untap_taps()
+            torch.Tensor.register_hook = original_add
     try:
         wall = loop(updates)
         inside.append(spent[0] / (wall - spent[0]))
         return wall
     finally:
+        untap()
         uncount()
         for handle in handles:
             handle.remove()
@@ -103,9 +126,9 @@ def counted_call_us(calls: int = 200_000) -> float:
 
 def main(runs: int, updates: int) -> None:
     torch.set_num_threads(1)
-    modes = ("bare", "lr", "fingerprint")
-    ratios: dict[str, list[float]] = {"lr": [], "fingerprint": []}
-    inside: dict[str, list[float]] = {"lr": [], "fingerprint": [], "bare": []}
+    modes = ("bare", "lr", "fingerprint", "all")
+    ratios: dict[str, list[float]] = {"lr": [], "fingerprint": [], "all": []}
+    inside: dict[str, list[float]] = {"lr": [], "fingerprint": [], "all": [], "bare": []}
     walls: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="lrcheck-record-bench-") as tmp:
         loop(5)  # warm-up

@@ -82,6 +82,16 @@ def test_the_torch_markers_are_counted_into_run_json_and_removed(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_program_that_asks_whether_torch_is_there_before_importing_it_is_recorded(tmp_path):
+    """Transformers calls ``importlib.util.find_spec("torch")`` before it imports torch: that
+    question must not use up the watch for torch's import."""
+    script = ("import importlib.util; assert importlib.util.find_spec('torch'); import torch; "
+              "p = torch.nn.Parameter(torch.ones(1)); o = torch.optim.SGD([p], lr=0.1); "
+              "p.sum().backward(); o.step()")
+    run = record_command([sys.executable, "-c", script], tmp_path / "r")
+    assert run.exit_code == 0 and run.updates == {"rank0.jsonl": 1}
+
+
 def test_another_environments_python_keeps_its_sys_path_and_is_recorded(tmp_path, monkeypatch):
     """A Python of a second environment, which has torch (through a .pth) but not lrcheck:
     recorded, its ``sys.path`` is the one it has unrecorded (with boot/ first, as PYTHONPATH

@@ -5,7 +5,9 @@ micro-batches of half its size, in lockstep. Both runs feed the same sentences t
 Trainer's seeded sampler draws one permutation whatever the batch size). The correct pair passes;
 with ``model_accepts_loss_kwargs=False`` each micro-batch's loss is its own token mean divided by
 the accumulation steps, which weights the tokens of update 0's two micro-batches (36 and 65 loss
-tokens) unequally: the gradient parts from the reference's at update 0. Slow: each pair is two
+tokens) unequally: ``weights`` fails at update 0 (TRL's fused LM head is tapped, since its loss
+goes through none of torch's loss functions), and the gradient parts from the reference's
+there. Slow: each pair is two
 fresh processes importing torch, transformers and TRL (about 6 s each here)."""
 
 import importlib.util
@@ -50,15 +52,24 @@ def no_loss_kwargs(tmp_path_factory):
 def test_a_correct_sft_accumulation_pair_passes_in_lockstep(correct):
     report, checks = correct
     assert report.ok
-    for name in ("updates", "lr", "grads", "params", "cadence", "evidence"):
+    for name in ("updates", "lr", "data", "weights", "grads", "params", "cadence", "evidence"):
         assert checks[name].status == "pass", name
     assert "lockstep (" in checks["grads"].detail
+    # TRL's fused LM head, tapped: each token's weight is measured, not assumed.
+    assert "measured in the backward pass" in checks["weights"].detail
 
 
-def test_without_loss_kwargs_the_gradient_parts_at_update_0(no_loss_kwargs):
+def test_without_loss_kwargs_the_tokens_weights_fail_at_update_0(no_loss_kwargs):
     report, checks = no_loss_kwargs
     assert not report.ok
     assert checks["lr"].status == "pass" and checks["cadence"].status == "pass"
+    assert checks["data"].status == "pass"
+    weights = checks["weights"]
+    assert weights.status == "fail" and weights.first_divergence == 0, weights.detail
+    # Update 0's halves hold 36 and 65 of its 101 loss tokens: their means should weigh
+    # 36/101 and 65/101, and weigh 1/2 each.
+    assert "each micro-batch's mean weighted 0.5 instead of 0.356 and 0.644" in weights.detail
+    assert "sum to the same in both runs, shared out differently" in weights.detail
     grads = checks["grads"]
     assert grads.status == "fail" and grads.first_divergence == 0
     assert "at update 0, from the same state" in grads.detail

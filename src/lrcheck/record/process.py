@@ -252,9 +252,7 @@ class ProcessRecorder:
     def fed(self) -> dict[str, Any]:
         """The samples and loss weights of the micro-batches since the previous update
         (``record.taps``), as Recorder keys; none where no training forward was seen."""
-        scaler = self.scaler
-        scale = float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
-        fed = self.taps.take(scale, self.world)
+        fed = self.taps.take(_scale(self.scaler), self.world)
         if not fed.ids:
             return {}
         out: dict[str, Any] = {"fed": fed.ids, "fed_weights": fed.weights}
@@ -303,6 +301,14 @@ def _number(value: Any) -> float | str | None:
         return json_number(value)
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+def _scale(scaler: Any) -> float:
+    """The loss scale of the GradScaler that last stepped an optimizer (1: none, or disabled)."""
+    try:
+        return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+    except (AttributeError, TypeError, RuntimeError):
+        return 1.0
 
 
 def _state_step(optimizer: torch.optim.Optimizer, synced: bool) -> float | None:

@@ -19,20 +19,29 @@ ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
 ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
 class _TorchWatch(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``torch`` is being imported it takes the spec the other
-    finders give and runs ``_torch_ready`` once the module has executed."""
+    finders give and runs ``_torch_ready`` once the module has executed. It stays on
+    ``sys.meta_path`` until then: a ``find_spec("torch")`` that imports nothing (Transformers
+    asks whether torch is there before it imports it) must not use it up."""
+
+    def __init__(self) -> None:
+        self.finding = False
 
     def find_spec(self, name: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "torch":
+        if name != "torch" or self.finding:
             return None
-        sys.meta_path.remove(self)
-        spec: importlib.machinery.ModuleSpec | None = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            found = find(name, path, target) if find is not None else None
-            if isinstance(found, importlib.machinery.ModuleSpec):
-                spec = found
-                break
+        self.finding = True
+        try:
+            spec: importlib.machinery.ModuleSpec | None = None
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                found = find(name, path, target) if find is not None and finder is not self \
+                    else None
+                if isinstance(found, importlib.machinery.ModuleSpec):
+                    spec = found
+                    break
+        finally:
+            self.finding = False
         if spec is None:
             return None
         loader: Any = spec.loader
@@ -41,6 +50,8 @@ class _TorchWatch(importlib.abc.MetaPathFinder):
         execute = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             execute(module)
             _torch_ready()
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -44,6 +45,9 @@ LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", 
 # Those whose ``mean`` divides by the sum of the elementwise ``weight`` (the others by the
 # number of elements).
 _MEAN_BY_WEIGHT = ("mse_loss", "l1_loss", "huber_loss")
+# Where TRL (1.16) keeps the autograd function of its fused LM head, which its SFT trainer puts in
+# the model's forward: the loss never goes through torch's loss functions.
+TRL_UTILS = "trl.trainer.utils"
 _BITS = 62
 _MASK = (1 << _BITS) - 1
 _local = threading.local()
@@ -59,6 +63,7 @@ class _Micro:
     backward: bool = False
     why: str | None = None  # why the weights are not measured
     dtype: torch.dtype | None = None  # the coarsest type of the losses measured
+    width: int | None = None  # the length of the rows (a 2-D input's second dimension)
 
 
 @dataclass
@@ -81,12 +86,15 @@ class Taps:
         # Module → whether it has trainable parameters (weakly: a module's id is reused).
         self.trainable: weakref.WeakKeyDictionary[torch.nn.Module, bool] = \
             weakref.WeakKeyDictionary()
+        self.trl = False  # whether TRL's fused LM head is tapped
 
     def forward(self, module: torch.nn.Module, args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> None:
         """An outermost module call: a new micro-batch where it is a training forward."""
         if not torch.is_grad_enabled() or torch._C._current_autograd_node() is not None:
             return
+        if not self.trl and TRL_UTILS in sys.modules:
+            self.trl = tap_trl(self)
         trains = self.trainable.get(module)
         if trains is None:
             trains = any(p.requires_grad for p in module.parameters())
@@ -97,7 +105,7 @@ class Taps:
         if found is None:
             return
         x, mask = found
-        micro = _Micro(row_ids(x, mask))
+        micro = _Micro(row_ids(x, mask), width=int(x.shape[1]) if x.dim() == 2 else None)
         self.micro.append(micro)
         self.current = micro
 
@@ -112,6 +120,12 @@ class Taps:
         except _NotKnown as exc:
             micro.why = str(exc)
             return
+        self.weigh(micro, name, out, local)
+
+    def weigh(self, micro: _Micro, name: str, out: torch.Tensor, local: torch.Tensor) -> None:
+        """Hook ``out``: in the backward pass, the gradient reaching it times ``local`` (per
+        item, ``∂out/∂l_i``; the shape of ``out`` or, for a reduced ``out``, of its items) is
+        each item's weight, summed into ``micro``'s rows."""
         rows = len(micro.ids)
         if local.dim() == 0 or local.shape[0] % max(rows, 1) or not rows:
             micro.why = (f"{name}'s {tuple(local.shape)} items do not divide into the "
@@ -135,6 +149,20 @@ class Taps:
             micro.backward = True
 
         out.register_hook(reached)
+
+    def fused(self, out: torch.Tensor, compact: bool) -> None:
+        """TRL's fused LM head (``tap_trl``): ``out`` holds each token's log-probability, whose
+        loss is its negative; ``compact``: only the valid tokens were scored (on a Triton
+        device), which cannot be mapped to rows."""
+        micro = self.current
+        if micro is None or not isinstance(out, torch.Tensor) or not out.requires_grad:
+            return
+        if compact:
+            micro.why = ("TRL's fused LM head scored only the valid tokens (a Triton device): "
+                         "they are not mapped to their rows")
+            return
+        local = torch.full(out.shape, -1.0, dtype=torch.float64, device=out.device)
+        self.weigh(micro, "TRL's fused LM head", out, local)
 
     def zeroed(self) -> None:
         """``zero_grad``: the gradients of every micro-batch a backward pass reached so far are
@@ -288,6 +316,42 @@ _LENGTH = int(_coefficients(1, torch.device("cpu"))[0]) ^ 0x5A5A5A5A5A5A5A5
 def _outermost(key: str) -> bool:
     """Whether this thread is outside every call counted under ``key``."""
     return getattr(_local, key, 0) == 0
+
+
+def tap_trl(taps: Taps) -> bool:
+    """Wrap TRL's fused LM head (``TRL_UTILS``'s ``_ChunkedLogProbFunction.apply``) so that its
+    per-token log-probabilities are weighed (``Taps.fused``); False where it has none."""
+    utils = sys.modules.get(TRL_UTILS)
+    function: Any = getattr(utils, "_ChunkedLogProbFunction", None)
+    if utils is None or function is None or getattr(function, "_lrcheck", False):
+        return function is not None
+
+    class Tapped:
+        """Stands for the function where TRL calls its ``apply``."""
+
+        _lrcheck = True
+        wrapped = function
+
+        @staticmethod
+        def apply(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            out = function.apply(hidden, *args, **kwargs)
+            try:
+                scored = out[0] if isinstance(out, (tuple, list)) else out
+                compact = hidden.dim() == 2 and scored.numel() != _tokens(taps)
+                taps.fused(scored, compact)
+            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
+                pass
+            return out
+
+    utils._ChunkedLogProbFunction = Tapped  # type: ignore[attr-defined]
+    return True
+
+
+def _tokens(taps: Taps) -> int:
+    """How many positions TRL scores when it scores them all: the current micro-batch's rows ×
+    (their length − 1), the shift of a causal LM; -1 when unknown."""
+    micro = taps.current
+    return -1 if micro is None or micro.width is None else len(micro.ids) * (micro.width - 1)
 
 
 def tap(taps: Taps) -> Callable[[], None]:
