@@ -20,6 +20,7 @@ from lrcheck.plan.judging import (
     REFERENCE,
     ROLES,
     TWIN,
+    Judging,
     RunOrder,
     Step,
     Where,
@@ -40,12 +41,13 @@ IN_JOB = "rank 0 of the candidate's torchrun job"
 
 @dataclass
 class PairTraces:
-    """Both runs' traces and, where the pair's effects are judged against the noise floor and
-    needed it, the reference's twin's."""
+    """Both runs' traces, how the pair's effects are judged (``plan.judging.judging_mode``) and,
+    where they are judged against the noise floor and needed it, the reference's twin's."""
 
     reference: RunTrace
     candidate: RunTrace
     environment: Environment
+    judging: Judging | None = None  # None: a schedule stepped without a model (lrcheck trace)
     twin: RunTrace | None = None
 
 
@@ -53,8 +55,9 @@ class _Tracker:
     """What each run has recorded so far: for the progress bar, and for the result of a
     comparison interrupted half-way."""
 
-    def __init__(self, pair: PairSpec, progress: Progress | None) -> None:
-        self.pair, self.progress = pair, progress
+    def __init__(self, pair: PairSpec, progress: Progress | None,
+                 judging: Judging | None = None) -> None:
+        self.pair, self.progress, self.judging = pair, progress, judging
         self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in (*ROLES, TWIN)}
         self.planned = dict.fromkeys((*ROLES, TWIN), 0)
         self.finished: dict[str, RunTrace] = {}
@@ -99,7 +102,7 @@ class _Tracker:
                   f"reference {traces['reference'].stopped or 'finished'}, "
                   f"candidate {traces['candidate'].stopped or 'finished'}")
         result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
-                                  self.environment, reason)
+                                  self.environment, reason, self.judging)
         return Interrupted(reason, result, how=stop_words(stop))
 
 
@@ -186,7 +189,7 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     cached = cache.get(pair.reference) if cache is not None else None
     order = run_order(pair.reference, pair.candidate, pair.noise_floor,
                       inside_torchrun=member is not None, reference_trained=cached is not None)
-    tracker = _Tracker(pair, progress)
+    tracker = _Tracker(pair, progress, order.judging)
     try:
         if member is not None:
             traces = _run_in_group(pair, order, member, tracker, needs_floor)
@@ -199,7 +202,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     assert tracker.environment is not None  # stated before anything trained
     environment = replace(tracker.environment,
                           launch={role: _how(traces[role], member) for role in ROLES})
-    return PairTraces(traces[REFERENCE], traces[CANDIDATE], environment, traces.get(TWIN))
+    return PairTraces(traces[REFERENCE], traces[CANDIDATE], environment, order.judging,
+                      twin=traces.get(TWIN))
 
 
 def _how(trace: RunTrace, member: Member | None) -> str:
