@@ -24,6 +24,7 @@ def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
     params = accum2.check("params")
     assert params.max_rel_diff is not None and params.max_rel_diff <= 1e-9, summary(accum2)
     assert accum2.check("lr").max_abs_diff == 0.0
+    assert accum2.to_dict()["judging"] == "lockstep" and accum2.candidate.lockstep
     assert len(accum2.candidate.updates) == 1437 // 32 * EPOCHS
     first = accum2.candidate.updates[0]
     assert first.samples_seen == 32 and first.scheduler_steps == 0 and len(first.lr) == 2

@@ -63,7 +63,8 @@ def run_comparison(pair: PairSpec, on_report: Callable[[Report], None], *,
     report = None
     if traces is not None:
         checks = run_checks(traces.reference, traces.candidate, pair.tolerances, traces.twin)
-        report = Report(pair, traces.reference, traces.candidate, checks, traces.environment)
+        report = Report(pair, traces.reference, traces.candidate, checks, traces.environment,
+                        judging=traces.judging)
 
     def hand_over() -> None:
         if report is not None:

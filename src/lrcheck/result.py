@@ -11,6 +11,7 @@ from typing import Any
 
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.environment import Environment
+from lrcheck.plan.judging import Judging
 from lrcheck.spec import FilePair, PairSpec, RunSpec
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import Word
@@ -49,6 +50,9 @@ class Report:
     environment: Environment
     # A diff report's ``pair`` is a ``FilePair``.
     kind: Kind = Kind.COMPARE
+    # How the effects were judged (``plan.judging.judging_mode``): result.json's ``judging``, for
+    # the pairs lrcheck trains (None: a schedule's trace, or a diff of records).
+    judging: Judging | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -81,7 +85,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
-                "mode": self.kind.value}
+                "mode": self.kind.value, **_judging(self.judging)}
 
 
 @dataclass
@@ -96,6 +100,7 @@ class IncompleteResult:
     # None where it stopped before where it runs was known (a torchrun job's start-up).
     environment: Environment | None
     reason: str
+    judging: Judging | None = None
 
     verdict = INCOMPLETE
     exit_code = 130
@@ -103,7 +108,11 @@ class IncompleteResult:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, [], self.reference, self.candidate,
                           self.environment),
-                "incomplete": self.reason}
+                **_judging(self.judging), "incomplete": self.reason}
+
+
+def _judging(judging: Judging | None) -> dict[str, str]:
+    return {} if judging is None else {"judging": judging.value}
 
 
 def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResult],

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from lrcheck.plan.judging import lockstep_reason
 from lrcheck.runner.lockstep import Lockstep, StateSnapshots, state_tensors
-from lrcheck.runner.pair import lockstep_reason
 from lrcheck.spec import PairSpec, RunSpec
 
 
@@ -67,12 +67,13 @@ def test_nothing_is_loaded_before_update_0_or_past_the_reference():
 
 def test_which_pairs_can_run_in_lockstep():
     plain = PairSpec.build(RunSpec(bs=16, accum=2))
-    assert lockstep_reason(plain) is None
+    assert lockstep_reason(plain.reference, plain.candidate) is None
     framework = PairSpec.build(RunSpec(bs=16, accum=2, framework="transformers"))
-    assert "framework's own loop" in (lockstep_reason(framework) or "")
+    reason = lockstep_reason(framework.reference, framework.candidate)
+    assert "framework's own loop" in (reason or "")
     # A GradScaler stays each run's own: its skipped steps are checked by skipped-steps.
     amp = PairSpec.build(RunSpec(bs=16, accum=2, dtype="float32", amp="fp16"))
-    assert lockstep_reason(amp) is None
+    assert lockstep_reason(amp.reference, amp.candidate) is None
 
 
 def test_adamws_step_counts_on_the_cpu_beside_moments_elsewhere_are_joined():

@@ -180,3 +180,14 @@ def test_a_pair_of_commands_is_sharded_at_a_fixed_cost_and_merged_back_as_a_diff
     assert merged["mine"].report.kind == Kind.DIFF and merged["own"].report.kind == Kind.COMPARE
     assert merged["mine"].report.pair.candidate.endswith("/mine/candidate")  # its shard's
     assert result.exit_code == 0 and result.complete
+
+
+def test_a_pair_read_back_keeps_how_its_effects_were_judged(tmp_path, make_report):
+    from lrcheck.plan.judging import Judging
+    from lrcheck.suite.merge import read_report
+
+    report = replace(make_report(), judging=Judging.TWIN)
+    write_text(tmp_path / "result.json", result_json(report))
+    assert read_report(tmp_path / "result.json", report.pair).judging is Judging.TWIN
+    write_text(tmp_path / "result.json", result_json(replace(report, judging=None)))
+    assert read_report(tmp_path / "result.json", report.pair).judging is None

@@ -84,6 +84,24 @@ def test_the_cost_counts_micro_batches_and_the_launch_of_several_processes():
     assert groups(grid(["cosine"], [(8, 1)], nproc=2))[0].cores == 2
 
 
+def test_a_twin_is_counted_where_the_pair_is_judged_against_one():
+    """The cost follows ``plan.judging.judging_mode``, as the runner does: a framework's pair
+    and a pair against another framework's reference count the reference's twin; lrcheck's
+    loop in lockstep, ``fast`` and Ludwig (its own model and data order) count none."""
+    def cost_of(**settings: object) -> tuple[float, float, float]:
+        pair = grid(["cosine"], [(16, 2)], **settings).entries[0]
+        return (entry_cost(pair), run_cost(pair.pair.candidate), run_cost(pair.pair.reference))
+
+    for settings in ({"framework": "transformers"}, {"framework": "lightning",
+                                                     "ref_framework": "plain"},
+                     {"ref_framework": "accelerate"}):
+        total, candidate, reference = cost_of(**settings)
+        assert total == candidate + reference, settings
+    for settings in ({}, {"framework": "transformers", "fast": True}, {"framework": "ludwig"}):
+        total, candidate, _ = cost_of(**settings)
+        assert total == candidate, settings
+
+
 def test_a_shard_of_the_suite_keeps_the_file_order_and_records_the_whole_plan():
     part, info = shard_of(SUITE, 2, 3)
     indices = [SUITE.entries.index(e) for e in part.entries]

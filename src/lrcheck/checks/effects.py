@@ -12,6 +12,7 @@ import numpy as np
 from lrcheck.checks.causes import check_data, check_weights
 from lrcheck.checks.lr import check_lr
 from lrcheck.checks.status import FAIL, JUDGED_UP_TO, PASS, SKIP, TINY, WARN, CheckResult
+from lrcheck.plan.judging import Judging, judging_mode
 from lrcheck.spec import Tolerances
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
@@ -121,15 +122,17 @@ JUMP_FACTOR = 100.0
 def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
                  reason: str | None, twin: RunTrace | None,
                  causes: Sequence[CheckResult] = ()) -> CheckResult:
-    """An effect (``params`` or ``loss``), per update, relative to the reference.
+    """An effect (``params`` or ``loss``), per update, relative to the reference, as the pair's
+    ``plan.judging.judging_mode`` says.
 
     In lockstep (``cand.lockstep``: each candidate update started from the reference's state)
-    the gap is one update's rounding, and must be within ``tol``. Free-running, two correct
-    trainings drift apart from the rounding level at a rate the training sets; with the
-    reference's ``twin`` (the same run summed in another order), a gap beyond ``tol`` passes as
-    drift while within ``FLOOR_FACTOR`` times the twin's own, and fails where it is not. Without
-    a twin, a failed cause of ``causes`` at or before the gap is why none is needed
-    (``needs_floor``), and the detail says so."""
+    the gap is one update's rounding, and must be within ``tol``; a pair that could run so but
+    did not (hand-made traces, a reference without its states) keeps the plain failure.
+    Free-running, two correct trainings drift apart from the rounding level at a rate the
+    training sets; with the reference's ``twin`` (the same run summed in another order), a gap
+    beyond ``tol`` passes as drift while within ``FLOOR_FACTOR`` times the twin's own, and fails
+    where it is not. Without a twin, a failed cause of ``causes`` at or before the gap is why
+    none is needed (``needs_floor``), and the detail says so."""
     diff, scale = gap(ref, cand)
     result = relative(name, diff, scale, tol, reason)
     if cand.lockstep:
@@ -138,10 +141,9 @@ def check_effect(name: str, gap: Gap, ref: RunTrace, cand: RunTrace, tol: float,
     if result.status != FAIL:
         return result
     if twin is None:
-        own_loop = ref.spec is None or cand.spec is None or (
-            ref.spec.framework == cand.spec.framework == "plain")
-        if own_loop:  # hand-made traces, or a reference cached without its states
-            return result
+        if ref.spec is None or cand.spec is None or (
+                judging_mode(ref.spec, cand.spec) is Judging.LOCKSTEP):
+            return result  # hand-made traces, or a reference cached without its states
         cause = _cause_before(result, causes)
         if cause is not None:
             return replace(result, detail=f"{result.detail}; free-running, with no noise floor "

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from lrcheck.errors import SpecError
 
 PLAIN = "plain"
+# Why a run of a framework cannot run in lockstep (``Framework.no_lockstep``): it owns the loop.
+OWN_LOOP = "a framework's own loop trains a run: lrcheck cannot set its state per update"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,15 @@ class Framework:
     # The --amp modes it trains, and those it cannot here, each with the reason.
     amps: tuple[str, ...] = ()
     refuses_amp: dict[str, str] | None = None
+    # Why lrcheck cannot load one run's whole state (parameters, optimizer) into another before
+    # each of its updates, for lockstep (``plan.judging``); None where it can.
+    no_lockstep: str | None = OWN_LOOP
+
+    @property
+    def loads_state(self) -> bool:
+        """lrcheck loads a run's whole state into it before each update: its effects can be
+        judged in lockstep (``plan.judging.judging_mode``)."""
+        return self.no_lockstep is None
 
 
 # Transformers' lr_scheduler_type for each of lrcheck's built-in schedules it has.
@@ -71,6 +82,9 @@ DEEPSPEED_FLOAT64 = ("DeepSpeed reduces only the accelerator's supported gradien
 DEEPSPEED_FP16 = ("DeepSpeed's fp16 needs an accelerator that has it (on the CPU, engine.py: "
                   "\"Type fp16 is not supported on your device\"), and lrcheck does not record "
                   "its loss scaler's skipped steps; use --amp bf16")
+# Why FSDP cannot: lrcheck's loop, but the model is in shards.
+FSDP_SHARDS = ("FSDP shards the model: lrcheck does not load the reference's whole state into "
+               "the shards before each update")
 # Why lrcheck's own loop refuses --amp bf16.
 PLAIN_BF16 = ("lrcheck's own loop autocasts float16 only (--amp fp16); --amp bf16 is "
               "DeepSpeed's bf16.enabled (--framework deepspeed)")
@@ -78,7 +92,7 @@ PLAIN_BF16 = ("lrcheck's own loop autocasts float16 only (--amp fp16); --amp bf1
 _FRAMEWORKS = [
     Framework(PLAIN, "lrcheck's own loop: exact, --policy says when the schedule steps",
               settings=("--policy", "--tail", "--loss-norm", "--amp", "--resume-at"),
-              amps=("fp16",), refuses_amp={"bf16": PLAIN_BF16}),
+              amps=("fp16",), refuses_amp={"bf16": PLAIN_BF16}, no_lockstep=None),
     Framework("accelerate", "HF Accelerate, run for real: prepare, accumulate, backward; "
               "lrcheck's loss normalisation", module="accelerate", lengths_times_world=True,
               settings=("--tail", "--loss-norm", "--no-even-batches")),
@@ -97,7 +111,8 @@ _FRAMEWORKS = [
               dtype="float32", single_process=True, own_model=True, resumes=True),
     Framework("fsdp", "lrcheck's own loop with the model sharded by PyTorch FSDP2 (fully_shard) "
               "instead of DDP; parameters gathered whole", own_loop=True,
-              settings=("--policy", "--tail", "--loss-norm")),
+              settings=("--policy", "--tail", "--loss-norm"),
+              no_lockstep=FSDP_SHARDS),
     Framework("deepspeed", "DeepSpeed, run for real: deepspeed.initialize with lrcheck's model, "
               "optimizer and schedule, engine.backward and engine.step on every micro-batch; "
               "the engine owns the boundary, loss scaling and scheduler; float32, --amp bf16",

@@ -33,19 +33,21 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0,
               group: ProcessGroup | None = None,
               on_update: OnUpdate | None = None,
               on_start: Callable[[], None] | None = None,
-              lockstep: Lockstep | None = None) -> RunTrace:
+              lockstep: Lockstep | None = None, keep_states: bool = False) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``plain.train``. A crash inside training is a
     ``RunError`` naming the role. The test-only fault switch (``runner.dist.fault``) is armed here
-    for the ranks of a multi-process candidate. A reference in lrcheck's own loop records its
-    optimizer's state too; ``lockstep``: the reference's states a candidate's updates start
-    from (``runner.lockstep``)."""
+    for the ranks of a multi-process candidate. ``keep_states``: record the optimizer's state
+    after every update too (a reference of lrcheck's own loop: ``plan.judging.keeps_states``);
+    ``lockstep``: the reference's states a candidate's updates start from
+    (``runner.lockstep``)."""
     trip = fault_hook(role, rank, os.environ) if spec.world > 1 else None
     if trip is not None:
         on_update = _then(on_update, trip)
     with cpu_threads(device):
         return _run_local(spec, role, device=device, rank=rank, group=group,
-                          on_update=on_update, on_start=on_start, lockstep=lockstep)
+                          on_update=on_update, on_start=on_start, lockstep=lockstep,
+                          keep_states=keep_states)
 
 
 def _then(first: OnUpdate | None, second: OnUpdate) -> OnUpdate:
@@ -82,7 +84,7 @@ def cpu_threads(device: str) -> Iterator[None]:
 def _run_local(spec: RunSpec, role: str, *, device: str, rank: int,
                group: ProcessGroup | None,
                on_update: OnUpdate | None, on_start: Callable[[], None] | None,
-               lockstep: Lockstep | None) -> RunTrace:
+               lockstep: Lockstep | None, keep_states: bool) -> RunTrace:
     data = load_data(spec.task, spec.seed, spec.samples)
     where = f" on rank {rank}" if spec.world > 1 else ""
     if spec.framework != PLAIN:
@@ -92,7 +94,7 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int,
             spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
     return guarded(f"the {role} run{where}", lambda: plain.train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,
-        on_start=on_start, keep_states=role == "reference", lockstep=lockstep))
+        on_start=on_start, keep_states=keep_states, lockstep=lockstep))
 
 
 def environment(device: str, world: int) -> Environment:

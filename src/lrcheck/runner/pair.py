@@ -1,7 +1,10 @@
-"""Runs both sides of a pair and returns their traces. Each side runs in this process (world 1)
-or is launched through torchrun (world > 1) — or, when lrcheck itself runs inside torchrun, on
-the ranks of the process group this process belongs to (``join_torchrun``). This module alone
-chooses among those paths."""
+"""Runs both sides of a pair and returns their traces, in the order ``plan.judging.run_order``
+computes (who trains first, who loads the reference's states, the twin): each side in this
+process (world 1) or launched through torchrun (world > 1), both in one torchrun job (a
+multi-process candidate's single-process reference on its rank 0: ``runner.dist.worker``), or,
+when lrcheck itself runs inside torchrun, on the ranks of the process group this process belongs
+to (``join_torchrun``). This module executes the order here and inside torchrun, and hands it to
+a launched job."""
 
 from __future__ import annotations
 
@@ -12,7 +15,18 @@ from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, RunError, SpecError, stop_words
-from lrcheck.plan.frameworks import require_framework
+from lrcheck.plan.judging import (
+    CANDIDATE,
+    REFERENCE,
+    ROLES,
+    TWIN,
+    Judging,
+    RunOrder,
+    Step,
+    Where,
+    keeps_states,
+    run_order,
+)
 from lrcheck.runner.dist.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
@@ -22,19 +36,18 @@ if TYPE_CHECKING:
     from lrcheck.runner.lockstep import Lockstep
 
 Progress = Callable[[str, int, int], None]
-ROLES = ("reference", "candidate")
-TWIN = "twin"  # the reference's noise-floor twin (``twin_of``)
 IN_JOB = "rank 0 of the candidate's torchrun job"
 
 
 @dataclass
 class PairTraces:
-    """Both runs' traces and, where the pair's effects are judged against the noise floor, the
-    reference's twin's (``twin_of``)."""
+    """Both runs' traces, how the pair's effects are judged (``plan.judging.judging_mode``) and,
+    where they are judged against the noise floor and needed it, the reference's twin's."""
 
     reference: RunTrace
     candidate: RunTrace
     environment: Environment
+    judging: Judging | None = None  # None: a schedule stepped without a model (lrcheck trace)
     twin: RunTrace | None = None
 
 
@@ -42,8 +55,9 @@ class _Tracker:
     """What each run has recorded so far: for the progress bar, and for the result of a
     comparison interrupted half-way."""
 
-    def __init__(self, pair: PairSpec, progress: Progress | None) -> None:
-        self.pair, self.progress = pair, progress
+    def __init__(self, pair: PairSpec, progress: Progress | None,
+                 judging: Judging | None = None) -> None:
+        self.pair, self.progress, self.judging = pair, progress, judging
         self.updates: dict[str, list[UpdateRecord]] = {role: [] for role in (*ROLES, TWIN)}
         self.planned = dict.fromkeys((*ROLES, TWIN), 0)
         self.finished: dict[str, RunTrace] = {}
@@ -88,44 +102,8 @@ class _Tracker:
                   f"reference {traces['reference'].stopped or 'finished'}, "
                   f"candidate {traces['candidate'].stopped or 'finished'}")
         result = IncompleteResult(self.pair, traces["reference"], traces["candidate"],
-                                  self.environment, reason)
+                                  self.environment, reason, self.judging)
         return Interrupted(reason, result, how=stop_words(stop))
-
-
-# What two runs must share for one's state to be loaded into the other: the same model and
-# optimizer, built the same way, in the same dtype.
-SAME = ("task", "seed", "dtype", "optimizer", "samples")
-
-
-def lockstep_reason(pair: PairSpec) -> str | None:
-    """Why the pair's candidate cannot run in lockstep with its reference, or None when it can:
-    both in lrcheck's own loop, with the same model, optimizer and dtype. (A GradScaler stays
-    each run's own: its skipped steps are checked exactly, by ``skipped-steps``.)"""
-    ref, cand = pair.reference, pair.candidate
-    if "fsdp" in (ref.framework, cand.framework):
-        return ("FSDP shards the model: lrcheck does not load the reference's whole state into "
-                "the shards before each update")
-    if (ref.framework, cand.framework) != ("plain", "plain"):
-        return "a framework's own loop trains a run: lrcheck cannot set its state per update"
-    for name in SAME:
-        if getattr(ref, name) != getattr(cand, name):
-            return f"the runs differ in {name}: one's state does not fit the other"
-    return None
-
-
-def twin_of(pair: PairSpec) -> RunSpec | None:
-    """The reference's noise-floor twin — the same run with each update's samples fed in
-    reverse order and its initial weights one unit in the last place higher, which differs from
-    it by rounding alone — where the pair's parameters and loss are judged against the
-    training's own noise: the candidate cannot run in lockstep, ``--fast`` was not asked, and
-    lrcheck feeds the framework its data."""
-    if not pair.noise_floor or lockstep_reason(pair) is None:
-        return None
-    from lrcheck.plan.frameworks import FRAMEWORKS
-
-    if FRAMEWORKS[pair.reference.framework].own_model:
-        return None  # it orders the data itself (Ludwig)
-    return pair.reference.replace(twin=True)
 
 
 def _floor_note(twin: RunTrace) -> str:
@@ -134,9 +112,9 @@ def _floor_note(twin: RunTrace) -> str:
             f"one ulp apart) trained for the noise floor in {twin.seconds:.1f} s")
 
 
-def lockstep_of(pair: PairSpec, reference: RunTrace) -> Lockstep | None:
-    """The reference's states for its candidate to run in lockstep with, when it can."""
-    if lockstep_reason(pair) is not None:
+def _states(step: Step, reference: RunTrace | None) -> Lockstep | None:
+    """The reference's states for ``step`` to run in lockstep with, where it does."""
+    if not step.lockstep:
         return None
     from lrcheck.runner.lockstep import lockstep_from
 
@@ -195,23 +173,28 @@ NeedsFloor = Callable[[RunTrace, RunTrace], bool]
 def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float | None = None,
              member: Member | None = None, cache: dict[RunSpec, RunTrace] | None = None,
              needs_floor: NeedsFloor | None = None) -> PairTraces | None:
-    """The reference, then the candidate, each from scratch — or, for a multi-process candidate
-    with a single-process reference, one torchrun job whose rank 0 trains the reference (first,
-    when the candidate runs in lockstep with it; else after the candidate). With ``cache``, a
-    reference already trained (the same frozen ``RunSpec``) is taken from it and a new one is
-    added as soon as it has trained (one trained on rank 0 of the candidate's torchrun job: when
-    the job ends; a noise-floor twin too).
+    """The pair's runs in the order ``plan.judging.run_order`` gives, where it says: here (each
+    run in this process, or launched through torchrun), in one torchrun job whose rank 0 trains
+    the single-process reference, or — ``member`` (``join_torchrun``): lrcheck runs inside
+    torchrun — on the ranks of this process group, where the candidate runs on every rank, the
+    reference on rank 0 (or on every rank when it has the same world), and only rank 0 gets the
+    traces (the others get None). With ``cache``, a reference already trained (the same frozen
+    ``RunSpec``) is taken from it and a new one is added as soon as it has trained (one trained
+    on rank 0 of the candidate's torchrun job: when the job ends; a noise-floor twin too).
 
     ``timeout``: the longest a multi-process run may go without finishing an update (start-up
-    included). ``member`` (``join_torchrun``): lrcheck runs inside torchrun; the candidate runs
-    on every rank, the reference on rank 0 (or on every rank when it has the same world), and
-    only rank 0 gets the traces — the others get None. Ctrl-C raises ``Interrupted`` carrying
-    what was recorded. Where ``needs_floor(reference, candidate)`` says so, the reference's
-    noise-floor twin (``twin_of``) is trained after them.
+    included). Ctrl-C raises ``Interrupted`` carrying what was recorded. Where the order has a
+    twin, it trains after the pair only where ``needs_floor(reference, candidate)`` says so.
     """
-    tracker = _Tracker(pair, progress)
+    cached = cache.get(pair.reference) if cache is not None else None
+    order = run_order(pair.reference, pair.candidate, pair.noise_floor,
+                      inside_torchrun=member is not None, reference_trained=cached is not None)
+    tracker = _Tracker(pair, progress, order.judging)
     try:
-        traces = _run_pair(pair, tracker, timeout, member, cache, needs_floor)
+        if member is not None:
+            traces = _run_in_group(pair, order, member, tracker, needs_floor)
+        else:
+            traces = _run_pair(pair, order, tracker, timeout, cache, cached, needs_floor)
     except KeyboardInterrupt as stop:  # Ctrl-C, or a signal that lrcheck.cli turns into one
         raise tracker.interrupted(stop) from None
     if traces is None:
@@ -219,7 +202,8 @@ def run_pair(pair: PairSpec, progress: Progress | None = None, *, timeout: float
     assert tracker.environment is not None  # stated before anything trained
     environment = replace(tracker.environment,
                           launch={role: _how(traces[role], member) for role in ROLES})
-    return PairTraces(traces["reference"], traces["candidate"], environment, traces.get(TWIN))
+    return PairTraces(traces[REFERENCE], traces[CANDIDATE], environment, order.judging,
+                      twin=traces.get(TWIN))
 
 
 def _how(trace: RunTrace, member: Member | None) -> str:
@@ -237,80 +221,76 @@ def _how(trace: RunTrace, member: Member | None) -> str:
     return "in-process"
 
 
-def preflight(spec: RunSpec, *others: RunSpec) -> tuple[str, Environment]:
-    """Bad input, told before anything trains: each run's plan against its data (the length of
-    the run, a resume point, injected overflows), ``spec``'s device and the extra its policy
-    needs. Returns the device and the environment a report states."""
-    from lrcheck.experiments.tasks import load_data
-    from lrcheck.runner.device import resolve_device
-    from lrcheck.runner.local import environment
-    from lrcheck.runner.preflight import check_memory, check_plan
-
-    for run in (spec, *others):  # the candidate's first: its flags are the ones typed
-        check_plan(run, len(load_data(run.task, run.seed, run.samples).y_train))
-    # A reference of lrcheck's own loop also keeps its optimizer's state (runner.lockstep).
-    check_memory([(run, load_data(run.task, run.seed, run.samples),
-                   run is not spec and run.framework == "plain") for run in (spec, *others)])
-    device = resolve_device(spec.device)
-    frameworks: dict[str, str] = {}
-    for run in (*others, spec):  # a missing extra is bad input: say so now
-        frameworks.update(require_framework(run.framework))
-    return device, replace(environment(device, spec.world), frameworks=frameworks)
+def _spec(pair: PairSpec, step: Step) -> RunSpec:
+    """What ``step`` trains: the candidate, the reference, or the reference's twin (its samples
+    fed in reverse order, its initial weights one ulp higher: ``RunSpec.twin``)."""
+    if step.role == CANDIDATE:
+        return pair.candidate
+    return pair.reference.replace(twin=True) if step.role == TWIN else pair.reference
 
 
-def _run_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None, member: Member | None,
-              cache: dict[RunSpec, RunTrace] | None,
-              needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
-    ref, cand = pair.reference, pair.candidate
-    cached = cache.get(ref) if cache is not None else None
-    traces = {} if cached is None else {"reference": tracker.done("reference", cached)}
-    if member is None and cand.world > 1 and ref.world == 1:
-        traces.update(_launch_pair(pair, tracker, timeout, cached))
+def _pair_preflight(pair: PairSpec, order: RunOrder) -> tuple[str, Environment]:
+    """``runner.preflight.preflight`` of the pair's candidate and reference, each with its step
+    of ``order`` (the reference's: what it keeps, for the memory estimate; a cached one is
+    checked too, and held with what it kept)."""
+    from lrcheck.runner.preflight import preflight
+
+    ref = order.step(REFERENCE) or Step(REFERENCE, keep_states=keeps_states(pair.reference))
+    return preflight([(pair.candidate, order.step(CANDIDATE) or Step(CANDIDATE)),
+                      (pair.reference, ref)])
+
+
+def _run_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float | None,
+              cache: dict[RunSpec, RunTrace] | None, cached: RunTrace | None,
+              needs_floor: NeedsFloor | None) -> dict[str, RunTrace]:
+    """``order`` here, or in the candidate's torchrun job (``Where.ONE_JOB``); the twin, where
+    needed, after the pair, where the reference trained."""
+    traces = {} if cached is None else {REFERENCE: tracker.done(REFERENCE, cached)}
+    device = ""
+    if order.where is Where.ONE_JOB:
+        traces.update(_launch_pair(pair, order, tracker, timeout, cached))
     else:
-        device, tracker.environment = preflight(cand, ref)
-        if member is not None:
-            return _run_in_group(pair, member, tracker, needs_floor)
-        if "reference" not in traces:
-            traces["reference"] = tracker.done("reference", _run_here(
-                ref, "reference", device, tracker, timeout))
-            if cache is not None:  # at once: a suite's other workers wait for it
-                cache[ref] = traces["reference"]
-        traces["candidate"] = tracker.done("candidate", _run_here(
-            cand, "candidate", device, tracker, timeout,
-            lockstep_of(pair, traces["reference"])))
-    twin = twin_of(pair)
-    if twin is not None and needs_floor is not None and needs_floor(traces["reference"],
-                                                                    traces["candidate"]):
-        # Trained here, after the pair, wherever the reference trained.
-        found = cache.get(twin) if cache is not None else None
+        device, tracker.environment = _pair_preflight(pair, order)
+    for step in order.steps:
+        if step.role in traces:  # trained in the job, or cached
+            continue
+        if step.if_needed and not (needs_floor is not None
+                                   and needs_floor(traces[REFERENCE], traces[CANDIDATE])):
+            continue
+        spec = _spec(pair, step)
+        found = cache.get(spec) if cache is not None and step.role == TWIN else None
         if found is None:
-            device, _ = preflight(twin)
-            found = _run_here(twin, TWIN, device, tracker, timeout)
-        traces[TWIN] = tracker.done(TWIN, found)
-        tracker.floor(found)
-        if cache is not None:
-            cache[twin] = found
+            if step.role == TWIN:
+                from lrcheck.runner.preflight import preflight
+
+                device, _ = preflight([(spec, step)])
+            found = _run_here(spec, step, device, tracker, timeout,
+                              _states(step, traces.get(REFERENCE)))
+        traces[step.role] = tracker.done(step.role, found)
+        if step.role == TWIN:
+            tracker.floor(found)
+        if cache is not None and step.role != CANDIDATE:  # at once: a suite's other workers
+            cache[spec] = found                           # wait for it
     if cache is not None:
-        cache[ref] = traces["reference"]
+        cache[pair.reference] = traces[REFERENCE]
     return traces
 
 
-def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
+def _launch_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float | None,
                  cached: RunTrace | None) -> dict[str, RunTrace]:
-    """A multi-process candidate and its single-process reference, in one torchrun job: the
-    ranks check the plan and train the candidate, and rank 0 trains the reference — before the
-    candidate when that runs in lockstep with it, else after it, as a bare torchrun script
-    would. This process imports neither torch nor the data, so its own work does not compete
-    with the ranks for the machine's cores. A ``cached`` reference is not trained again (its
-    states go to the ranks in the job's folder)."""
+    """A multi-process candidate and its single-process reference, in one torchrun job
+    (``runner.dist.worker``): the ranks check the plan and train the candidate, and rank 0
+    trains the reference, in ``order``. This process imports neither torch nor the data, so its
+    own work does not compete with the ranks for the machine's cores. A ``cached`` reference is
+    not trained again (its states go to the ranks in the job's folder)."""
     from lrcheck.runner.dist.launch import start
 
-    train_reference = cached is None
-    job = start(pair.candidate, "candidate",
-                reference=pair.reference if train_reference else None,
-                reference_first=lockstep_reason(pair) is None,
-                on_update={role: tracker.hook(role) for role in ROLES},
-                lockstep=None if cached is None else lockstep_of(pair, cached))
+    train_reference = order.step(REFERENCE) is not None
+    candidate = order.step(CANDIDATE)
+    assert candidate is not None
+    job = start(pair.candidate, CANDIDATE, reference=pair.reference if train_reference else None,
+                order=order.in_job, on_update={role: tracker.hook(role) for role in ROLES},
+                lockstep=None if cached is None else _states(candidate, cached))
     try:
         job.wait(timeout)
     finally:  # also what an interrupted job finished, for its incomplete result
@@ -318,69 +298,68 @@ def _launch_pair(pair: PairSpec, tracker: _Tracker, timeout: float | None,
         for role, trace in job.finished.items():
             tracker.done(role, trace)
     if train_reference:
-        job.finished["reference"].launch = IN_JOB
+        job.finished[REFERENCE].launch = IN_JOB
     return job.finished
 
 
-def _run_here(spec: RunSpec, role: str, device: str, tracker: _Tracker,
+def _run_here(spec: RunSpec, step: Step, device: str, tracker: _Tracker,
               timeout: float | None, lockstep: Lockstep | None = None) -> RunTrace:
     if spec.world == 1:
         from lrcheck.runner.local import run_local
 
-        return run_local(spec, role, device=device, on_update=tracker.hook(role),
-                         lockstep=lockstep)
+        return run_local(spec, step.role, device=device, on_update=tracker.hook(step.role),
+                         lockstep=lockstep, keep_states=step.keep_states)
     from lrcheck.runner.dist.launch import check_gpus, launch
 
     check_gpus(spec, device)
-    return launch(spec, role, timeout=timeout, on_update=tracker.hook(role), lockstep=lockstep)
+    return launch(spec, step, timeout=timeout, on_update=tracker.hook(step.role),
+                  lockstep=lockstep)
 
 
-def _run_in_group(pair: PairSpec, member: Member, tracker: _Tracker,
+def _run_in_group(pair: PairSpec, order: RunOrder, member: Member, tracker: _Tracker,
                   needs_floor: NeedsFloor | None) -> dict[str, RunTrace] | None:
-    from lrcheck.runner.local import run_local
-
+    """``order`` on the ranks of ``member``'s process group: a single-process run on rank 0 while
+    the others wait on the default group (whose collectives have no --timeout), a run of the
+    group's world on every rank; the reference's states go from rank 0 to every rank by
+    broadcast; rank 0 decides whether the twin is needed, as it holds both traces."""
     ref, cand = pair.reference, pair.candidate
     if cand.world != member.world or ref.world not in (1, member.world):
         raise SpecError(f"inside torchrun (world {member.world}) the candidate needs world "
                         f"{member.world} and the reference world 1 or {member.world}; got "
                         f"{cand.world} and {ref.world}")
+    _, tracker.environment = _pair_preflight(pair, order)  # each rank trains on member.device
     traces: dict[str, RunTrace] = {}
-    in_step = lockstep_reason(pair) is None
-    lockstep = None
-    if ref.world == 1:
-        # Rank 0 trains the reference alone; the others wait on the default group, whose
-        # collectives have no --timeout.
-        if member.rank == 0:
-            traces["reference"] = tracker.done("reference", run_local(
-                ref, "reference", device=member.device, on_update=tracker.hook("reference")))
-            lockstep = lockstep_of(pair, traces["reference"])
-        member.barrier()
-        if in_step:  # the reference's states, from rank 0 to every rank
+    for step in order.steps:
+        if step.if_needed:
+            need = (member.rank == 0 and needs_floor is not None
+                    and needs_floor(traces[REFERENCE], traces[CANDIDATE]))
+            if not member.share(int(need)):
+                continue
+        lockstep = _states(step, traces.get(REFERENCE))
+        if step.lockstep and ref.world == 1:  # the reference's states, from rank 0 to every rank
             from lrcheck.runner.lockstep import broadcast
 
             lockstep = broadcast(lockstep, member.rank, member.device, member.group)
-    else:
-        traces["reference"] = tracker.done("reference", run_local(
-            ref, "reference", device=member.device, rank=member.rank, group=member.group,
-            on_update=tracker.hook("reference")))
-        lockstep = lockstep_of(pair, traces["reference"])
-    traces["candidate"] = tracker.done("candidate", run_local(
-        cand, "candidate", device=member.device, rank=member.rank, group=member.group,
-        on_update=tracker.hook("candidate"), lockstep=lockstep))
-    twin = twin_of(pair)
-    if twin is not None:  # rank 0 decides, as it holds both traces
-        need = (member.rank == 0 and needs_floor is not None
-                and needs_floor(traces["reference"], traces["candidate"]))
-        twin = twin if member.share(int(need)) else None
-    if twin is not None and twin.world == 1:
-        if member.rank == 0:
-            traces[TWIN] = tracker.done(TWIN, run_local(twin, TWIN, device=member.device,
-                                                        on_update=tracker.hook(TWIN)))
-        member.barrier()
-    elif twin is not None:
-        traces[TWIN] = tracker.done(TWIN, run_local(
-            twin, TWIN, device=member.device, rank=member.rank, group=member.group,
-            on_update=tracker.hook(TWIN)))
+        trace = _run_on_ranks(_spec(pair, step), step, member, tracker, lockstep)
+        if trace is not None:
+            traces[step.role] = tracker.done(step.role, trace)
     if TWIN in traces:
         tracker.floor(traces[TWIN])
     return traces if member.rank == 0 else None
+
+
+def _run_on_ranks(spec: RunSpec, step: Step, member: Member, tracker: _Tracker,
+                  lockstep: Lockstep | None) -> RunTrace | None:
+    """``spec`` on every rank of the group, or, for a single-process run, on rank 0 alone while
+    the others wait (None on them)."""
+    from lrcheck.runner.local import run_local
+
+    hook = tracker.hook(step.role)
+    if spec.world > 1:
+        return run_local(spec, step.role, device=member.device, rank=member.rank,
+                         group=member.group, on_update=hook, lockstep=lockstep,
+                         keep_states=step.keep_states)
+    trace = (run_local(spec, step.role, device=member.device, on_update=hook, lockstep=lockstep,
+                       keep_states=step.keep_states) if member.rank == 0 else None)
+    member.barrier()
+    return trace

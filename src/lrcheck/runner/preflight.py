@@ -1,11 +1,17 @@
 """Bad input that only a run's length or its recording can show, told before anything trains
-(``pair.preflight``, ``simulate.simulate_pair``, the workers)."""
+(``preflight``: ``runner.pair`` and the workers of a launched job; ``simulate.simulate_pair``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
+from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import check_warmup
-from lrcheck.experiments.tasks import Dataset
+from lrcheck.experiments.tasks import Dataset, load_data
+from lrcheck.plan.frameworks import require_framework
+from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.recording import recording_bytes
@@ -36,3 +42,25 @@ def check_memory(runs: list[tuple[RunSpec, Dataset, bool]]) -> None:
     check_fits(sum(recording_bytes(spec, data, states) for spec, data, states in runs),
                "recording the runs (a snapshot of every parameter after every update)",
                "lower --epochs, or --samples for a generated task")
+
+
+def preflight(runs: Sequence[tuple[RunSpec, Step]]) -> tuple[str, Environment]:
+    """Bad input, told before anything trains: each run's plan against its data (the length of
+    the run, a resume point, injected overflows), the memory their recordings need together
+    (each with what its step of the run order keeps: ``Step.keep_states``), the device of the
+    first run (the candidate, whose flags are the ones typed) and the extras their frameworks
+    need. Returns the device and the environment a report states."""
+    from lrcheck.runner.device import resolve_device
+    from lrcheck.runner.local import environment
+
+    datasets = [load_data(spec.task, spec.seed, spec.samples) for spec, _ in runs]
+    for (spec, _), data in zip(runs, datasets, strict=True):  # the candidate's first
+        check_plan(spec, len(data.y_train))
+    check_memory([(spec, data, step.keep_states)
+                  for (spec, step), data in zip(runs, datasets, strict=True)])
+    first = runs[0][0]
+    device = resolve_device(first.device)
+    frameworks: dict[str, str] = {}
+    for spec, _ in (*runs[1:], runs[0]):  # a missing extra is bad input: say so now
+        frameworks.update(require_framework(spec.framework))
+    return device, replace(environment(device, first.world), frameworks=frameworks)

@@ -32,6 +32,7 @@ from torch.optim.lr_scheduler import LRScheduler
 from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted
 from lrcheck.experiments.schedulers import make_scheduler
+from lrcheck.plan.judging import ROLES
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import (
     ScheduleContext,
@@ -44,7 +45,7 @@ from lrcheck.plan.steps import (
 from lrcheck.runner.build import make_optimizer
 from lrcheck.runner.local import environment, guarded
 from lrcheck.runner.memory import check_fits
-from lrcheck.runner.pair import ROLES, PairTraces, Progress
+from lrcheck.runner.pair import PairTraces, Progress
 from lrcheck.runner.preflight import check_plan
 from lrcheck.runner.recording import step_failure
 from lrcheck.runner.startup import release

@@ -12,6 +12,7 @@ from typing import Any
 from lrcheck.errors import SpecError
 from lrcheck.experiments.tasks import GENERATED_SAMPLES, TASKS
 from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
+from lrcheck.plan.judging import Judging, judging_mode
 from lrcheck.plan.steps import batch_breakdown
 from lrcheck.spec.choices import Dtype, LossNorm, Tail, at_least, one_of
 from lrcheck.spec.run import (
@@ -110,6 +111,11 @@ class PairSpec:
         return cls(reference, candidate,
                    tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp),
                    noise_floor)
+
+    @property
+    def judging(self) -> Judging:
+        """How the pair's effects are judged: ``plan.judging.judging_mode``."""
+        return judging_mode(self.reference, self.candidate, self.noise_floor)
 
     @property
     def name(self) -> str:

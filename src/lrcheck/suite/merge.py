@@ -21,6 +21,7 @@ import numpy as np
 from lrcheck.checks.status import CheckResult, Status
 from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
+from lrcheck.plan.judging import Judging
 from lrcheck.result import Kind, Report
 from lrcheck.spec import CommandPair, FilePair, PairSpec, RunSpec, Tolerances
 from lrcheck.suite.baseline import regressions
@@ -194,9 +195,10 @@ def read_report(path: Path, pair: PairSpec | FilePair) -> Report:
                               c["first_divergence"], c["detail"], c.get("max_rel_diff"))
                   for c in data["checks"]]
         environment = Environment.from_dict(data["environment"])
+        judging = Judging(data["judging"]) if "judging" in data else None
     except FileNotFoundError:
         raise SpecError(f"its report {str(path)!r} is missing from the shard's folder") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecError(f"its report {str(path)!r} cannot be read: {exc!r}") from None
     kind = Kind.COMPARE if isinstance(pair, PairSpec) else Kind.DIFF
-    return Report(pair, runs["reference"], runs["candidate"], checks, environment, kind)
+    return Report(pair, runs["reference"], runs["candidate"], checks, environment, kind, judging)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.errors import SpecError
-from lrcheck.plan.frameworks import PLAIN
+from lrcheck.plan.judging import Judging
 from lrcheck.spec import CommandPair, PairSpec, RunSpec
 from lrcheck.spec.run import samples_per_epoch
 from lrcheck.suite.spec import Suite, SuiteEntry
@@ -98,12 +98,12 @@ def run_cost(spec: RunSpec) -> float:
 
 
 def entry_cost(entry: SuiteEntry) -> float:
-    """The candidate's run, and the noise-floor twin of the reference a framework's own loop
-    needs (``PairSpec.noise_floor``)."""
+    """The candidate's run, and the noise-floor twin of the reference where the pair is judged
+    against one (``plan.judging.judging_mode``; it may not be needed, and is counted)."""
     pair = entry.pair
     if not isinstance(pair, PairSpec):
         return COMMAND_COST  # what a user's commands cost is not known before they run
-    twin = pair.noise_floor and pair.candidate.framework != PLAIN
+    twin = pair.judging is Judging.TWIN
     return run_cost(pair.candidate) + (run_cost(pair.reference) if twin else 0.0)
 
 

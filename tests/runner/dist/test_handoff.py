@@ -7,6 +7,7 @@ import os
 import numpy as np
 
 from lrcheck.environment import Environment
+from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context
 from lrcheck.runner.dist import handoff
 from lrcheck.spec import RunSpec
@@ -45,10 +46,12 @@ def test_no_trace_is_none(tmp_path):
 def test_spec_round_trip(tmp_path):
     spec = RunSpec(bs=4, accum=3, world=3, policy="per-micro-batch")
     handoff.write_spec(tmp_path, spec, "candidate")
-    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", None, False)
+    alone = (Step("candidate"),)
+    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", None, alone)
     reference = RunSpec(bs=24, accum=1, world=1)
-    handoff.write_spec(tmp_path, spec, "candidate", reference, reference_first=True)
-    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", reference, True)
+    order = (Step("reference", keep_states=True), Step("candidate", lockstep=True))
+    handoff.write_spec(tmp_path, spec, "candidate", reference, order)
+    assert handoff.read_spec(tmp_path) == handoff.JobSpec(spec, "candidate", reference, order)
 
 
 def test_line_reader_returns_only_complete_new_lines(tmp_path):

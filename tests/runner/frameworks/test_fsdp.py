@@ -5,7 +5,7 @@ import pytest
 
 import lrcheck
 from lrcheck.errors import SpecError
-from lrcheck.runner.pair import lockstep_reason
+from lrcheck.plan.judging import lockstep_reason
 from lrcheck.spec import PairSpec, RunSpec
 
 
@@ -25,7 +25,7 @@ def test_fsdp_takes_the_own_loops_settings_and_refuses_what_it_cannot_do():
 def test_the_reference_is_fsdp_alone_and_cannot_run_in_lockstep():
     pair = PairSpec.build(RunSpec(framework="fsdp", bs=8, accum=2, world=2))
     assert (pair.reference.framework, pair.reference.world, pair.reference.bs) == ("fsdp", 1, 32)
-    assert "shards" in lockstep_reason(pair)
+    assert "shards" in lockstep_reason(pair.reference, pair.candidate)
 
 
 @pytest.mark.slow

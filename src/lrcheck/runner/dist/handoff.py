@@ -3,7 +3,8 @@
 These are the runner's working files, not a report (reports/ writes those)::
 
     spec.json            the RunSpec and its role, written by the parent; with the single-process
-                         reference that rank 0 trains after the candidate, when there is one
+                         reference that rank 0 trains, when there is one, and the order of the
+                         job's runs (``plan.judging.Step``)
     updates.jsonl        rank 0: a line when training starts (every rank has built its model and
                          DDP), then one per update of each run (progress, and what an
                          interrupted run recorded)
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lrcheck.environment import Environment
+from lrcheck.plan.judging import Step
 from lrcheck.spec import RunSpec
 from lrcheck.trace import RunTrace, UpdateRecord
 
@@ -66,23 +68,22 @@ def _write_json(path: Path, data: object) -> None:
     _replace_into(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def write_spec(folder: Path, spec: RunSpec, role: str,
-               reference: RunSpec | None = None, reference_first: bool = False) -> None:
+def write_spec(folder: Path, spec: RunSpec, role: str, reference: RunSpec | None = None,
+               order: tuple[Step, ...] | None = None) -> None:
     _write_json(folder / SPEC, {"role": role, "spec": spec.to_dict(),
                                 "reference": None if reference is None else reference.to_dict(),
-                                "reference_first": reference_first})
+                                "order": [s.to_dict() for s in order or (Step(role),)]})
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a launched job trains: ``spec`` as ``role`` on every rank and, maybe, a
-    single-process ``reference`` on rank 0 — after it, or (``reference_first``: the candidate
-    runs in lockstep with it) before it."""
+    """What a launched job trains, in ``order`` (its pair's ``plan.judging.RunOrder``): ``spec``
+    as ``role`` on every rank and, maybe, a single-process ``reference`` on rank 0."""
 
     spec: RunSpec
     role: str
     reference: RunSpec | None
-    reference_first: bool
+    order: tuple[Step, ...]
 
 
 def read_spec(folder: Path) -> JobSpec:
@@ -90,7 +91,7 @@ def read_spec(folder: Path) -> JobSpec:
     reference = data.get("reference")
     return JobSpec(RunSpec(**data["spec"]), data["role"],
                    None if reference is None else RunSpec(**reference),
-                   bool(data.get("reference_first")))
+                   tuple(Step.from_dict(step) for step in data["order"]))
 
 
 def append_line(folder: Path, entry: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lrcheck.environment import Environment
 from lrcheck.errors import LrcheckError, RunError, SpecError
+from lrcheck.plan.judging import Step
 from lrcheck.runner.dist import handoff, procs
 from lrcheck.runner.dist.torchrun import torchrun_argv
 from lrcheck.runner.startup import release
@@ -47,26 +48,30 @@ def check_gpus(spec: RunSpec, device: str) -> None:
                         "--device cpu")
 
 
-def launch(spec: RunSpec, role: str, *, timeout: float | None = None,
+def launch(spec: RunSpec, step: Step, *, timeout: float | None = None,
            on_update: OnUpdate | None = None, lockstep: Lockstep | None = None) -> RunTrace:
-    """Train ``spec`` (``world > 1``) as ``spec.world`` torchrun ranks on this machine and return
-    rank 0's trace: ``start(...).wait(timeout)``."""
-    hooks = {} if on_update is None else {role: on_update}
-    return start(spec, role, on_update=hooks, lockstep=lockstep).wait(timeout)[role]
+    """Train ``spec`` (``world > 1``) as ``spec.world`` torchrun ranks on this machine, as the
+    ``step`` of its pair's run order, and return rank 0's trace: ``start(...).wait(timeout)``."""
+    hooks = {} if on_update is None else {step.role: on_update}
+    return start(spec, step.role, order=(step,), on_update=hooks,
+                 lockstep=lockstep).wait(timeout)[step.role]
 
 
 def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
-          reference_first: bool = False, on_update: dict[str, OnUpdate] | None = None,
+          order: tuple[Step, ...] | None = None, on_update: dict[str, OnUpdate] | None = None,
           lockstep: Lockstep | None = None) -> Launched:
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
-    With ``reference`` (one process), rank 0 trains it after ``spec``, in the same job — or
-    before it (``reference_first``), when ``spec`` runs in lockstep with it: the other ranks
-    wait for rank 0 to join their process group. ``on_update[role]`` is called here for every
-    update rank 0 records in that run. ``lockstep``: the reference's states every rank's
-    updates start from (a reference trained before)."""
+    ``order``: the job's runs in order (``plan.judging.RunOrder.in_job``; default ``role``'s
+    alone), which ``runner.dist.worker`` follows: ``role``'s run on every rank and, with
+    ``reference`` (one process), the reference's on rank 0 — before ``spec`` where it runs in
+    lockstep with it (the other ranks wait for rank 0 to join their process group), else after
+    it. ``on_update[role]`` is called here for every update rank 0 records in that run.
+    ``lockstep``: the reference's states every rank's updates start from (a reference trained
+    before)."""
     release()  # this process waits now, maybe for hours (runner.startup)
+    steps = order or (Step(role),)
     folder = Path(tempfile.mkdtemp(prefix=f"lrcheck-{role}-"))
-    handoff.write_spec(folder, spec, role, reference, reference_first)
+    handoff.write_spec(folder, spec, role, reference, steps)
     if lockstep is not None:
         handoff.write_lockstep(folder, lockstep)
     token = uuid.uuid4().hex
@@ -76,9 +81,8 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        roles = ((role,) if reference is None else
-                 ("reference", role) if reference_first else (role, "reference"))
-        return Launched(spec, role, roles, folder, proc, token, on_update or {})
+        return Launched(spec, role, tuple(step.role for step in steps), folder, proc, token,
+                        on_update or {})
     except BaseException:  # Ctrl-C (or SIGTERM) before the caller holds the job: stop it here
         procs.stop(proc, token)
         raise
