@@ -31,9 +31,10 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record.launch import DEFAULT_EVERY
 from lrcheck.record import taps
-from lrcheck.record.process import ProcessRecorder, _counting, count_calls
+from lrcheck.record.calls import count_calls, counting
+from lrcheck.record.launch import DEFAULT_EVERY
+from lrcheck.record.process import ProcessRecorder
 
 
 def loop(updates: int) -> float:
@@ -115,7 +116,7 @@ def counted_call_us(calls: int = 200_000) -> float:
         return (time.perf_counter() - started) / calls * 1e6
 
     totals = [0]
-    undo = _counting(Owner, "call", lambda args, kwargs, result: totals.__setitem__(0, 1))
+    undo = counting(Owner, "call", lambda args, kwargs, result: totals.__setitem__(0, 1))
     try:
         counted = Owner.call
         gaps = [per_call(counted) - per_call(bare) for _ in range(5)]

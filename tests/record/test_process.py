@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from lrcheck.record.process import ProcessRecorder, _count_scheduler_steps, count_calls
+from lrcheck.record.calls import count_calls, count_scheduler_steps
+from lrcheck.record.process import ProcessRecorder
 from lrcheck.recorder import read_records
 
 
@@ -100,7 +101,7 @@ def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
     base = torch.optim.lr_scheduler.LRScheduler
     originals = {cls: cls.__dict__["step"] for cls in (Outer, base)}
     for cls in originals:
-        _count_scheduler_steps(cls, recorder)
+        count_scheduler_steps(cls, recorder)
     try:
         scheduler = Outer(optimizer, lambda s: 1.0)  # its first step, at construction, counts
         # Stepping the schedule before the first optimizer step is what torch warns about (and

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lrcheck.record import identity
 from lrcheck.record import taps as T
 
 
@@ -127,29 +128,30 @@ def test_a_sample_keeps_its_identity_in_any_batch_and_padding():
     mask = torch.ones_like(rows)
     mask[0, 5:] = 0
     zeros = torch.zeros(4, 3, dtype=rows.dtype)
-    right = T.row_ids(torch.cat([rows, zeros], 1), torch.cat([mask, zeros], 1))
-    left = T.row_ids(torch.cat([zeros, rows], 1), torch.cat([zeros, mask], 1))
-    ids = T.row_ids(rows, mask)
+    right = identity.row_ids(torch.cat([rows, zeros], 1), torch.cat([mask, zeros], 1))
+    left = identity.row_ids(torch.cat([zeros, rows], 1), torch.cat([zeros, mask], 1))
+    ids = identity.row_ids(rows, mask)
     assert ids.tolist() == right.tolist()
     assert ids[1:].tolist() == left[1:].tolist()  # row 0 is padded on both sides there
-    assert ids[2:].tolist() == T.row_ids(rows[2:], mask[2:]).tolist()
+    assert ids[2:].tolist() == identity.row_ids(rows[2:], mask[2:]).tolist()
     assert len(set(ids.tolist())) == 4
     x = torch.randn(5, 3, 2)
-    assert T.row_ids(x).tolist() == T.row_ids(x.clone()).tolist()
-    assert T.row_ids(x)[0] != T.row_ids(x.to(torch.float64))[0]  # other bits, other identity
-    assert T.row_ids(x.to(torch.bfloat16)).dtype == torch.int64
-    assert T.row_ids(torch.empty(0, 3)).tolist() == []
+    assert identity.row_ids(x).tolist() == identity.row_ids(x.clone()).tolist()
+    # Other bits, another identity.
+    assert identity.row_ids(x)[0] != identity.row_ids(x.to(torch.float64))[0]
+    assert identity.row_ids(x.to(torch.bfloat16)).dtype == torch.int64
+    assert identity.row_ids(torch.empty(0, 3)).tolist() == []
 
 
 def test_the_first_input_is_found_where_users_pass_it():
     a, b, mask = torch.ones(2, 3), torch.zeros(2, 3), torch.ones(2, 3)
-    assert T.first_input((a, b), {})[0] is a
-    assert T.first_input((), {"attention_mask": mask, "input_ids": b})[0] is b
-    assert T.first_input((), {"attention_mask": mask, "input_ids": b})[1] is mask
-    assert T.first_input(({"pixel_values": a, "labels": b},), {})[0] is a
-    assert T.first_input(([a, b],), {})[0] is a
-    assert T.first_input((3, a), {})[0] is a
-    assert T.first_input((torch.tensor(1.0),), {}) is None
+    assert identity.first_input((a, b), {})[0] is a
+    assert identity.first_input((), {"attention_mask": mask, "input_ids": b})[0] is b
+    assert identity.first_input((), {"attention_mask": mask, "input_ids": b})[1] is mask
+    assert identity.first_input(({"pixel_values": a, "labels": b},), {})[0] is a
+    assert identity.first_input(([a, b],), {})[0] is a
+    assert identity.first_input((3, a), {})[0] is a
+    assert identity.first_input((torch.tensor(1.0),), {}) is None
 
 
 def test_only_a_training_forward_of_a_model_starts_a_micro_batch(tapped):

@@ -33,10 +33,8 @@ import functools
 import json
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import torch
@@ -46,7 +44,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import lockstep, modules, roles, taps
+from lrcheck.record import lockstep, modules, optimizers, roles, taps
+from lrcheck.record.calls import count_calls, count_scheduler_steps, subclasses
 from lrcheck.recorder import Recorder, fingerprint
 from lrcheck.recorder import _number as json_number
 
@@ -57,7 +56,6 @@ CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "s
 # In a lockstep pair, the fingerprint of an optimizer's parameters when it was made, set on it:
 # the weights before anything the user's loop does to them.
 BORN = "_lrcheck_born"
-_local = threading.local()
 
 
 class _Optimizer:
@@ -67,8 +65,8 @@ class _Optimizer:
                  params: list[torch.Tensor], wrapper: type | None) -> None:
         self.index, self.recorder = index, recorder
         self.optimizer = optimizer
-        self.cls = _name(type(optimizer))
-        self.wrapper = None if wrapper is None else _name(wrapper)
+        self.cls = optimizers.name(type(optimizer))
+        self.wrapper = None if wrapper is None else optimizers.name(wrapper)
         self.tensors = len(params)
         # ZeRO's optimizers (stages 1-3, and bf16's) step this optimizer on flat partitions of
         # the model's parameters, a different one on each rank.
@@ -135,7 +133,7 @@ class ProcessRecorder:
             index = len(self.optimizers)
             stem = self.name if index == 0 else f"{self.name}-opt{index}"
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
-                               _params(optimizer), _stepped_by(optimizer))
+                               optimizers.params(optimizer), optimizers.stepped_by(optimizer))
             self.optimizers[id(optimizer)] = found
             self.describe()
         return found
@@ -163,12 +161,12 @@ class ProcessRecorder:
             return
         groups = optimizer.param_groups
         st.lr = [float(g["lr"]) for g in groups]
-        st.hparams = {key: [_plain(g[key]) for g in groups] for key in HPARAMS
+        st.hparams = {key: [optimizers.plain(g[key]) for g in groups] for key in HPARAMS
                       if all(key in g for g in groups)}
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
         if st.names is None:
-            self._first_update(st, _params(optimizer))
+            self._first_update(st, optimizers.params(optimizer))
 
     def _first_update(self, st: _Optimizer, params: list[torch.Tensor]) -> None:
         """Before the first update of ``st``: its model's names and stochastic layers, and,
@@ -196,8 +194,8 @@ class ProcessRecorder:
         st.depth -= 1
         if st.depth > 0:
             return
-        params = _params(optimizer)
-        grads = [_local_tensor(p.grad) for p in params if p.grad is not None]
+        params = optimizers.params(optimizer)
+        grads = [optimizers.local_tensor(p.grad) for p in params if p.grad is not None]
         if not grads:  # nothing to update: DeepSpeed bf16's phantom step at construction
             st.phantom += 1
             self.describe()
@@ -211,7 +209,7 @@ class ProcessRecorder:
                                      for g in grads])
                 squares = torch.sum(norms * norms)
             extra["grad_sq"] = float(squares)
-            fp = fingerprint(_local_tensor(p) for p in params)
+            fp = fingerprint(optimizers.local_tensor(p) for p in params)
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
             extra.update(self.fed())
@@ -244,7 +242,7 @@ class ProcessRecorder:
                 out["clip_norm"] = _number(float(norm))
         if out["clip_grad_value"] and "clip_value" in self.clip:
             out["clip_value"] = _number(self.clip["clip_value"])
-        step = _state_step(st.optimizer, synced)
+        step = optimizers.state_step(st.optimizer, synced)
         if step is not None:
             out["opt_step"] = step
         return out
@@ -271,11 +269,11 @@ class ProcessRecorder:
             self.taps.zeroed()
 
     def scheduler_stepped(self, optimizer: Any) -> None:
-        self.pending.setdefault(id(_torch_optimizer(optimizer)), [0, 0])[0] += 1
+        self.pending.setdefault(id(optimizers.torch_optimizer(optimizer)), [0, 0])[0] += 1
 
     def scaler_step(self, step: Callable[..., Any], scaler: Any, optimizer: Any,
                     *args: Any, **kwargs: Any) -> Any:
-        inner = _torch_optimizer(optimizer)
+        inner = optimizers.torch_optimizer(optimizer)
         before = self.stepped.get(id(inner), 0)
         self.scaler = scaler
         result = step(scaler, optimizer, *args, **kwargs)
@@ -311,43 +309,6 @@ def _scale(scaler: Any) -> float:
         return 1.0
 
 
-def _state_step(optimizer: torch.optim.Optimizer, synced: bool) -> float | None:
-    """The optimizer state's own step counter (AdamW's ``state[p]["step"]``) of the first
-    parameter that has one; None where none has (SGD) or it is on a device and not ``synced``."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            state = optimizer.state.get(p)
-            if not state or "step" not in state:
-                continue
-            step = state["step"]
-            if isinstance(step, torch.Tensor):
-                if step.numel() != 1 or not (synced or step.device.type == "cpu"):
-                    return None
-                return float(step)
-            return float(step) if isinstance(step, (int, float)) else None
-    return None
-
-
-def _name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _stepped_by(optimizer: torch.optim.Optimizer) -> type | None:
-    """The class of the wrapper whose ``step`` is stepping ``optimizer`` (its ``.optimizer``:
-    DeepSpeed's, Accelerate's), found among the callers of the pre-hook; None: stepped
-    directly."""
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(12):
-        frame = frame.f_back if frame is not None else None
-        if frame is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if owner is not None and owner is not optimizer and \
-                getattr(owner, "optimizer", None) is optimizer:
-            return type(owner)
-    return None
-
-
 def _rank_and_world() -> tuple[int, int]:
     import torch.distributed as dist
 
@@ -356,67 +317,12 @@ def _rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [p for g in optimizer.param_groups for p in g["params"]]
-
-
-def _local_tensor(t: Any) -> torch.Tensor:
-    """A DTensor's shard on this rank; any other tensor itself."""
-    return t.to_local() if hasattr(t, "to_local") else t  # type: ignore[no-any-return]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (tuple, list)):
-        return [float(v) for v in value]
-    return float(value) if isinstance(value, (int, float, torch.Tensor)) else None
-
-
-def _torch_optimizer(optimizer: Any) -> Any:
-    """The torch optimizer behind a wrapper (Accelerate's, DeepSpeed's: ``.optimizer``)."""
-    for _ in range(4):
-        if isinstance(optimizer, torch.optim.Optimizer) or optimizer is None:
-            return optimizer
-        optimizer = getattr(optimizer, "optimizer", None)
-    return optimizer
-
-
-def _count_scheduler_steps(cls: type, recorder: ProcessRecorder) -> None:
-    """Wrap ``cls.step`` (where ``cls`` defines it) so that each outermost ``scheduler.step()``
-    counts for the scheduler's optimizer: SequentialLR's and ChainedScheduler's inner steps are
-    part of their one step."""
-    original = cls.__dict__.get("step")
-    if original is None or getattr(original, "_lrcheck", False):
-        return
-
-    @functools.wraps(original)
-    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
-        depth = getattr(_local, "depth", 0)
-        if depth == 0:
-            recorder.scheduler_stepped(getattr(self, "optimizer", None))
-        _local.depth = depth + 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _local.depth = depth
-
-    step._lrcheck = True  # type: ignore[attr-defined]
-    cls.step = step  # type: ignore[attr-defined]
-
-
-def _subclasses(cls: type) -> list[type]:
-    found = [cls]
-    sub: type
-    for sub in cls.__subclasses__():
-        found.extend(_subclasses(sub))
-    return found
-
-
 def _nudge(params: list[torch.Tensor]) -> None:
     """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
     a twin's start, the floor of a free-running pair's drift."""
     with torch.no_grad():
         for p in params:
-            local = _local_tensor(p)
+            local = optimizers.local_tensor(p)
             if local.is_floating_point() and local.numel():
                 local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
 
@@ -432,90 +338,11 @@ def _fingerprint_at_birth() -> None:
     def init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if not hasattr(self, BORN):
-            setattr(self, BORN, fingerprint(_local_tensor(p) for p in _params(self)))
+            setattr(self, BORN, fingerprint(optimizers.local_tensor(p)
+                                            for p in optimizers.params(self)))
 
     init._lrcheck = True  # type: ignore[attr-defined]
     torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
-
-
-def _counting(owner: Any, name: str, count: Callable[..., None],
-              inside: Callable[[], bool] | None = None) -> Callable[[], None]:
-    """Wrap ``owner.name`` so that each outermost call (per thread: a call inside another of the
-    same name is part of it, as is one made where ``inside()`` is true) runs
-    ``count(args, kwargs, result)`` after it; returns the undo."""
-    original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
-    if getattr(original, "_lrcheck", False):
-        return lambda: None
-    key = f"depth_{id(owner)}_{name}"
-
-    @functools.wraps(original)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        depth = getattr(_local, key, 0)
-        outer = depth == 0 and (inside is None or not inside())
-        setattr(_local, key, depth + 1)
-        try:
-            result = original(*args, **kwargs)
-        finally:
-            setattr(_local, key, depth)
-        if outer:
-            count(args, kwargs, result)
-        return result
-
-    counted._lrcheck = True  # type: ignore[attr-defined]
-    setattr(owner, name, counted)
-    return lambda: setattr(owner, name, original)
-
-
-def count_calls(recorder: ProcessRecorder) -> Callable[[], None]:
-    """Count, for ``recorder.cadence``, the calls of the cadence (see the module's docstring);
-    returns the undo (the tests and the benchmark count in-process)."""
-    import torch.nn.utils.clip_grad as clip_module
-    from torch.optim.swa_utils import AveragedModel
-
-    totals = recorder.totals
-
-    def tally(key: str) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
-            totals[key] += 1
-        return count
-
-    def zeroed_module(args: Any, kwargs: Any, result: Any) -> None:
-        totals["module_zero_grad"] += 1
-        recorder.module_zeroed = totals["backward"]
-        recorder.taps.zeroed()
-
-    def clipped(key: str, setting: str) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
-            totals[key] += 1
-            recorder.clip[setting] = kwargs.get(setting, args[1] if len(args) > 1 else None)
-            if key == "clip_grad_norm":
-                recorder.clip["norm"] = result
-        return count
-
-    undo = [
-        # A backward inside a backward (a reentrant checkpoint's, on the engine's thread) is
-        # part of it.
-        _counting(torch.autograd, "backward", tally("backward"),
-                  lambda: torch._C._current_autograd_node() is not None),
-        _counting(torch.optim.Optimizer, "zero_grad",
-                  lambda args, kwargs, result: recorder.zero_grad(args[0])),
-        _counting(torch.nn.Module, "zero_grad", zeroed_module),
-        _counting(torch.amp.GradScaler, "update", tally("scaler_update")),
-        _counting(AveragedModel, "update_parameters", tally("ema_update")),
-    ]
-    for name, key, setting in (("clip_grad_norm_", "clip_grad_norm", "max_norm"),
-                               ("clip_grad_value_", "clip_grad_value", "clip_value")):
-        original = getattr(clip_module, name)
-        undo.append(_counting(clip_module, name, clipped(key, setting)))
-        if getattr(torch.nn.utils, name, None) is original:  # what users call
-            setattr(torch.nn.utils, name, getattr(clip_module, name))
-            undo.append(functools.partial(setattr, torch.nn.utils, name, original))
-
-    def restore() -> None:
-        for step in reversed(undo):
-            step()
-
-    return restore
 
 
 def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
@@ -528,14 +355,14 @@ def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRec
     register_optimizer_step_post_hook(recorder.post)
     count_calls(recorder)
     taps.tap(recorder.taps)
-    for cls in _subclasses(LRScheduler):
-        _count_scheduler_steps(cls, recorder)
+    for cls in subclasses(LRScheduler):
+        count_scheduler_steps(cls, recorder)
     original_init_subclass = LRScheduler.__dict__.get("__init_subclass__")
 
     def init_subclass(cls: Any, /, **kwargs: Any) -> None:
         if original_init_subclass is not None:
             original_init_subclass.__func__(cls, **kwargs)
-        _count_scheduler_steps(cls, recorder)
+        count_scheduler_steps(cls, recorder)
 
     LRScheduler.__init_subclass__ = classmethod(init_subclass)  # type: ignore[method-assign,assignment]
     scaler_step = torch.amp.GradScaler.step

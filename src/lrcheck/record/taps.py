@@ -3,14 +3,11 @@ in the update's gradient, measured without a change to the user's code.
 
 **Samples.** Every outermost call of a module that has trainable parameters (the model, or the
 DDP, FSDP or DeepSpeed module around it), made with gradients on and outside a backward pass
-(a checkpoint's recomputation is not a new micro-batch), starts a micro-batch: the identity of
-each row of its first tensor input (``input_ids`` where it is given by name) is a 62-bit hash of
-the row's contents, computed on the tensor's device — an integer dot product with fixed random
-coefficients, so that it depends on nothing but the row. Where an ``attention_mask`` of the
-same shape comes with it, the masked positions are left out and positions count from the first
-unmasked one, so that a sequence padded to different lengths (dynamic padding, left or right)
-keeps its identity. Two identical rows have one identity: a data set with duplicates feeds "the
-same sample" twice, which ``data`` counts as twice the one sample.
+(a checkpoint's recomputation is not a new micro-batch), starts a micro-batch: each row of its
+first tensor input (``input_ids`` where it is given by name) has an identity, a hash of its
+contents (``record.identity``; dynamic padding seen through the ``attention_mask`` keeps it).
+Two identical rows have one identity: a data set with duplicates feeds "the same sample" twice,
+which ``data`` counts as twice the one sample.
 
 **Loss weights.** torch's loss functions (``LOSSES``, and the ``nn.*Loss`` modules, which call
 them, and Transformers' ``ForCausalLMLoss``) are wrapped: an outermost call whose result needs
@@ -38,6 +35,8 @@ from typing import Any
 
 import torch
 
+from lrcheck.record.identity import first_input, row_ids
+
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
 # result by the item's own loss follows from the reduction, the class weights, the mask.
 LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
@@ -48,8 +47,6 @@ _MEAN_BY_WEIGHT = ("mse_loss", "l1_loss", "huber_loss")
 # Where TRL (1.16) keeps the autograd function of its fused LM head, which its SFT trainer puts in
 # the model's forward: the loss never goes through torch's loss functions.
 TRL_UTILS = "trl.trainer.utils"
-_BITS = 62
-_MASK = (1 << _BITS) - 1
 _local = threading.local()
 
 
@@ -236,81 +233,6 @@ def derivative(name: str, bound: inspect.BoundArguments) -> torch.Tensor:
     if weight is not None and name in _MEAN_BY_WEIGHT:
         return local / local.sum()
     return local / float(max(local.numel(), 1))
-
-
-def first_input(args: tuple[Any, ...], kwargs: dict[str, Any]
-                ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """A forward's first tensor input with at least one dimension — ``input_ids`` where given
-    by name; a first argument that is a dict is read as named inputs, a list or tuple for its
-    first tensor — with the ``attention_mask`` given beside it, if any."""
-    named = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    if args and isinstance(args[0], dict):
-        named = {**{str(k): v for k, v in args[0].items() if isinstance(v, torch.Tensor)},
-                 **named}
-    else:
-        for value in args:
-            items = value if isinstance(value, (list, tuple)) else (value,)
-            x = next((v for v in items if isinstance(v, torch.Tensor)), None)
-            if x is not None:
-                return (x, named.get("attention_mask")) if x.dim() else None
-    x = named.get("input_ids")
-    if x is None:
-        x = next((v for k, v in named.items() if k != "attention_mask" and v.dim()), None)
-    if x is None or not x.dim():
-        return None
-    return x, named.get("attention_mask")
-
-
-def row_ids(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Each row's identity (int64, ``len(x)``, on ``x``'s device): a dot product, wrapping in
-    64 bits, of the row's bits with random coefficients fixed by position; with a ``mask`` of
-    ``x``'s shape (B, T), the masked positions left out and positions counted from the first
-    unmasked one."""
-    with torch.no_grad():
-        if not x.numel():
-            return torch.zeros(len(x), dtype=torch.int64, device=x.device)
-        rows = _bits(x.detach().reshape(len(x), -1))
-        width = rows.shape[1]
-        coeff = _coefficients(max(width, 1), rows.device)
-        if mask is not None and mask.shape == x.shape and x.dim() == 2 and width:
-            keep = mask.detach().to(torch.bool)
-            start = torch.argmax(keep.to(torch.int32), dim=1, keepdim=True)
-            at = (torch.arange(width, device=rows.device) - start).clamp(min=0)
-            terms = rows * coeff[at] * keep.to(torch.int64)
-            length = keep.sum(dim=1)
-        else:
-            terms = rows * coeff[:width]
-            length = torch.full((len(rows),), width, dtype=torch.int64, device=rows.device)
-        return (terms.sum(dim=1) + length * _LENGTH) & _MASK
-
-
-def _bits(rows: torch.Tensor) -> torch.Tensor:
-    """``rows`` as int64: a float's bit pattern, an integer's or a bool's value."""
-    if rows.is_floating_point() or rows.is_complex():
-        if rows.is_complex():
-            rows = torch.view_as_real(rows).reshape(len(rows), -1)
-        as_int = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
-        rows = rows.contiguous().view(as_int[rows.element_size()])
-    return rows.to(torch.int64)
-
-
-@functools.lru_cache(maxsize=64)
-def _coefficients(width: int, device: torch.device) -> torch.Tensor:
-    """The coefficients of positions 0 to ``width - 1`` (odd, 62 bits): splitmix64 of the
-    position, so that a position's coefficient is the same in rows of any width."""
-    import numpy as np
-
-    with np.errstate(over="ignore"):
-        z = np.arange(width, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15) \
-            + np.uint64(0x1C0FFEE)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    odd = (z & np.uint64(_MASK)) | np.uint64(1)
-    return torch.from_numpy(odd.astype(np.int64)).to(device)
-
-
-_LENGTH = int(_coefficients(1, torch.device("cpu"))[0]) ^ 0x5A5A5A5A5A5A5A5
 
 
 def _outermost(key: str) -> bool:
