@@ -177,3 +177,19 @@ def test_a_broken_citation_is_told_with_its_file_and_line(tmp_path):
     cli = "docs/" + "reference/cli.md"
     generated.write_text(f'# {cli}, "lrcheck compare" and "lrcheck nope"\n')
     assert broken(generated) == [f'{generated}:1: {cli}, "lrcheck nope": no such heading']
+
+
+CONFLICT = re.compile(r"^(<{7} |={7}$|>{7} )", re.MULTILINE)
+
+
+def test_no_file_holds_a_merge_conflict_s_markers():
+    """A merge left half-resolved shows on the site as two versions of a section, and no build
+    fails on it: every text file of the docs, the code and the tests is searched."""
+    roots = [ROOT / "docs", ROOT / "src", ROOT / "tests", ROOT / "benchmarks"]
+    files = [p for root in roots for p in root.rglob("*")
+             if p.suffix in (".md", ".py", ".toml", ".yml", ".yaml", ".html", ".css", ".js")]
+    files += [p for p in ROOT.glob("*.md")]
+    found = [f"{p.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}"
+             for p in files for text in [p.read_text(encoding="utf-8", errors="replace")]
+             for m in CONFLICT.finditer(text)]
+    assert len(files) > 100 and not found, found

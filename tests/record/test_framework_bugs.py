@@ -77,6 +77,9 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
     if bug == "correct":
         assert report.ok and grads.status == "pass" and params.status == "pass"
         assert checks["evidence"].status == "pass"
+        # The causes, seen in the forwards and torch's loss functions, whatever runs the loop.
+        assert checks["data"].status == "pass", checks["data"].detail
+        assert checks["weights"].status == "pass", checks["weights"].detail
         return
     at = SCALE_AT if bug == "scale-grad" else SKIP_AT
     assert not report.ok

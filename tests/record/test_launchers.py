@@ -45,6 +45,8 @@ def test_plain_script_and_torchrun_pass_and_their_bugs_fail_at_update_0(tmp_path
     assert "2 steps per update against 1" in bug["lr"].detail
     ddp = _diff(tmp_path, ref, [*TORCHRUN, "--bs", "8", "--accum", "2"], "ddp")
     assert ddp.exit_code == 0 and _checks(ddp)["replicas (candidate)"].status == "pass"
+    # Each rank's micro-batches, merged: the same 32 samples behind each update, each 1/32.
+    assert all(_checks(ddp)[n].status == "pass" for n in ("data", "weights"))
     about = json.loads((tmp_path / "ddp" / "run.json").read_text())
     assert about["world_size"] == 2 and sorted(about["updates"]) == ["rank0.jsonl", "rank1.jsonl"]
     world = _checks(_diff(tmp_path, ref, [*TORCHRUN, "--bs", "8", "--accum", "2", "--bug",
@@ -57,6 +59,7 @@ def test_a_framework_passes_and_its_schedule_sized_in_micro_batches_fails(tmp_pa
     run = [PY, str(FIXTURES / "user_frameworks.py"), framework, "--out", str(tmp_path / "x")]
     good = _diff(tmp_path, [*run, "--bs", "32"], [*run, "--bs", "16", "--accum", "2"], "good")
     assert good.exit_code == 0 and _checks(good)["params"].status == "pass"
+    assert _checks(good)["data"].status == "pass" and _checks(good)["weights"].status == "pass"
     bug = _checks(_diff(tmp_path, [*run, "--bs", "32"],
                         [*run, "--bs", "16", "--accum", "2", "--bug", "forget-accum"], "bug"))
     assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0

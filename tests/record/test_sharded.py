@@ -40,7 +40,8 @@ def test_fsdp2_on_2_ranks_matches_one_unsharded_process_to_float64_rounding(tmp_
     f64 = Tolerances.for_dtype(Dtype.FLOAT64)
     good = _checks(api.run_commands(_line(ref), _line(cand), tmp_path / "good",
                                     fingerprint_every=1, tolerances=f64))
-    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm"))
+    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
+                                                  "data", "weights"))
     ranks = [json.loads((tmp_path / "good" / "candidate" / f"rank{r}.json").read_text())
              for r in (0, 1)]
     assert all(p["optimizers"][0]["sharded"] and p["world"] == 2 for p in ranks)
@@ -75,7 +76,8 @@ def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_doubled_
     ref = _line([PY, script, "--bs", "32"])
     zero2 = _line([*TORCHRUN, script, "--bs", "8", "--accum", "2", "--zero", "2"])
     good = _checks(api.run_commands(ref, zero2, tmp_path / "zero2", fingerprint_every=1))
-    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm"))
+    assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
+                                                  "data", "weights"))
     about = json.loads((tmp_path / "zero2" / "candidate" / "rank1.json").read_text())["optimizers"]
     assert about[0]["partitioned"] and about[0]["wrapper"].endswith(".DeepSpeedZeroOptimizer")
     reference = tmp_path / "zero2" / "reference"
