@@ -159,3 +159,31 @@ def test_record_with_a_model_writes_the_fingerprint_of_the_parameters_after_the_
     records = read_records(tmp_path / "r.jsonl")
     assert len(records) == 3 and records[1]["fingerprint"] == after
     assert records[0]["fingerprint"] != records[1]["fingerprint"]
+
+
+def test_a_lines_samples_are_packed_and_read_back_exactly(tmp_path):
+    from lrcheck.recorder import pack_fed
+
+    ids = [[2 ** 61 + 5, 0, 17], [3]]
+    weights = [[0.25, 0.25, 0.25], [1 / 3]]
+    packed = pack_fed(ids, weights)
+    assert packed["fed_weights"] == [0.25, 1 / 3]  # one number where all are equal
+    uneven = pack_fed([[1, 2]], [[0.1, 0.2]])
+    assert isinstance(uneven["fed"][0], str) and isinstance(uneven["fed_weights"][0], str)
+    path = tmp_path / "r.jsonl"
+    lines = [{"step": 0, "samples_seen": 4, "lr": [0.1], "loss": None, **packed,
+              "fed_why": "why", "fed_dtype": "float32"},
+             {"step": 1, "samples_seen": 6, "lr": [0.1], "loss": None, **uneven,
+              "fed_weights": [None]}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first, second = read_records(path)
+    assert first["fed"] == ids and first["fed_weights"] == weights
+    assert first["fed_why"] == "why" and first["fed_dtype"] == "float32"
+    assert second["fed"] == [[1, 2]] and second["fed_weights"] == [None]
+    bad = {**lines[0], "fed_weights": [pack_fed([[1, 2]], [[0.1, 0.2]])["fed_weights"][0], None]}
+    path.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(SpecError, match="one number per sample"):
+        read_records(path)
+    path.write_text(json.dumps({**lines[0], "fed": ["not base64!"]}) + "\n")
+    with pytest.raises(SpecError, match="'fed' must hold"):
+        read_records(path)

@@ -10,6 +10,8 @@ Importable without torch: ``Recorder`` only reads ``optimizer.param_groups`` and
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import operator
@@ -273,26 +275,67 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
     return record
 
 
+def pack_fed(ids: Sequence[Sequence[int]], weights: Sequence[Sequence[float] | None]
+             ) -> dict[str, Any]:
+    """A line's samples (``lrcheck record``'s ``record.taps``) as it stores them: per
+    micro-batch its samples' identities as the base64 of their little-endian int64 (11
+    characters a sample, against 20 as decimals), and their weights as one number where all are
+    equal, else the base64 of their float64, or null where not measured."""
+    import numpy as np
+
+    def weighed(w: Sequence[float] | None) -> float | str | None:
+        if w is None:
+            return None
+        values = np.asarray(w, dtype="<f8")
+        if len(values) and bool(np.all(values == values[0])) and math.isfinite(values[0]):
+            return float(values[0])
+        return base64.b64encode(values.tobytes()).decode("ascii")
+
+    return {"fed": [base64.b64encode(np.asarray(i, dtype="<i8").tobytes()).decode("ascii")
+                    for i in ids],
+            "fed_weights": [weighed(w) for w in weights]}
+
+
 def _fed(item: dict[str, Any], where: str) -> dict[str, Any]:
-    """A line's samples (``lrcheck record``'s ``record.taps``), checked: ``fed``, per
-    micro-batch its rows' identities; ``fed_weights``, per micro-batch each row's weight or
-    null; ``fed_why`` and ``fed_dtype``, strings."""
-    fed, weights = item["fed"], item.get("fed_weights")
-    if not isinstance(fed, list) or not all(
-            isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool)
-                                          for i in ids) for ids in fed):
-        raise SpecError(f"{where}: 'fed' must be a list of lists of whole numbers (each "
-                        "micro-batch's sample identities)")
+    """A line's samples (``pack_fed``), read back and checked: ``fed``, per micro-batch its
+    samples' identities; ``fed_weights``, per micro-batch each sample's weight or None;
+    ``fed_why`` and ``fed_dtype``, strings. Lists of numbers are read too."""
+    import numpy as np
+
+    def unpacked(value: Any, kind: str, count: int | None) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and count is not None:
+            return [float(value)] * count
+        if not isinstance(value, str):
+            raise ValueError(value)
+        found: list[Any] = np.frombuffer(base64.b64decode(value, validate=True),
+                                         dtype=kind).tolist()
+        return found
+
+    weights = item.get("fed_weights")
+    try:
+        fed = [unpacked(ids, "<i8", None) for ids in item["fed"]]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for ids in fed for i in ids):
+            raise ValueError(fed)
+    except (TypeError, ValueError, binascii.Error):
+        raise SpecError(f"{where}: 'fed' must hold, per micro-batch, its sample identities "
+                        "(lrcheck.recorder.pack_fed)") from None
     if weights is None:
         weights = [None] * len(fed)
-    if not isinstance(weights, list) or len(weights) != len(fed) or not all(
-            w is None or (isinstance(w, list) and len(w) == len(ids)
-                          and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  for v in w))
-            for ids, w in zip(fed, weights, strict=False)):
+    try:
+        if not isinstance(weights, list) or len(weights) != len(fed):
+            raise ValueError(weights)
+        read = [None if w is None else unpacked(w, "<f8", len(ids))
+                for ids, w in zip(fed, weights, strict=True)]
+        if any(w is not None and (len(w) != len(ids) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in w))
+               for ids, w in zip(fed, read, strict=True)):
+            raise ValueError(read)
+    except (TypeError, ValueError, binascii.Error):
         raise SpecError(f"{where}: 'fed_weights' must hold, per micro-batch of 'fed', one "
-                        "number per sample, or null")
-    out: dict[str, Any] = {"fed": fed, "fed_weights": weights}
+                        "number per sample, or null") from None
+    out: dict[str, Any] = {"fed": fed, "fed_weights": read}
     for key in ("fed_why", "fed_dtype"):
         if isinstance(item.get(key), str):
             out[key] = item[key]

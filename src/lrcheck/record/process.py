@@ -46,7 +46,7 @@ from torch.optim.optimizer import (
 
 from lrcheck.record import lockstep, modules, optimizers, roles, taps
 from lrcheck.record.calls import count_calls, count_scheduler_steps, subclasses
-from lrcheck.recorder import Recorder, fingerprint
+from lrcheck.recorder import Recorder, fingerprint, pack_fed
 from lrcheck.recorder import _number as json_number
 
 HPARAMS = ("momentum", "betas", "weight_decay")
@@ -253,7 +253,7 @@ class ProcessRecorder:
         fed = self.taps.take(_scale(self.scaler), self.world)
         if not fed.ids:
             return {}
-        out: dict[str, Any] = {"fed": fed.ids, "fed_weights": fed.weights}
+        out = pack_fed(fed.ids, fed.weights)
         if fed.why:
             out["fed_why"] = fed.why
         if fed.dtype:
