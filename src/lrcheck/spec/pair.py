@@ -17,12 +17,11 @@ from lrcheck.plan.steps import batch_breakdown
 from lrcheck.spec.choices import Dtype, LossNorm, Tail, at_least, one_of
 from lrcheck.spec.run import (
     DIFF_DTYPE,
-    FRAMEWORK_FIELDS,
     REFERENCE_POLICY,
     RunSpec,
-    framework_settings,
     resumed_against_itself,
 )
+from lrcheck.spec.settings import SETTINGS
 from lrcheck.spec.tolerances import Tolerances
 
 
@@ -76,7 +75,7 @@ class PairSpec:
         shared = ["task", "epochs", "scheduler", "warmup", "lr", "optimizer", "seed", "dtype",
                   "device", "samples", "loss_norm", "amp", "inject_overflow"]
         if ref.framework == cand.framework:  # else each has its own end of epoch
-            shared += ["tail", *FRAMEWORK_FIELDS]
+            shared += ["tail", *(setting.name for setting in SETTINGS)]
         for name in shared:
             if getattr(ref, name) != getattr(cand, name):
                 raise SpecError(
@@ -100,7 +99,7 @@ class PairSpec:
         one_of("--ref-framework", framework, list(FRAMEWORKS))
         changes: dict[str, Any] = {}
         if framework != candidate.framework:  # the reference keeps its own framework's defaults
-            changes = {name: default for name, (_, default, _) in framework_settings().items()}
+            changes = {setting.name: setting.default for setting in SETTINGS}
         if framework == candidate.framework and resumed_against_itself(candidate):
             # The framework's own resume, checked against the same run without it.
             reference = candidate.replace(resume_at=None)
@@ -147,12 +146,9 @@ class PairSpec:
                 parts.append(mark.format(value))
         if cand.inject_overflow:
             parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
-        settings = {"drop_last": "drop-last", "trainer_loss": "loss-{}",
-                    "even_batches": "uneven", "lightning_sampler": "sampler-{}",
-                    "zero_stage": "zero{}", "scheduler_stepped_too": "scheduler-stepped-too"}
-        for field_name, mark in settings.items():
-            if getattr(cand, field_name) != getattr(default, field_name):
-                parts.append(mark.format(getattr(cand, field_name)))
+        for setting in SETTINGS:
+            if getattr(cand, setting.name) != setting.default:
+                parts.append(setting.mark.format(getattr(cand, setting.name)))
         ref = self.reference
         against = ref.label if ref.framework == cand.framework else f"{ref.framework}-{ref.label}"
         return "-".join(parts) + f"-vs-{against}"

@@ -28,6 +28,7 @@ from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import (
     DIFF_DTYPE,
+    SETTINGS,
     CommandPair,
     PairSpec,
     RunSpec,
@@ -56,18 +57,15 @@ UPDATE_LIST_KEYS = ("inject_overflow",)
 # What a key's value needs from the other keys to be checked on its own. Whether the pair's
 # other keys provide it is checked once they are merged, as the command line checks its flags
 # together: amp = "fp16" may stand in [defaults] and dtype = "float32" in the [[pair]].
+# float32: the type every framework trains in (deepspeed refuses float64); a framework's own
+# setting (spec/settings.py) is checked with the first framework it applies to.
 NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"},
-         "drop_last": {"framework": "transformers"}, "even_batches": {"framework": "transformers"},
-         "trainer_loss": {"framework": "transformers"},
-         "lightning_sampler": {"framework": "lightning"},
-         # float32: the type every framework trains in (deepspeed refuses float64).
          "framework": {"dtype": "float32"},
-         "zero_stage": {"framework": "deepspeed", "dtype": "float32"},
-         "scheduler_stepped_too": {"framework": "deepspeed", "dtype": "float32"}}
+         **{s.name: {"framework": s.frameworks[0], "dtype": "float32"} for s in SETTINGS}}
 # Values that need more than their key does: bf16 is DeepSpeed's alone.
 NEEDS_FOR_VALUE = {("amp", "bf16"): {"framework": "deepspeed"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("drop_last", "even_batches", "fast", "scheduler_stepped_too")
+BOOL_KEYS = ("fast", *(s.name for s in SETTINGS if s.switch))
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
