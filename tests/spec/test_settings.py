@@ -12,6 +12,7 @@ import pytest
 import typer.main
 
 from lrcheck.cli import app
+from lrcheck.cli.compare import CompareOptions, compare_command
 from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import SETTINGS, PairSpec, RunSpec, Setting, settings_for
@@ -93,3 +94,11 @@ def test_every_setting_is_an_option_of_compare_with_its_flag_and_help(setting):
     assert option.help == setting.help
     assert option.default == setting.default
 
+
+def test_compare_options_has_a_field_for_every_parameter_of_the_command():
+    import inspect
+
+    params = list(inspect.signature(compare_command).parameters)
+    assert [f.name for f in fields(CompareOptions)] == params
+    candidate = {f.name for f in fields(RunSpec)} - {"world", "twin"}
+    assert candidate <= set(params)

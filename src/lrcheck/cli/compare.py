@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -42,6 +43,8 @@ from lrcheck.spec import (
     LossNorm,
     Optimizer,
     PairSpec,
+    RunSpec,
+    Tail,
     TrainerLoss,
 )
 
@@ -60,8 +63,69 @@ run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 in
 (what was recorded is saved with verdict "incomplete").
 """
 
-# The flags that are not the candidate's RunSpec fields.
+# The tolerances' flags, ``--tol-NAME``.
 TOLERANCE_FLAGS = ("lr", "params", "loss", "metrics")
+# The candidate's RunSpec fields that are not flags of their own name: ``--nproc`` is its world,
+# and a twin is never asked for.
+NOT_FLAGS = ("world", "twin")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """``lrcheck compare``'s flags as parsed, one field per parameter of ``compare_command``
+    (``tests/cli/test_compare.py`` holds them to it): the candidate's ``RunSpec`` fields
+    (``nproc``: its world), the reference's, the tolerances and the output's."""
+
+    accum: int
+    bs: int
+    ref_bs: int | None
+    nproc: int | None
+    ref_nproc: int
+    timeout: float
+    epochs: int
+    task: str
+    samples: int | None
+    scheduler: str
+    warmup: float
+    lr: float
+    optimizer: Optimizer
+    policy: str
+    framework: str
+    ref_framework: str | None
+    drop_last: bool
+    trainer_loss: TrainerLoss
+    even_batches: bool
+    lightning_sampler: LightningSampler
+    zero_stage: int
+    scheduler_stepped_too: bool
+    tail: Tail
+    loss_norm: LossNorm
+    seed: int
+    dtype: Dtype
+    device: Device
+    amp: Amp
+    resume_at: int | None
+    resume_at_micro: int | None
+    inject_overflow: str
+    tol_lr: float | None
+    tol_params: float | None
+    tol_loss: float | None
+    tol_metrics: float | None
+    fast: bool
+    out: Path | None
+    json_out: bool
+    quiet: bool
+
+    def candidate(self) -> dict[str, Any]:
+        """The candidate's ``RunSpec`` fields: ``--nproc`` as its world, the updates of
+        ``--inject-overflow`` as numbers."""
+        run = {f.name: getattr(self, f.name) for f in fields(RunSpec) if f.name not in NOT_FLAGS}
+        return {**run, "world": self.nproc,
+                "inject_overflow": parse_updates("--inject-overflow", self.inject_overflow)}
+
+    def tolerances(self) -> dict[str, float | None]:
+        """The ``--tol-*`` overrides, by check."""
+        return {name: getattr(self, f"tol_{name}") for name in TOLERANCE_FLAGS}
 
 
 def compare_command(  # one parameter per flag: the body takes them all, by name
@@ -105,30 +169,27 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """``HELP``: every flag, taken by name."""
-    raise typer.Exit(_run(dict(locals())))
+    """``HELP``: every flag, taken by name into ``CompareOptions``."""
+    raise typer.Exit(_run(CompareOptions(**locals())))
 
 
-def _run(flags: dict[str, Any]) -> int:
-    """The pair the flags describe, trained, checked, saved and shown; the exit code."""
-    output = Output(json=flags.pop("json_out"), quiet=flags.pop("quiet"), speaks=speaks())
-    out, timeout = flags.pop("out"), flags.pop("timeout")
-    pair = noted(lambda: _pair(flags, timeout))
+def _run(options: CompareOptions) -> int:
+    """The pair the options describe, trained, checked, saved and shown; the exit code."""
+    output = Output(json=options.json_out, quiet=options.quiet, speaks=speaks())
+    pair = noted(lambda: _pair(options))
     with output.running():
-        return _compare(pair, out, timeout, output)
+        return _compare(pair, options.out, options.timeout, output)
 
 
-def _pair(flags: dict[str, Any], timeout: float) -> PairSpec:
-    """``api.comparison_pair`` for the flags: the library checks them all, as it checks
+def _pair(options: CompareOptions) -> PairSpec:
+    """``api.comparison_pair`` for the options: the library checks them all, as it checks
     ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``."""
     from lrcheck.api import comparison_pair
 
-    tolerances = {name: flags.pop(f"tol_{name}") for name in TOLERANCE_FLAGS}
-    reference = {"ref_bs": flags.pop("ref_bs"), "ref_world": flags.pop("ref_nproc"),
-                 "ref_framework": flags.pop("ref_framework"), "fast": flags.pop("fast")}
-    flags["world"] = flags.pop("nproc")
-    flags["inject_overflow"] = parse_updates("--inject-overflow", flags["inject_overflow"])
-    return comparison_pair(flags, tolerances=tolerances, timeout=timeout, **reference)
+    return comparison_pair(options.candidate(), tolerances=options.tolerances(),
+                           timeout=options.timeout, ref_bs=options.ref_bs,
+                           ref_world=options.ref_nproc, ref_framework=options.ref_framework,
+                           fast=options.fast)
 
 
 def _compare(pair: PairSpec, out: Path | None, timeout: float, output: Output) -> int:
