@@ -1,8 +1,9 @@
 """Frozen specs: built once from flags (or a suite file), validated, and carried unchanged to the
 runner, the checks, the report and ``result.json``. ``run``: one training configuration;
-``settings``: the settings only some frameworks have, declared once; ``pair``: what a
-comparison checks; ``choices``: the fixed sets a setting chooses from and the checks every
-option goes through; ``tolerances``: what each check allows.
+``settings``: the settings only some frameworks have, declared once; ``resolve``: a run as its
+framework trains it, with a note for each value changed; ``pair``: what a comparison checks;
+``choices``: the fixed sets a setting chooses from and the checks every option goes through;
+``tolerances``: what each check allows.
 
 Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
 """
@@ -28,6 +29,7 @@ from lrcheck.spec.pair import (
     pair_from_options,
     reference_framework,
 )
+from lrcheck.spec.resolve import Note, resolve
 from lrcheck.spec.run import (
     ACCELERATE_POLICY_NOTE,
     DEFAULT_TIMEOUT_S,
@@ -46,7 +48,7 @@ __all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "Tolerances", "Choi
            "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
            "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "SETTINGS",
-           "Setting", "settings_for",
+           "Setting", "settings_for", "Note", "resolve",
            "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",
            "reference_framework", "resumed_against_itself",
            "samples_per_epoch"]

@@ -194,16 +194,11 @@ class RunSpec:
         if framework.own_model and TASKS[self.task].tokens:
             raise SpecError(f"--framework {self.framework} builds its model from number features: "
                             f"--task {self.task} has token sequences; choose a tabular task")
-        if framework.dtype is not None:
-            # The framework trains in this type whatever it is asked (Ludwig: float32): the
-            # run's spec, its report and its tolerances say so.
-            object.__setattr__(self, "dtype", Dtype(framework.dtype))
-        if framework.owns_epoch:
-            # The framework ends each epoch itself; lrcheck feeds it every sample of the epoch.
-            if self.tail == Tail.CARRY:
-                raise SpecError(f"--framework {self.framework} ends each epoch itself: --tail "
-                                "carry does not apply (see --drop-last)")
-            object.__setattr__(self, "tail", Tail.FLUSH)
+        # What the framework trains with whatever it is asked (Ludwig: float32; its own end of
+        # epoch, tail flush) is spec.resolve's, with a note; carry it cannot do.
+        if framework.owns_epoch and self.tail == Tail.CARRY:
+            raise SpecError(f"--framework {self.framework} ends each epoch itself: --tail "
+                            "carry does not apply (see --drop-last)")
         if framework.schedulers is not None and self.scheduler not in framework.schedulers:
             raise SpecError(f"--framework {self.framework} runs its own schedules; --scheduler "
                             f"{self.scheduler!r} has none there: choose one of "

@@ -33,7 +33,7 @@ from lrcheck.spec import (
     PairSpec,
     RunSpec,
     Tolerances,
-    reference_framework,
+    pair_from_options,
 )
 
 if sys.version_info >= (3, 11):
@@ -160,14 +160,10 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
     ref_bs = values.get("ref_bs", "auto")
     try:
-        candidate = RunSpec(**run)
-        pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
-                              ref_world=values.get("ref_nproc", 1),
-                              ref_framework=reference_framework(
-                                  str(values.get("policy", "")), values.get("ref_framework")),
-                              tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp,
-                                                              **tol),
-                              noise_floor=not values.get("fast", False))
+        pair = pair_from_options(run, ref_bs=None if ref_bs == "auto" else ref_bs,
+                                 ref_world=values.get("ref_nproc", 1),
+                                 ref_framework=values.get("ref_framework"), tolerances=tol,
+                                 fast=values.get("fast", False))
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
