@@ -76,6 +76,7 @@ def _traces(pair: PairSpec) -> tuple[RunTrace, RunTrace]:
 
 
 def test_result_json_and_the_report_carry_the_notes():
+    from lrcheck.reports.html_report import _verdict
     from lrcheck.reports.kinds import KINDS, render
     from lrcheck.testing import render_text
 
@@ -93,6 +94,7 @@ def test_result_json_and_the_report_carry_the_notes():
     kind = KINDS[report.kind]
     assert f"- note: {LUDWIG_DTYPE}" in kind.settings(report, "digits")
     assert LUDWIG_DTYPE in render_text(report, width=200) and render(report) is not None
+    assert f"Note: {LUDWIG_DTYPE}" in _verdict(report, "heading", "title")
     plain = PairSpec.build(RunSpec())
     assert Report(plain, *_traces(plain), [], environment).to_dict()["notes"] == []
 
