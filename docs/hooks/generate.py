@@ -7,7 +7,8 @@ registries the CLI validates against). Nothing generated is committed, so the pa
 from the code; tests/docs/ checks that every flag and every registry entry is on them.
 
 Only stable public entry points are used: ``lrcheck.cli.app`` turned into a click command by
-``typer.main.get_command``, and the four registries (plain dicts of dataclasses).
+``typer.main.get_command``, the four registries (plain dicts of dataclasses) and
+``lrcheck.spec.settings_for`` (the settings that apply to a framework).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def registries_reference() -> str:
     from lrcheck.experiments.tasks import TASKS
     from lrcheck.plan.frameworks import FRAMEWORKS
     from lrcheck.plan.policies import POLICIES
+    from lrcheck.spec import settings_for
 
     def get(item: Any, field: str) -> Any:
         return getattr(item, field, "")
@@ -158,7 +160,7 @@ def registries_reference() -> str:
         "Frameworks", "--framework", ("name", "what", "extra", "settings that apply"),
         [(f"`{f.name}`", get(f, "description"),
           f"`lrcheck[{f.module}]`" if get(f, "module") else "—",
-          ", ".join(f"`{s}`" for s in (get(f, "settings") or ())) or "—")
+          ", ".join(f"`{s}`" for s in settings_for(f.name)) or "—")
          for f in FRAMEWORKS.values()])
     return "\n".join(lines)
 

@@ -12,7 +12,7 @@ from typing import Any
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.environment import Environment
 from lrcheck.plan.judging import Judging
-from lrcheck.spec import FilePair, PairSpec, RunSpec
+from lrcheck.spec import FilePair, Note, PairSpec, RunSpec
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import Word
 
@@ -79,6 +79,11 @@ class Report:
         ref, cand = self.reference.command, self.candidate.command
         return None if ref is None or cand is None else (ref, cand)
 
+    @property
+    def notes(self) -> tuple[Note, ...]:
+        """What a run was given and trains with otherwise (``spec.resolve``): the pair's."""
+        return self.pair.notes if isinstance(self.pair, PairSpec) else ()
+
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
@@ -127,4 +132,11 @@ def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResul
         "checks": [c.to_dict() for c in checks],
         "runs": {"reference": reference.to_dict(pinned), "candidate": candidate.to_dict(pinned)},
         "environment": {} if environment is None else environment.to_dict(),
+        **_notes(pair),
     }
+
+
+def _notes(pair: PairSpec | FilePair) -> dict[str, list[dict[str, str]]]:
+    """result.json's ``notes`` for the pairs lrcheck trains: what a run was given and trains
+    with otherwise (``spec.resolve``)."""
+    return {"notes": [n.to_dict() for n in pair.notes]} if isinstance(pair, PairSpec) else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +22,7 @@ from lrcheck.cli.options import (
     choices,
     out_option,
     parse_updates,
+    setting_option,
 )
 from lrcheck.cli.output import (
     Output,
@@ -41,6 +43,8 @@ from lrcheck.spec import (
     LossNorm,
     Optimizer,
     PairSpec,
+    RunSpec,
+    Tail,
     TrainerLoss,
 )
 
@@ -59,8 +63,69 @@ run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 in
 (what was recorded is saved with verdict "incomplete").
 """
 
-# The flags that are not the candidate's RunSpec fields.
+# The tolerances' flags, ``--tol-NAME``.
 TOLERANCE_FLAGS = ("lr", "params", "loss", "metrics")
+# The candidate's RunSpec fields that are not flags of their own name: ``--nproc`` is its world,
+# and a twin is never asked for.
+NOT_FLAGS = ("world", "twin")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """``lrcheck compare``'s flags as parsed, one field per parameter of ``compare_command``
+    (``tests/cli/test_compare.py`` holds them to it): the candidate's ``RunSpec`` fields
+    (``nproc``: its world), the reference's, the tolerances and the output's."""
+
+    accum: int
+    bs: int
+    ref_bs: int | None
+    nproc: int | None
+    ref_nproc: int
+    timeout: float
+    epochs: int
+    task: str
+    samples: int | None
+    scheduler: str
+    warmup: float
+    lr: float
+    optimizer: Optimizer
+    policy: str
+    framework: str
+    ref_framework: str | None
+    drop_last: bool
+    trainer_loss: TrainerLoss
+    even_batches: bool
+    lightning_sampler: LightningSampler
+    zero_stage: int
+    scheduler_stepped_too: bool
+    tail: Tail
+    loss_norm: LossNorm
+    seed: int
+    dtype: Dtype
+    device: Device
+    amp: Amp
+    resume_at: int | None
+    resume_at_micro: int | None
+    inject_overflow: str
+    tol_lr: float | None
+    tol_params: float | None
+    tol_loss: float | None
+    tol_metrics: float | None
+    fast: bool
+    out: Path | None
+    json_out: bool
+    quiet: bool
+
+    def candidate(self) -> dict[str, Any]:
+        """The candidate's ``RunSpec`` fields: ``--nproc`` as its world, the updates of
+        ``--inject-overflow`` as numbers."""
+        run = {f.name: getattr(self, f.name) for f in fields(RunSpec) if f.name not in NOT_FLAGS}
+        return {**run, "world": self.nproc,
+                "inject_overflow": parse_updates("--inject-overflow", self.inject_overflow)}
+
+    def tolerances(self) -> dict[str, float | None]:
+        """The ``--tol-*`` overrides, by check."""
+        return {name: getattr(self, f"tol_{name}") for name in TOLERANCE_FLAGS}
 
 
 def compare_command(  # one parameter per flag: the body takes them all, by name
@@ -80,12 +145,12 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     policy: PolicyOpt = DEFAULT.policy,
     framework: Annotated[str, typer.Option(help=f"What trains both runs, for real: {choices(FRAMEWORKS)}. A framework decides when the optimizer and the scheduler step, how losses are scaled and how an epoch ends; lrcheck holds the model, its weights, the data order, the optimizer and the schedule fixed. See docs/frameworks.md.")] = DEFAULT.framework,
     ref_framework: Annotated[str | None, typer.Option(help="What trains the reference. [default: --framework; plain compares against lrcheck's own exact loop]")] = None,
-    drop_last: Annotated[bool, typer.Option("--drop-last", help="A framework's DataLoader(drop_last=True): each process drops its epoch's last, short micro-batch.")] = DEFAULT.drop_last,
-    trainer_loss: Annotated[TrainerLoss, typer.Option(help=f"--framework transformers: how the Trainer scales a micro-batch's loss: {choices(TrainerLoss)} (mean: a model whose forward takes no num_items_in_batch, each micro-batch mean divided by the window's micro-batches; num-items: the forward takes num_items_in_batch and sums over the window's items).")] = DEFAULT.trainer_loss,
-    even_batches: Annotated[bool, typer.Option("--even-batches/--no-even-batches", help="--framework transformers or accelerate: Accelerate's even_batches, which fills the last round of batches from the start of the data so every process gets one.")] = DEFAULT.even_batches,
-    lightning_sampler: Annotated[LightningSampler, typer.Option(help=f"--framework lightning: {choices(LightningSampler)} (distributed: Lightning's use_distributed_sampler=True wraps lrcheck's order in a DistributedSampler, which pads uneven processes; own: use_distributed_sampler=False, each process gets its share of lrcheck's order).")] = DEFAULT.lightning_sampler,
-    zero_stage: Annotated[int, typer.Option(help="--framework deepspeed: the ZeRO stage, 0 (none), 1 (optimizer state), 2 (and gradients) or 3 (and parameters partitioned over the processes).")] = DEFAULT.zero_stage,
-    scheduler_stepped_too: Annotated[bool, typer.Option("--scheduler-stepped-too", help="--framework deepspeed: the loop also calls scheduler.step() after every engine.step(), though the engine steps the schedule it was given itself: the users' mistake, to see it caught.")] = DEFAULT.scheduler_stepped_too,
+    drop_last: Annotated[bool, setting_option("drop_last")] = DEFAULT.drop_last,
+    trainer_loss: Annotated[TrainerLoss, setting_option("trainer_loss")] = DEFAULT.trainer_loss,
+    even_batches: Annotated[bool, setting_option("even_batches")] = DEFAULT.even_batches,
+    lightning_sampler: Annotated[LightningSampler, setting_option("lightning_sampler")] = DEFAULT.lightning_sampler,
+    zero_stage: Annotated[int, setting_option("zero_stage")] = DEFAULT.zero_stage,
+    scheduler_stepped_too: Annotated[bool, setting_option("scheduler_stepped_too")] = DEFAULT.scheduler_stepped_too,
     tail: TailOpt = DEFAULT.tail,
     loss_norm: Annotated[LossNorm, typer.Option(help=f"Loss normalisation: {choices(LossNorm)} (global: sum / samples of the whole effective batch; mean: per-micro-batch mean / accum).")] = DEFAULT.loss_norm,
     seed: Annotated[int, typer.Option(help="Seed of the split, the initial weights and the data order.")] = DEFAULT.seed,
@@ -104,30 +169,27 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """``HELP``: every flag, taken by name."""
-    raise typer.Exit(_run(dict(locals())))
+    """``HELP``: every flag, taken by name into ``CompareOptions``."""
+    raise typer.Exit(_run(CompareOptions(**locals())))
 
 
-def _run(flags: dict[str, Any]) -> int:
-    """The pair the flags describe, trained, checked, saved and shown; the exit code."""
-    output = Output(json=flags.pop("json_out"), quiet=flags.pop("quiet"), speaks=speaks())
-    out, timeout = flags.pop("out"), flags.pop("timeout")
-    pair = noted(lambda: _pair(flags, timeout))
+def _run(options: CompareOptions) -> int:
+    """The pair the options describe, trained, checked, saved and shown; the exit code."""
+    output = Output(json=options.json_out, quiet=options.quiet, speaks=speaks())
+    pair = noted(lambda: _pair(options))
     with output.running():
-        return _compare(pair, out, timeout, output)
+        return _compare(pair, options.out, options.timeout, output)
 
 
-def _pair(flags: dict[str, Any], timeout: float) -> PairSpec:
-    """``api.comparison_pair`` for the flags: the library checks them all, as it checks
+def _pair(options: CompareOptions) -> PairSpec:
+    """``api.comparison_pair`` for the options: the library checks them all, as it checks
     ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``."""
     from lrcheck.api import comparison_pair
 
-    tolerances = {name: flags.pop(f"tol_{name}") for name in TOLERANCE_FLAGS}
-    reference = {"ref_bs": flags.pop("ref_bs"), "ref_world": flags.pop("ref_nproc"),
-                 "ref_framework": flags.pop("ref_framework"), "fast": flags.pop("fast")}
-    flags["world"] = flags.pop("nproc")
-    flags["inject_overflow"] = parse_updates("--inject-overflow", flags["inject_overflow"])
-    return comparison_pair(flags, tolerances=tolerances, timeout=timeout, **reference)
+    return comparison_pair(options.candidate(), tolerances=options.tolerances(),
+                           timeout=options.timeout, ref_bs=options.ref_bs,
+                           ref_world=options.ref_nproc, ref_framework=options.ref_framework,
+                           fast=options.fast)
 
 
 def _compare(pair: PairSpec, out: Path | None, timeout: float, output: Output) -> int:

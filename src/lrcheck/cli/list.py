@@ -10,6 +10,7 @@ from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.experiments.tasks import TASKS
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.plan.policies import POLICIES
+from lrcheck.spec import settings_for
 
 
 def list_command() -> None:
@@ -23,7 +24,7 @@ def list_command() -> None:
         ("policies (--policy)", ("name", "what", "who"),
          [(p.name, p.description, p.who) for p in POLICIES.values()]),
         ("frameworks (--framework)", ("name", "what", "settings"),
-         [(f.name, f.description, ", ".join(f.settings)) for f in FRAMEWORKS.values()]),
+         [(f.name, f.description, ", ".join(settings_for(f.name))) for f in FRAMEWORKS.values()]),
     ):
         table = Table(*headers, title=title, title_justify="left")
         table.columns[0].style = "bold"

@@ -13,6 +13,7 @@ from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS
 from lrcheck.plan.policies import POLICIES
 from lrcheck.spec import RunSpec, Tail
+from lrcheck.spec.settings import SETTINGS_BY_NAME
 
 DEFAULT = RunSpec()
 
@@ -29,6 +30,13 @@ TailOpt = Annotated[Tail, typer.Option(help=f"Samples left over at an epoch's en
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
 TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")]
+
+
+def setting_option(name: str) -> Any:
+    """The option of a framework's setting, as ``spec/settings.py`` declares it: its flag (a
+    switch's) and its help."""
+    setting = SETTINGS_BY_NAME[name]
+    return typer.Option(*setting.param_decls, help=setting.help)
 
 
 def _out_folder(text: str) -> Path:

@@ -1,7 +1,8 @@
 """The frameworks a run can train through (``--framework``), as data: which optional dependency
 each needs, whether it owns the epoch (cuts each epoch into windows itself, so that lrcheck's
 ``--tail`` gives way to the framework's own end of epoch and ``--drop-last``), how it sizes a
-schedule, and which of lrcheck's settings apply to it.
+schedule, and which of lrcheck's general settings apply to it (its own settings, such as
+``--drop-last``, are declared in ``spec/settings.py``).
 
 ``plain`` is lrcheck's own exact loop (``runner/plain.py``), where ``--policy`` applies; every
 other framework decides itself when the optimizer and the scheduler step.
@@ -31,7 +32,9 @@ class Framework:
     lengths_times_world: bool = False
     # lrcheck's built-in schedules the framework's own schedule names stand for (None: any).
     schedulers: dict[str, str] | None = None
-    # The command-line settings that apply to it.
+    # lrcheck's general command-line settings that apply to it; the settings only some
+    # frameworks have are declared in spec/settings.py with the frameworks they apply to
+    # (``spec.settings_for`` lists both).
     settings: tuple[str, ...] = ()
     # The one floating-point type it trains in (None: either); a run asking for another is
     # given this one, and float32's tolerances.
@@ -95,15 +98,13 @@ _FRAMEWORKS = [
               amps=("fp16",), refuses_amp={"bf16": PLAIN_BF16}, no_lockstep=None),
     Framework("accelerate", "HF Accelerate, run for real: prepare, accumulate, backward; "
               "lrcheck's loss normalisation", module="accelerate", lengths_times_world=True,
-              settings=("--tail", "--loss-norm", "--no-even-batches")),
+              settings=("--tail", "--loss-norm")),
     Framework("transformers", "the Transformers Trainer, run for real: its loop, loss scaling, "
               "last window and schedule (lr_scheduler_type)", module="transformers",
-              owns_epoch=True, schedulers=TRAINER_SCHEDULES,
-              settings=("--drop-last", "--trainer-loss", "--no-even-batches")),
+              owns_epoch=True, schedulers=TRAINER_SCHEDULES),
     Framework("lightning", "PyTorch Lightning, run for real: Trainer.fit with "
               "accumulate_grad_batches; schedule sized by estimated_stepping_batches",
-              module="lightning", owns_epoch=True,
-              settings=("--drop-last", "--lightning-sampler")),
+              module="lightning", owns_epoch=True),
     Framework("ludwig", "Ludwig (ECD), run for real: LudwigModel.train with "
               "gradient_accumulation_steps, its own model, data order and learning_rate_scheduler; "
               "float32; --resume-at through its model_resume_path", module="ludwig",
@@ -117,7 +118,7 @@ _FRAMEWORKS = [
               "optimizer and schedule, engine.backward and engine.step on every micro-batch; "
               "the engine owns the boundary, loss scaling and scheduler; float32, --amp bf16",
               module="deepspeed", owns_epoch=True,
-              settings=("--zero-stage", "--scheduler-stepped-too", "--amp"),
+              settings=("--amp",),
               refuses_dtype={"float64": DEEPSPEED_FLOAT64},
               amps=("bf16",), refuses_amp={"fp16": DEEPSPEED_FP16}),
 ]

@@ -127,6 +127,7 @@ def _verdict(report: Report, heading: str, title: str) -> Html:
     for role, run in (("reference", report.reference), ("candidate", report.candidate)):
         if run.stopped:
             lines.append(tag("p", f"The {role} stopped early: {run.stopped}"))
+    lines += [tag("p", f"Note: {note.text}", class_="note") for note in report.notes]
     return tag("header", join(lines), class_=f"verdict {report.verdict}")
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from lrcheck.plan.frameworks import PLAIN
 from lrcheck.reports.plots import Plot, aligned_lr_plot, loss_plot, lr_plot, metrics_plot
@@ -134,6 +135,7 @@ def run_settings(report: Report, subject: str) -> list[str]:
         f"- environment: torch {report.environment.torch}"
         + "".join(f", {name} {version}" for name, version in framework_versions(report))
         + f" on {report.environment.device}",
+        *(f"- note: {note.text}" for note in report.notes),
     ]
 
 
@@ -159,7 +161,12 @@ def render(report: Report) -> Group:
     prints."""
     kind = kind_of(report)
     return Group(checks_table(report, kind.title(report, kind.subject(report))),
-                 kind.table(report), verdict_text(report))
+                 kind.table(report), *notes_text(report), verdict_text(report))
+
+
+def notes_text(report: Report) -> list[Text]:
+    """A line for each setting a run was given and trains with otherwise (``spec.resolve``)."""
+    return [Text(f"note: {note.text}", style="yellow") for note in report.notes]
 
 
 def left_out(report: Report) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """Frozen specs: built once from flags (or a suite file), validated, and carried unchanged to the
 runner, the checks, the report and ``result.json``. ``run``: one training configuration;
-``pair``: what a comparison checks; ``choices``: the fixed sets a setting chooses from and the
-checks every option goes through; ``tolerances``: what each check allows.
+``settings``: the settings only some frameworks have, declared once; ``resolve``: a run as its
+framework trains it, with a note for each value changed; ``pair``: what a comparison checks;
+``choices``: the fixed sets a setting chooses from and the checks every option goes through;
+``tolerances``: what each check allows.
 
 Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
 """
@@ -27,25 +29,26 @@ from lrcheck.spec.pair import (
     pair_from_options,
     reference_framework,
 )
+from lrcheck.spec.resolve import Note, resolve
 from lrcheck.spec.run import (
     ACCELERATE_POLICY_NOTE,
     DEFAULT_TIMEOUT_S,
     DIFF_DTYPE,
-    FRAMEWORK_FIELDS,
     REFERENCE_POLICY,
     RUN_STALL_S,
     TRACE_DEFAULTS,
     RunSpec,
-    framework_settings,
     resumed_against_itself,
     samples_per_epoch,
 )
+from lrcheck.spec.settings import SETTINGS, Setting, settings_for
 from lrcheck.spec.tolerances import Tolerances
 
 __all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "Tolerances", "Choice", "Tail",
            "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
-           "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "FRAMEWORK_FIELDS",
+           "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "SETTINGS",
+           "Setting", "settings_for", "Note", "resolve",
            "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",
-           "reference_framework", "framework_settings", "resumed_against_itself",
+           "reference_framework", "resumed_against_itself",
            "samples_per_epoch"]

@@ -15,14 +15,14 @@ from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.judging import Judging, judging_mode
 from lrcheck.plan.steps import batch_breakdown
 from lrcheck.spec.choices import Dtype, LossNorm, Tail, at_least, one_of
+from lrcheck.spec.resolve import Note, is_resolved, resolve
 from lrcheck.spec.run import (
     DIFF_DTYPE,
-    FRAMEWORK_FIELDS,
     REFERENCE_POLICY,
     RunSpec,
-    framework_settings,
     resumed_against_itself,
 )
+from lrcheck.spec.settings import SETTINGS
 from lrcheck.spec.tolerances import Tolerances
 
 
@@ -37,9 +37,17 @@ class PairSpec:
     # its parameters and loss are judged against a twin of the reference trained for the noise
     # floor; False (``--fast``) skips that run and judges them against the tolerances alone.
     noise_floor: bool = True
+    # What the runs were given and train with otherwise (``spec.resolve``): result.json's
+    # ``notes``, shown by the report.
+    notes: tuple[Note, ...] = ()
 
     def __post_init__(self) -> None:
         ref, cand = self.reference, self.candidate
+        for role, spec in (("reference", ref), ("candidate", cand)):
+            if not is_resolved(spec):
+                raise SpecError(f"the {role}'s RunSpec is not resolved (--framework "
+                                f"{spec.framework} trains otherwise): build the pair with "
+                                "PairSpec.build, or pass spec.resolve(spec)[0]")
         task = TASKS[cand.task]
         if not task.generated and cand.samples is not None:
             generated = " or ".join(name for name, t in TASKS.items() if t.generated)
@@ -76,7 +84,7 @@ class PairSpec:
         shared = ["task", "epochs", "scheduler", "warmup", "lr", "optimizer", "seed", "dtype",
                   "device", "samples", "loss_norm", "amp", "inject_overflow"]
         if ref.framework == cand.framework:  # else each has its own end of epoch
-            shared += ["tail", *FRAMEWORK_FIELDS]
+            shared += ["tail", *(setting.name for setting in SETTINGS)]
         for name in shared:
             if getattr(ref, name) != getattr(cand, name):
                 raise SpecError(
@@ -86,12 +94,15 @@ class PairSpec:
 
     @classmethod
     def build(cls, candidate: RunSpec, ref_bs: int | None = None, ref_world: int = 1,
-              tolerances: Tolerances | None = None,
+              tolerances: Tolerances | Mapping[str, float | None] | None = None,
               ref_framework: str | None = None, noise_floor: bool = True) -> PairSpec:
-        """The pair for ``candidate``: the reference is the same run with ``bs = ref_bs``
-        (default: the candidate's effective batch over ``ref_world``), accum 1, policy
-        ``per-update``, in ``ref_framework`` (default: the candidate's; ``plain`` for
-        ``--framework accelerate`` given the old way, as ``--policy accelerate``)."""
+        """The pair for ``candidate``, resolved (``spec.resolve``, its notes kept): the
+        reference is the same run with ``bs = ref_bs`` (default: the candidate's effective
+        batch over ``ref_world``), accum 1, policy ``per-update``, in ``ref_framework``
+        (default: the candidate's; ``plain`` for ``--framework accelerate`` given the old way,
+        as ``--policy accelerate``). ``tolerances``: whole, or overrides of the defaults of the
+        candidate's dtype (the one it trains in)."""
+        candidate, notes = resolve(candidate)
         at_least("--ref-nproc", ref_world, 1)
         if ref_bs is None:
             ref_bs = max(1, candidate.effective_batch // ref_world)
@@ -100,7 +111,7 @@ class PairSpec:
         one_of("--ref-framework", framework, list(FRAMEWORKS))
         changes: dict[str, Any] = {}
         if framework != candidate.framework:  # the reference keeps its own framework's defaults
-            changes = {name: default for name, (_, default, _) in framework_settings().items()}
+            changes = {setting.name: setting.default for setting in SETTINGS}
         if framework == candidate.framework and resumed_against_itself(candidate):
             # The framework's own resume, checked against the same run without it.
             reference = candidate.replace(resume_at=None)
@@ -108,9 +119,12 @@ class PairSpec:
             reference = candidate.replace(bs=ref_bs, accum=1, world=ref_world,
                                           policy=REFERENCE_POLICY, resume_at=None,
                                           resume_at_micro=None, framework=framework, **changes)
-        return cls(reference, candidate,
-                   tolerances or Tolerances.for_dtype(candidate.dtype, candidate.amp),
-                   noise_floor)
+        reference, ref_notes = resolve(reference, "--ref-framework")
+        if not isinstance(tolerances, Tolerances):
+            tolerances = Tolerances.for_dtype(candidate.dtype, candidate.amp,
+                                              **(tolerances or {}))
+        return cls(reference, candidate, tolerances, noise_floor,
+                   notes + tuple(n for n in ref_notes if n not in notes))
 
     @property
     def judging(self) -> Judging:
@@ -147,12 +161,9 @@ class PairSpec:
                 parts.append(mark.format(value))
         if cand.inject_overflow:
             parts.append("overflow" + ".".join(map(str, cand.inject_overflow)))
-        settings = {"drop_last": "drop-last", "trainer_loss": "loss-{}",
-                    "even_batches": "uneven", "lightning_sampler": "sampler-{}",
-                    "zero_stage": "zero{}", "scheduler_stepped_too": "scheduler-stepped-too"}
-        for field_name, mark in settings.items():
-            if getattr(cand, field_name) != getattr(default, field_name):
-                parts.append(mark.format(getattr(cand, field_name)))
+        for setting in SETTINGS:
+            if getattr(cand, setting.name) != setting.default:
+                parts.append(setting.mark.format(getattr(cand, setting.name)))
         ref = self.reference
         against = ref.label if ref.framework == cand.framework else f"{ref.framework}-{ref.label}"
         return "-".join(parts) + f"-vs-{against}"
@@ -230,8 +241,6 @@ def pair_from_options(candidate: Mapping[str, Any], *, ref_bs: int | None = None
     ``fast`` (no noise floor). ``--policy accelerate``, the spelling before ``--framework``, is
     ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so."""
     ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
-    spec = RunSpec(**candidate)
-    if not isinstance(tolerances, Tolerances):
-        tolerances = Tolerances.for_dtype(spec.dtype, spec.amp, **(tolerances or {}))
-    return PairSpec.build(spec, ref_bs=ref_bs, ref_world=ref_world, tolerances=tolerances,
-                          ref_framework=ref_framework, noise_floor=not fast)
+    return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
+                          tolerances=tolerances, ref_framework=ref_framework,
+                          noise_floor=not fast)

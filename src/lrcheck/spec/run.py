@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import lrcheck.spec.settings as declared
 from lrcheck.errors import SpecError
 from lrcheck.experiments.schedulers import SCHEDULERS, is_factory_ref
 from lrcheck.experiments.tasks import GENERATED_SAMPLES, MIN_SAMPLES, TASKS
@@ -26,16 +27,6 @@ from lrcheck.spec.choices import (
     choose,
     one_of,
 )
-
-# The fields of the settings only some frameworks have, by the flag that ``Framework.settings``
-# names for the frameworks it applies to.
-FRAMEWORK_FIELDS = {"drop_last": "--drop-last", "trainer_loss": "--trainer-loss",
-                    "even_batches": "--no-even-batches", "lightning_sampler": "--lightning-sampler",
-                    "zero_stage": "--zero-stage",
-                    "scheduler_stepped_too": "--scheduler-stepped-too"}
-# DeepSpeed's ZeRO stages (--zero-stage): 0 none, 1 optimizer state, 2 and gradients, 3 and
-# parameters partitioned over the processes.
-ZERO_STAGES = (0, 1, 2, 3)
 
 REFERENCE_POLICY = "per-update"
 # Seconds a multi-process run may go without finishing an update: ``lrcheck compare --timeout``
@@ -87,14 +78,14 @@ class RunSpec:
     resume_at: int | None = None
     resume_at_micro: int | None = None
     framework: str = PLAIN
-    drop_last: bool = False
-    trainer_loss: TrainerLoss = TrainerLoss.MEAN
-    even_batches: bool = True
-    lightning_sampler: LightningSampler = LightningSampler.DISTRIBUTED
-    zero_stage: int = 0
-    # --framework deepspeed: the loop also calls scheduler.step() after every engine.step(),
-    # though the engine steps the schedule it was given itself (the users' mistake).
-    scheduler_stepped_too: bool = False
+    # The settings only some frameworks have: declared, with their defaults, in spec/settings.py
+    # (``SETTINGS``; tests/spec/test_settings.py holds these fields to it).
+    drop_last: bool = declared.DROP_LAST.default
+    trainer_loss: TrainerLoss = declared.TRAINER_LOSS.default
+    even_batches: bool = declared.EVEN_BATCHES.default
+    lightning_sampler: LightningSampler = declared.LIGHTNING_SAMPLER.default
+    zero_stage: int = declared.ZERO_STAGE.default
+    scheduler_stepped_too: bool = declared.SCHEDULER_STEPPED_TOO.default
     # The noise-floor twin of a reference (never typed by a user): the same run with each
     # update's samples fed in reverse order and every initial weight one unit in the last
     # place higher, so it differs from the reference by rounding alone (checks.check_effect).
@@ -173,15 +164,13 @@ class RunSpec:
         does (policies, resume, AMP) is asked of that loop only."""
         one_of("--framework", self.framework, list(FRAMEWORKS))
         self._check_amp_applies()
-        self._choose("trainer_loss", TrainerLoss)
-        self._choose("lightning_sampler", LightningSampler)
-        if isinstance(self.zero_stage, bool) or self.zero_stage not in ZERO_STAGES:
-            raise SpecError(f"--zero-stage must be one of DeepSpeed's ZeRO stages "
-                            f"{', '.join(map(str, ZERO_STAGES))}, got {self.zero_stage!r}")
-        for name, (flag, default, frameworks) in framework_settings().items():
-            if getattr(self, name) != default and self.framework not in frameworks:
-                raise SpecError(f"{flag} applies to --framework {' or '.join(frameworks)}, "
-                                f"not {self.framework}")
+        for setting in declared.SETTINGS:
+            object.__setattr__(self, setting.name, setting.checked(getattr(self, setting.name)))
+        for setting in declared.SETTINGS:
+            if (getattr(self, setting.name) != setting.default
+                    and self.framework not in setting.frameworks):
+                raise SpecError(f"{setting.flag} applies to --framework "
+                                f"{' or '.join(setting.frameworks)}, not {self.framework}")
         if self.framework == PLAIN:
             return
         framework = FRAMEWORKS[self.framework]
@@ -205,16 +194,11 @@ class RunSpec:
         if framework.own_model and TASKS[self.task].tokens:
             raise SpecError(f"--framework {self.framework} builds its model from number features: "
                             f"--task {self.task} has token sequences; choose a tabular task")
-        if framework.dtype is not None:
-            # The framework trains in this type whatever it is asked (Ludwig: float32): the
-            # run's spec, its report and its tolerances say so.
-            object.__setattr__(self, "dtype", Dtype(framework.dtype))
-        if framework.owns_epoch:
-            # The framework ends each epoch itself; lrcheck feeds it every sample of the epoch.
-            if self.tail == Tail.CARRY:
-                raise SpecError(f"--framework {self.framework} ends each epoch itself: --tail "
-                                "carry does not apply (see --drop-last)")
-            object.__setattr__(self, "tail", Tail.FLUSH)
+        # What the framework trains with whatever it is asked (Ludwig: float32; its own end of
+        # epoch, tail flush) is spec.resolve's, with a note; carry it cannot do.
+        if framework.owns_epoch and self.tail == Tail.CARRY:
+            raise SpecError(f"--framework {self.framework} ends each epoch itself: --tail "
+                            "carry does not apply (see --drop-last)")
         if framework.schedulers is not None and self.scheduler not in framework.schedulers:
             raise SpecError(f"--framework {self.framework} runs its own schedules; --scheduler "
                             f"{self.scheduler!r} has none there: choose one of "
@@ -245,10 +229,10 @@ class RunSpec:
         framework with its settings that differ from their defaults."""
         if self.framework == PLAIN:
             return self.policy
-        changed = [f"{flag.removeprefix('--')}"
-                   + ("" if isinstance(default, bool) else f" {getattr(self, name)}")
-                   for name, (flag, default, _) in framework_settings().items()
-                   if getattr(self, name) != default]
+        changed = [setting.flag.removeprefix("--")
+                   + ("" if setting.switch else f" {getattr(self, setting.name)}")
+                   for setting in declared.SETTINGS
+                   if getattr(self, setting.name) != setting.default]
         return ", ".join([self.framework, *changed])
 
     @property
@@ -282,14 +266,4 @@ def resumed_against_itself(spec: RunSpec) -> bool:
     """``spec`` resumes through its framework's own resume (``--framework ludwig --resume-at
     K``), whose reference is the same run uninterrupted rather than the big batch."""
     return spec.resume_at is not None and FRAMEWORKS[spec.framework].resumes
-
-
-def framework_settings() -> dict[str, tuple[str, Any, tuple[str, ...]]]:
-    """Each setting only some frameworks have: field → (its flag, its default, the frameworks
-    whose ``Framework.settings`` name the flag)."""
-    defaults = {f.name: f.default for f in fields(RunSpec)}
-    return {name: (flag, defaults[name],
-                   tuple(f.name for f in FRAMEWORKS.values() if flag in f.settings))
-            for name, flag in FRAMEWORK_FIELDS.items()}
-
 

@@ -23,7 +23,7 @@ from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
 from lrcheck.plan.judging import Judging
 from lrcheck.result import Kind, Report
-from lrcheck.spec import CommandPair, FilePair, PairSpec, RunSpec, Tolerances
+from lrcheck.spec import CommandPair, FilePair, Note, PairSpec, RunSpec, Tolerances
 from lrcheck.suite.baseline import regressions
 from lrcheck.suite.outcome import ERROR, INCOMPLETE, NOT_RUN, PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
@@ -134,7 +134,9 @@ def _entry(plan: dict[str, Any]) -> SuiteEntry:
                           plan["origin"])
     return SuiteEntry(plan["name"], PairSpec(_spec(pair["reference"]), _spec(pair["candidate"]),
                                              Tolerances(**pair["tolerances"]),
-                                             noise_floor=bool(plan["noise_floor"])),
+                                             noise_floor=bool(plan["noise_floor"]),
+                                             notes=tuple(Note.from_dict(n) for n in
+                                                         plan.get("notes", []))),
                       plan["expect"], plan["origin"])
 
 

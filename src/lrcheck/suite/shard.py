@@ -66,7 +66,8 @@ class ShardInfo:
         return {"index": self.index, "count": self.count, "suite_digest": self.suite,
                 "plan": [{"name": e.name, "shard": shard, "origin": e.origin,
                           "expect": e.expect, "noise_floor": e.pair.noise_floor,
-                          "pair": e.pair.to_dict()}
+                          "pair": e.pair.to_dict(),
+                          "notes": [n.to_dict() for n in getattr(e.pair, "notes", ())]}
                          for e, shard in zip(self.entries, self.plan, strict=True)]}
 
     @property

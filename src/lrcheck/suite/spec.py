@@ -28,11 +28,12 @@ from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import (
     DIFF_DTYPE,
+    SETTINGS,
     CommandPair,
     PairSpec,
     RunSpec,
     Tolerances,
-    reference_framework,
+    pair_from_options,
 )
 
 if sys.version_info >= (3, 11):
@@ -56,18 +57,15 @@ UPDATE_LIST_KEYS = ("inject_overflow",)
 # What a key's value needs from the other keys to be checked on its own. Whether the pair's
 # other keys provide it is checked once they are merged, as the command line checks its flags
 # together: amp = "fp16" may stand in [defaults] and dtype = "float32" in the [[pair]].
+# float32: the type every framework trains in (deepspeed refuses float64); a framework's own
+# setting (spec/settings.py) is checked with the first framework it applies to.
 NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "amp": "fp16"},
-         "drop_last": {"framework": "transformers"}, "even_batches": {"framework": "transformers"},
-         "trainer_loss": {"framework": "transformers"},
-         "lightning_sampler": {"framework": "lightning"},
-         # float32: the type every framework trains in (deepspeed refuses float64).
          "framework": {"dtype": "float32"},
-         "zero_stage": {"framework": "deepspeed", "dtype": "float32"},
-         "scheduler_stepped_too": {"framework": "deepspeed", "dtype": "float32"}}
+         **{s.name: {"framework": s.frameworks[0], "dtype": "float32"} for s in SETTINGS}}
 # Values that need more than their key does: bf16 is DeepSpeed's alone.
 NEEDS_FOR_VALUE = {("amp", "bf16"): {"framework": "deepspeed"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("drop_last", "even_batches", "fast", "scheduler_stepped_too")
+BOOL_KEYS = ("fast", *(s.name for s in SETTINGS if s.switch))
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -162,14 +160,10 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
     ref_bs = values.get("ref_bs", "auto")
     try:
-        candidate = RunSpec(**run)
-        pair = PairSpec.build(candidate, ref_bs=None if ref_bs == "auto" else ref_bs,
-                              ref_world=values.get("ref_nproc", 1),
-                              ref_framework=reference_framework(
-                                  str(values.get("policy", "")), values.get("ref_framework")),
-                              tolerances=Tolerances.for_dtype(candidate.dtype, candidate.amp,
-                                                              **tol),
-                              noise_floor=not values.get("fast", False))
+        pair = pair_from_options(run, ref_bs=None if ref_bs == "auto" else ref_bs,
+                                 ref_world=values.get("ref_nproc", 1),
+                                 ref_framework=values.get("ref_framework"), tolerances=tol,
+                                 fast=values.get("fast", False))
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)

@@ -10,7 +10,7 @@ from lrcheck.experiments.tasks import load_data
 from lrcheck.plan.order import global_batches
 from lrcheck.runner.frameworks.accelerate import _same_batch_counts, batch_counts
 from lrcheck.runner.frameworks.common import FrameworkRun, alone
-from lrcheck.spec import RunSpec
+from lrcheck.spec import RunSpec, resolve
 
 
 def test_a_run_starts_with_its_plan_context_recording_and_order():
@@ -26,7 +26,7 @@ def test_a_run_starts_with_its_plan_context_recording_and_order():
 
 
 def test_the_processes_a_framework_found_are_checked_against_the_plan():
-    spec = RunSpec(framework="lightning", bs=8, accum=2)
+    spec, _ = resolve(RunSpec(framework="lightning", bs=8, accum=2))
     run = FrameworkRun.start(spec, load_data(spec.task, spec.seed, spec.samples), device="cpu",
                              on_update=None)
     run.check_processes("Lightning", 1, 0, 0)

@@ -21,7 +21,7 @@ from lrcheck.integrations.lightning import batch_counts  # noqa: E402
 from lrcheck.plan.order import global_batches  # noqa: E402
 from lrcheck.plan.windows import window_ids  # noqa: E402
 from lrcheck.runner.frameworks.lightning import _same_batch_counts  # noqa: E402
-from lrcheck.spec import RunSpec, Tolerances  # noqa: E402
+from lrcheck.spec import RunSpec, Tolerances, resolve  # noqa: E402
 from tests.fixtures.lightning_user import user_run  # noqa: E402
 
 EPOCHS = 2
@@ -191,7 +191,7 @@ def test_ctrl_c_comes_through_lightning():
         if record.step == 1:
             raise KeyboardInterrupt
 
-    spec = RunSpec(framework="lightning", task="synthetic", samples=160, epochs=1)
+    spec, _ = resolve(RunSpec(framework="lightning", task="synthetic", samples=160, epochs=1))
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         train(spec, load_data("synthetic", spec.seed, 160), device="cpu", on_update=stop)

@@ -32,6 +32,7 @@ from lrcheck.plan.windows import Window
 from lrcheck.runner.build import as_input
 from lrcheck.runner.recording import Recording
 from lrcheck.spec import RunSpec
+from lrcheck.spec.resolve import is_resolved
 from lrcheck.trace import OnUpdate, RunTrace
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ class FrameworkRun:
     @classmethod
     def start(cls, spec: RunSpec, data: Dataset, *, device: torch.device | str,
               on_update: OnUpdate | None) -> FrameworkRun:
+        if not is_resolved(spec):  # PairSpec.build resolves every run it makes
+            raise ValueError(f"a RunSpec of --framework {spec.framework} that is not resolved "
+                             "reached the runner: pass spec.resolve(spec)[0]")
         recording = Recording.for_run(spec, data, device=device, on_update=on_update)
         plan = recording.plan
         batches = list(global_batches(plan.num_samples, plan.effective_batch, spec.epochs,
