@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
 # environment first when it is missing. `make test` runs the linters first (`make lint`: ruff and
-# mypy), then every test, then builds the docs site (`make docs`: a broken link fails it);
+# mypy), then every test (the 25 slowest named at the end), then builds the docs site
+# (`make docs`: a broken link fails it);
 # `make test-fast` leaves out the tests marked slow (training beyond a few updates, starting
 # processes), the linters and the site: under a minute. The report.html tests drive a headless
 # Chromium: `make test` (not `make venv`, so not `make demo`, which opens no browser) runs
@@ -60,8 +61,8 @@ lint: $(STAMP)
 
 test: lint test-ludwig
 	@required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
-	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q"; \
-	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q
+	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25"; \
+	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25
 	$(MAKE) --no-print-directory docs
 
 # The docs site (mkdocs.yml), offline, into site/; --strict: a broken link or anchor, or a page
