@@ -188,7 +188,7 @@ def test_zero_grad_the_scale_and_the_world(tapped):
     (F.cross_entropy(model(x[:2]), y[:2]) * 8.0).backward()
     fed = tapped.take(8.0, 2)  # a GradScaler's scale of 8, two ranks
     assert fed.weights == [[0.0] * 4, None, [0.25, 0.25]]
-    assert "no loss of torch.nn.functional" in fed.why
+    assert "no loss of torch.nn.functional" in fed.why and "may be computed by" not in fed.why
     assert tapped.take(1.0, 1).ids == []
 
 
@@ -206,3 +206,13 @@ def test_the_undo_restores_torch():
     assert torch.nn.Module.__call__ is not before[0]
     undo()
     assert (torch.nn.Module.__call__, F.cross_entropy) == before
+
+
+def test_a_kernel_package_that_computes_the_loss_is_named(tapped, monkeypatch):
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    torch.nn.Linear(3, 2)(torch.randn(4, 3)).sum().backward()  # a loss by hand
+    why = tapped.take(1.0, 1).why
+    assert why.endswith("the loss may be computed by Liger's kernels (liger_kernel imported)")

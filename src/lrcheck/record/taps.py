@@ -185,8 +185,7 @@ class Taps:
             at += n
             if m.weights is None:
                 fed.weights.append(None)
-                fed.why = fed.why or m.why or ("no loss of torch.nn.functional's "
-                                               f"{', '.join(LOSSES)} saw its forward")
+                fed.why = fed.why or m.why or _elsewhere()
             else:
                 fed.weights.append(flat[taken:taken + n])
                 taken += n
@@ -194,6 +193,19 @@ class Taps:
         if kinds:
             fed.dtype = str(max(kinds, key=lambda t: torch.finfo(t).eps)).replace("torch.", "")
         return fed
+
+
+# Packages whose kernels compute a loss without torch's loss functions, by their module's name.
+FUSED = {"liger_kernel": "Liger's kernels", "unsloth": "unsloth's kernels",
+         "cut_cross_entropy": "Cut Cross-Entropy"}
+
+
+def _elsewhere() -> str:
+    """Why a micro-batch's weights were not measured where no tapped loss saw it."""
+    imported = [module for module in FUSED if module in sys.modules]
+    where = (f": the loss may be computed by {' or '.join(FUSED[m] for m in imported)} "
+             f"({', '.join(imported)} imported)" if imported else "")
+    return f"no loss of torch.nn.functional's {', '.join(LOSSES)} saw its forward{where}"
 
 
 class _NotKnown(Exception):
