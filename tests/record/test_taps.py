@@ -135,6 +135,8 @@ def test_a_sample_keeps_its_identity_in_any_batch_and_padding():
     assert ids[1:].tolist() == left[1:].tolist()  # row 0 is padded on both sides there
     assert ids[2:].tolist() == identity.row_ids(rows[2:], mask[2:]).tolist()
     assert len(set(ids.tolist())) == 4
+    # Without a mask, a row padded with zeros (pad id 0) keeps its identity too.
+    assert identity.row_ids(rows).tolist() == identity.row_ids(torch.cat([rows, zeros], 1)).tolist()
     x = torch.randn(5, 3, 2)
     assert identity.row_ids(x).tolist() == identity.row_ids(x.clone()).tolist()
     # Other bits, another identity.

@@ -55,11 +55,9 @@ def row_ids(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
             start = torch.argmax(keep.to(torch.int32), dim=1, keepdim=True)
             at = (torch.arange(width, device=rows.device) - start).clamp(min=0)
             terms = rows * coeff[at] * keep.to(torch.int64)
-            length = keep.sum(dim=1)
-        else:
-            terms = rows * coeff[:width]
-            length = torch.full((len(rows),), width, dtype=torch.int64, device=rows.device)
-        return (terms.sum(dim=1) + length * _LENGTH) & _MASK
+            return (terms.sum(dim=1) + keep.sum(dim=1) * _LENGTH) & _MASK
+        # Zeros add nothing: a row padded with zeros to any width keeps its identity.
+        return (rows * coeff[:width]).sum(dim=1) & _MASK
 
 
 def _bits(rows: torch.Tensor) -> torch.Tensor:
