@@ -111,3 +111,17 @@ def test_one_run_without_a_cadence_is_not_recorded(which):
     found = _check(ref, cand)
     assert found.status == SKIP and "only the" in found.detail
     assert _check(plain, plain) is None
+
+
+def test_the_ema_is_named_by_its_call_and_later_counts_are_told():
+    """An EMA updated after each step counts from update 1 on: against one updated on every
+    micro-batch, the counts of update 0 and those after it are both told."""
+    ref, cand = _trace(), _trace(micro=4, ema=4)
+    for r in cand.cadence:
+        r["ema_update"] = 4  # per micro-batch: from update 0
+    found = check_cadence(ref, cand, align(ref, cand), False, "timm's ModelEmaV3.update")
+    assert (found.status, found.first_divergence) == (FAIL, 0)
+    assert found.detail.startswith(
+        "the EMA (timm's ModelEmaV3.update) was updated 4 times per update in the candidate "
+        "against 0 in the reference (from update 0), 4 against 1 from update 1: on every "
+        "micro-batch, not once per update")

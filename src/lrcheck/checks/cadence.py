@@ -23,10 +23,12 @@ from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
 
-# The calls judged per update: the key of the Recorder line, the name and verb in the detail.
+# The calls judged per update: the key of the Recorder line, the name and verb in the detail
+# (the EMA's named by the call that updates it: ``record.ema.KINDS``).
+EMA_CALL = "AveragedModel.update_parameters"
 CALLS = (("clip_grad_norm", "clip_grad_norm_", "ran"),
          ("clip_grad_value", "clip_grad_value_", "ran"),
-         ("ema_update", "the EMA (AveragedModel.update_parameters)", "was updated"),
+         ("ema_update", f"the EMA ({EMA_CALL})", "was updated"),
          ("scaler_update", "GradScaler.update", "ran"))
 SETTINGS = (("max_norm", "clip_grad_norm_'s max_norm", "clip_grad_norm"),
             ("clip_value", "clip_grad_value_'s clip_value", "clip_grad_value"))
@@ -42,9 +44,10 @@ class _Gap:
 
 
 def check_cadence(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray],
-                  lockstep: bool = False) -> CheckResult | None:
+                  lockstep: bool = False, ema: str | None = None) -> CheckResult | None:
     """``cadence`` on the aligned updates ``pairs`` (None: neither run recorded it); the first
-    update where anything judged differs fails, named with all that differs there."""
+    update where anything judged differs fails, named with all that differs there. ``ema``: the
+    call that updated the runs' EMA model (default ``EMA_CALL``)."""
     if ref.cadence is None and cand.cadence is None:
         return None
     if ref.cadence is None or cand.cadence is None:
@@ -56,7 +59,9 @@ def check_cadence(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.nda
         return CheckResult("cadence", SKIP, None, None, "no aligned update to compare")
     a = [_per_step(ref, i) for i, _ in rows]
     b = [_per_step(cand, j) for _, j in rows]
-    gaps = sorted(_reached(a, b, rows) + _calls(a, b, rows) + _settings(a, b, rows)
+    calls = tuple((key, f"the EMA ({ema})" if ema and key == "ema_update" else name, verb)
+                  for key, name, verb in CALLS)
+    gaps = sorted(_reached(a, b, rows) + _calls(a, b, rows, calls) + _settings(a, b, rows)
                   + _step_counter(a, b, rows, lockstep), key=lambda g: g.row)
     info = _micro_batches(a, b)
     if gaps:
@@ -64,7 +69,8 @@ def check_cadence(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.nda
         there = [g.text for g in gaps if g.row == first.row]
         return CheckResult("cadence", FAIL, first.size, rows[first.row][0],
                            "; ".join(dict.fromkeys(there)) + f"; {info}")
-    return CheckResult("cadence", PASS, 0.0, None, _agree(a, b, len(rows), lockstep) + f"; {info}")
+    return CheckResult("cadence", PASS, 0.0, None,
+                       _agree(a, b, len(rows), lockstep, calls) + f"; {info}")
 
 
 def _per_step(trace: RunTrace, k: int) -> dict[str, float]:
@@ -126,17 +132,26 @@ def _reached(a: list[dict[str, float]], b: list[dict[str, float]],
 
 
 def _calls(a: list[dict[str, float]], b: list[dict[str, float]],
-           rows: Sequence[tuple[int, int]]) -> list[_Gap]:
+           rows: Sequence[tuple[int, int]], calls: Sequence[tuple[str, str, str]] = CALLS
+           ) -> list[_Gap]:
     """The calls that must run as often per update in both runs."""
     gaps = []
-    for key, name, verb in CALLS:
+    for key, name, verb in calls:
         diff = [key in x and key in y and x[key] != y[key] for x, y in zip(a, b, strict=True)]
         if not any(diff):
             continue
         row = diff.index(True)
         x, y = a[row], b[row]
+        size = abs(y[key] - x[key])
         text = (f"{name} {verb} {_times(y[key])} per update in the candidate against {x[key]:g} in "
                 f"the reference ({_when(diff, row, rows)})")
+        # Where the counts change after the first update that differs (an EMA updated after
+        # each step counts from the next update on), the next counts too.
+        later = next((r for r in range(row + 1, len(rows)) if diff[r]
+                      and (a[r][key], b[r][key]) != (x[key], y[key])), None)
+        if later is not None:
+            text += f", {b[later][key]:g} against {a[later][key]:g} from update {rows[later][0]}"
+            x, y = a[later], b[later]
         every = y[key] == y.get("backward") and y[key] > 1 and x[key] == 1
         if every and key.startswith("clip"):
             text += ": clipping after every backward, not once per update"
@@ -145,7 +160,7 @@ def _calls(a: list[dict[str, float]], b: list[dict[str, float]],
                          f"{x['clip_norm']:.4g})")
         elif every:
             text += ": on every micro-batch, not once per update"
-        gaps.append(_Gap(row, abs(y[key] - x[key]), text))
+        gaps.append(_Gap(row, size, text))
     return gaps
 
 
@@ -199,13 +214,13 @@ def _micro_batches(a: list[dict[str, float]], b: list[dict[str, float]]) -> str:
 
 
 def _agree(a: list[dict[str, float]], b: list[dict[str, float]], n: int,
-           lockstep: bool) -> str:
+           lockstep: bool, calls: Sequence[tuple[str, str, str]] = CALLS) -> str:
     """What the two runs did alike, in words."""
     whole = all(c.get("reached") == c.get("backward") for c in (*a, *b))
     said = [f"at all {plural(n, 'update')}, "
             + ("every backward pass reached its update in both runs (zero_grad between updates)"
                if whole else "the same share of backward passes reached each update in both runs")]
-    for key, name, _ in CALLS:
+    for key, name, _ in calls:
         counts = sorted({c[key] for c in a if key in c})
         if counts and counts[-1] > 0:
             said.append(f"{name} as often ({', '.join(f'{v:g}' for v in counts)} per update)")

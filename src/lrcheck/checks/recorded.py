@@ -12,6 +12,7 @@ from lrcheck.checks.cadence import check_cadence
 from lrcheck.checks.causes import check_data, check_weights
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
+from lrcheck.checks.ema import EmaPrints, check_ema
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, WARN, CheckResult
@@ -156,30 +157,23 @@ def _not_comparable(result: CheckResult | None, reason: str | None) -> CheckResu
 def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                     more: Sequence[CheckResult] = (),
                     incomplete: Sequence[str] = (),
-                    facts: RecordedFacts | None = None) -> list[CheckResult]:
+                    facts: RecordedFacts | None = None,
+                    ema: tuple[EmaPrints | None, EmaPrints | None, EmaPrints | None] | None = None
+                    ) -> list[CheckResult]:
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
     are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps``, ``cadence``
-    (``checks.cadence``) and ``grad-norm`` (``checks.commands``), and ``more`` (the replicas'
-    agreement) follows.
+    (``checks.cadence``), ``ema-params`` (``checks.ema``, where ``ema`` holds both folders'
+    EMA and the twin's) and ``grad-norm`` (``checks.commands``), and ``more`` (the ranks'
+    and the replicas' agreement) follows.
     Where the candidate ran in lockstep (``facts.lockstep``), ``params`` and ``grads`` are
     judged update by update from the same state (``checks.lockstep``) instead of
     fingerprints and gradient norms; ``evidence`` says whether a pass proves anything."""
     facts = facts or RecordedFacts()
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
-    a, b = ref.losses()[ref_at], cand.losses()[cand_at]
-    recorded = np.array([ref.updates[int(i)].loss is not None
-                         and cand.updates[int(j)].loss is not None
-                         for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
-    if recorded.any():
-        diff, scale = np.abs(b[recorded] - a[recorded]), loss_scale(a[recorded])
-        loss = jump_or_drift(relative("loss", diff, scale, tol.loss, None, ref_at[recorded]),
-                             diff, scale, tol.loss, ref_at[recorded])
-    else:
-        loss = CheckResult("loss", SKIP, None, None,
-                           "not recorded: no update has a loss in both files")
+    loss = _loss(ref, cand, pairs, tol.loss)
     lr = lr_with_pace(lr_with_cause(check_lr(ref, cand, tol.lr, pairs), ref, cand), ref, cand,
                       ref_at, cand_at)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
@@ -189,15 +183,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
              "lr": lr, "loss": loss}
     twin = facts.twin
-    if ref.fingerprints is not None and cand.fingerprints is not None:
-        found["params"] = check_fingerprints(ref.fingerprints, cand.fingerprints, pairs,
-                                             tol.params,
-                                             None if twin is None else twin.fingerprints)
-    elif ref.fingerprints is not None or cand.fingerprints is not None:
-        who = "reference" if ref.fingerprints is not None else "candidate"
-        found["params"] = CheckResult("params", SKIP, None, None,
-                                      f"not recorded: only the {who} file has parameter "
-                                      "fingerprints")
+    found["params"] = _fingerprints(ref, cand, pairs, tol.params, twin) or found["params"]
     reason = facts.stochastic
     grads: CheckResult | None
     if facts.lockstep is not None:
@@ -214,12 +200,45 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
                                                               f"judged {judge}): "
                                                               f"{found['params'].detail}")
     found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
+    lockstep = facts.lockstep is not None
+    kind = next((e.call for e in (ema or ())[:2] if e is not None), None)
     extra = [check_skips(ref, cand, pairs),
-             check_cadence(ref, cand, pairs, facts.lockstep is not None),
+             check_cadence(ref, cand, pairs, lockstep, kind),
+             None if ema is None else check_ema(ema[0], ema[1], pairs, tol.params, lockstep,
+                                                ema[2]),
              _not_comparable(grads, reason),
              check_evidence(ref, cand, facts)]
     return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
             + list(more))
+
+
+def _fingerprints(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray],
+                  tol: float, twin: RunTrace | None) -> CheckResult | None:
+    """``params`` from the fingerprints (None where neither file has any)."""
+    if ref.fingerprints is not None and cand.fingerprints is not None:
+        return check_fingerprints(ref.fingerprints, cand.fingerprints, pairs, tol,
+                                  None if twin is None else twin.fingerprints)
+    if ref.fingerprints is not None or cand.fingerprints is not None:
+        who = "reference" if ref.fingerprints is not None else "candidate"
+        return CheckResult("params", SKIP, None, None,
+                           f"not recorded: only the {who} file has parameter fingerprints")
+    return None
+
+
+def _loss(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray],
+          tol: float) -> CheckResult:
+    """``loss`` on the aligned updates where both files recorded one."""
+    ref_at, cand_at = pairs
+    a, b = ref.losses()[ref_at], cand.losses()[cand_at]
+    recorded = np.array([ref.updates[int(i)].loss is not None
+                         and cand.updates[int(j)].loss is not None
+                         for i, j in zip(ref_at, cand_at, strict=True)], dtype=bool)
+    if not recorded.any():
+        return CheckResult("loss", SKIP, None, None,
+                           "not recorded: no update has a loss in both files")
+    diff, scale = np.abs(b[recorded] - a[recorded]), loss_scale(a[recorded])
+    return jump_or_drift(relative("loss", diff, scale, tol, None, ref_at[recorded]),
+                         diff, scale, tol, ref_at[recorded])
 
 
 def _ended(updates: CheckResult, incomplete: Sequence[str]) -> CheckResult:

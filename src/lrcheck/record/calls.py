@@ -1,20 +1,36 @@
 """What ``lrcheck record`` counts per update, by wrapping torch's own functions (see
 ``record.process``'s docstring, "The cadence"): each outermost call of backward, zero_grad, the
 clipping of ``torch.nn.utils``, ``GradScaler.update``, the EMA's ``update_parameters``, and
-every scheduler's ``step``."""
+every scheduler's ``step``; and those of ``IMPORTED`` once their modules are imported."""
 
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
 
+from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.taps import Taps
 
 _local = threading.local()
+# The calls counted once their modules are imported, looked for in ``sys.modules`` at each
+# backward and optimizer step (as the taps look for TRL's): (module, class or None for a function
+# of the module, the call). The EMAs of ``record.ema.KINDS`` count as ``ema_update``. DeepSpeed's
+# clipping in its engine (``gradient_clipping`` in its config) counts as ``clip_grad_norm``, with
+# that ``max_norm``: without ZeRO the engine calls its own ``clip_grad_norm_`` (runtime/utils.py,
+# imported into runtime/engine.py); ZeRO 1 and 2 clip each param group's flat gradient partition
+# in ``DeepSpeedZeroOptimizer.unscale_and_clip_grads`` just before stepping the optimizer on it;
+# the bf16 optimizer calls ``clip_tensors_by_global_norm``.
+IMPORTED = (*((module, cls, call) for (module, cls), (_, call) in KINDS.items()
+              if module != "torch.optim.swa_utils"),
+            ("deepspeed.runtime.engine", None, "clip_grad_norm_"),
+            ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer",
+             "unscale_and_clip_grads"),
+            ("deepspeed.runtime.bf16_optimizer", None, "clip_tensors_by_global_norm"))
 
 
 class Counter(Protocol):
@@ -24,6 +40,8 @@ class Counter(Protocol):
     module_zeroed: int
     clip: dict[str, Any]
     taps: Taps
+    ema: EmaWatch
+    imported: Imported | None
 
     def zero_grad(self, optimizer: Any) -> None: ...
 
@@ -58,52 +76,124 @@ def counting(owner: Any, name: str, count: Callable[..., None],
     return lambda: setattr(owner, name, original)
 
 
+class Imported:
+    """The calls of ``IMPORTED``, each wrapped (by ``count(module, class, call)``'s counter) once
+    its module is imported."""
+
+    def __init__(self, count: Callable[[str, str | None, str], Callable[..., None]]) -> None:
+        self.count = count
+        self.pending = list(IMPORTED)
+        self.undo: list[Callable[[], None]] = []
+        self.modules = 0  # how many modules were imported at the last look
+
+    def look(self) -> None:
+        if not self.pending or len(sys.modules) == self.modules:
+            return
+        self.modules = len(sys.modules)
+        for entry in list(self.pending):
+            module_name, cls, name = entry
+            module = sys.modules.get(module_name)
+            owner = module if cls is None or module is None else getattr(module, cls, None)
+            found = (owner.__dict__.get(name) if isinstance(owner, type)
+                     else getattr(owner, name, None))
+            if not callable(found):
+                continue
+            self.pending.remove(entry)
+            self.undo.append(counting(owner, name, self.count(module_name, cls, name)))
+
+
+class _Counts:
+    """The counters ``count_calls`` wraps the calls with, each called ``(args, kwargs, result)``
+    after an outermost call."""
+
+    def __init__(self, recorder: Counter) -> None:
+        self.recorder, self.totals = recorder, recorder.totals
+
+    def tally(self, key: str) -> Callable[..., None]:
+        def count(args: Any, kwargs: Any, result: Any) -> None:
+            self.totals[key] += 1
+        return count
+
+    def backward(self, args: Any, kwargs: Any, result: Any) -> None:
+        self.totals["backward"] += 1
+        if self.recorder.imported is not None:
+            self.recorder.imported.look()
+
+    def zeroed_module(self, args: Any, kwargs: Any, result: Any) -> None:
+        self.totals["module_zero_grad"] += 1
+        self.recorder.module_zeroed = self.totals["backward"]
+        self.recorder.taps.zeroed()
+
+    def clipped(self, key: str, setting: str) -> Callable[..., None]:
+        def count(args: Any, kwargs: Any, result: Any) -> None:
+            self.totals[key] += 1
+            self.recorder.clip[setting] = kwargs.get(setting, args[1] if len(args) > 1 else None)
+            if key == "clip_grad_norm":
+                self.recorder.clip["norm"] = result
+        return count
+
+    def ema(self, kind: tuple[str, str]) -> Callable[..., None]:
+        def count(args: Any, kwargs: Any, result: Any) -> None:
+            self.totals["ema_update"] += 1
+            if args:
+                self.recorder.ema.updated(args[0], kind)
+        return count
+
+    def zero_clipped(self, args: Any, kwargs: Any, result: Any) -> None:
+        """ZeRO 1/2's clipping of a flat partition (where ``clip_grad`` > 0: else it unscales
+        only), its pre-clip norm the one given, unscaled."""
+        optimizer = args[0]
+        max_norm = getattr(optimizer, "clip_grad", 0.0)
+        if not (isinstance(max_norm, (int, float)) and max_norm > 0):
+            return
+        self.totals["clip_grad_norm"] += 1
+        self.recorder.clip["max_norm"] = max_norm
+        norm = kwargs.get("total_norm", args[2] if len(args) > 2 else None)
+        self.recorder.clip["norm"] = (norm / getattr(optimizer, "loss_scale", 1.0)
+                                      if isinstance(norm, torch.Tensor) else None)
+
+    def imported(self, module: str, cls: str | None, name: str) -> Callable[..., None]:
+        """The counter of one call of ``IMPORTED``."""
+        if cls is not None and (module, cls) in KINDS:
+            return self.ema(KINDS[module, cls])
+        if name == "unscale_and_clip_grads":
+            return self.zero_clipped
+        return self.clipped("clip_grad_norm", "max_norm")
+
+
 def count_calls(recorder: Counter) -> Callable[[], None]:
     """Count, for ``recorder.cadence``, the calls of the cadence (see the module's docstring);
     returns the undo (the tests and the benchmark count in-process)."""
     import torch.nn.utils.clip_grad as clip_module
     from torch.optim.swa_utils import AveragedModel
 
-    totals = recorder.totals
-
-    def tally(key: str) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
-            totals[key] += 1
-        return count
-
-    def zeroed_module(args: Any, kwargs: Any, result: Any) -> None:
-        totals["module_zero_grad"] += 1
-        recorder.module_zeroed = totals["backward"]
-        recorder.taps.zeroed()
-
-    def clipped(key: str, setting: str) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
-            totals[key] += 1
-            recorder.clip[setting] = kwargs.get(setting, args[1] if len(args) > 1 else None)
-            if key == "clip_grad_norm":
-                recorder.clip["norm"] = result
-        return count
-
+    counts = _Counts(recorder)
     undo = [
         # A backward inside a backward (a reentrant checkpoint's, on the engine's thread) is
         # part of it.
-        counting(torch.autograd, "backward", tally("backward"),
+        counting(torch.autograd, "backward", counts.backward,
                   lambda: torch._C._current_autograd_node() is not None),
         counting(torch.optim.Optimizer, "zero_grad",
                   lambda args, kwargs, result: recorder.zero_grad(args[0])),
-        counting(torch.nn.Module, "zero_grad", zeroed_module),
-        counting(torch.amp.GradScaler, "update", tally("scaler_update")),
-        counting(AveragedModel, "update_parameters", tally("ema_update")),
+        counting(torch.nn.Module, "zero_grad", counts.zeroed_module),
+        counting(torch.amp.GradScaler, "update", counts.tally("scaler_update")),
+        counting(AveragedModel, "update_parameters",
+                  counts.ema(KINDS["torch.optim.swa_utils", "AveragedModel"])),
     ]
     for name, key, setting in (("clip_grad_norm_", "clip_grad_norm", "max_norm"),
                                ("clip_grad_value_", "clip_grad_value", "clip_value")):
         original = getattr(clip_module, name)
-        undo.append(counting(clip_module, name, clipped(key, setting)))
+        undo.append(counting(clip_module, name, counts.clipped(key, setting)))
         if getattr(torch.nn.utils, name, None) is original:  # what users call
             setattr(torch.nn.utils, name, getattr(clip_module, name))
             undo.append(functools.partial(setattr, torch.nn.utils, name, original))
+    recorder.imported = Imported(counts.imported)
+    recorder.imported.look()
 
     def restore() -> None:
+        if recorder.imported is not None:
+            undo.extend(recorder.imported.undo)
+            recorder.imported = None
         for step in reversed(undo):
             step()
 

@@ -10,7 +10,8 @@ whole tensor's fingerprint exactly. ZeRO steps its optimizer on flat partitions 
 parameters rather than on its tensors: a partitioned run's fingerprint is the whole model's
 (one sum, one largest absolute value), and ``record.sides`` compares the other run's whole
 model with it. Replicated parameters (DDP) are rank 0's, and every other rank's are checked
-against them, update by update: replicas that part are a failure of their own."""
+against them, update by update: replicas that part are a failure of their own. The EMA model
+(``record.ema``'s ``ema-rank{R}.jsonl``) is read apart, by ``read_ema``."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
-from lrcheck.recorder import read_records
+from lrcheck.recorder import NOT_FINITE, read_records
 
 _RANK_FILE = re.compile(r"^rank(\d+)(-opt(\d+))?\.jsonl$")
+_EMA_FILE = re.compile(r"^ema-rank(\d+)\.jsonl$")
 
 
 @dataclass(frozen=True)
@@ -206,3 +209,37 @@ def _replica_gap(arrays: list[np.ndarray], k: int) -> ReplicaGap:
         if not gap <= worst.gap:  # NaN too
             worst = ReplicaGap(gap, k, rank)
     return worst
+
+
+def read_ema(folder: Path) -> EmaPrints | None:
+    """The EMA model the folder's processes fingerprinted (``record.ema``): rank 0's, or, where
+    its tensors are sharded (FSDP2's DTensors), every rank's shards merged as the model's are;
+    None where no EMA was updated."""
+    files = {int(found[1]): path for path in folder.iterdir()
+             if (found := _EMA_FILE.match(path.name))}
+    if not files:
+        return None
+    read = [_ema_file(files[rank]) for rank in sorted(files)]
+    header, prints = read[0]
+    if header.get("sharded") and len(read) > 1:
+        common = set.intersection(*(set(p) for _, p in read))
+        prints = {k: np.column_stack([sum(p[k][:, 0] for _, p in read),
+                                      np.max([p[k][:, 1] for _, p in read], axis=0)])
+                  for k in sorted(common)}
+    return EmaPrints(str(header["ema"]), str(header.get("call", header["ema"])),
+                     tuple(str(n) for n in header.get("names", [])), prints)
+
+
+def _ema_file(path: Path) -> tuple[dict[str, Any], dict[int, np.ndarray]]:
+    """An ``ema-rank{R}.jsonl``: its header, and per update the EMA's fingerprint after it."""
+    try:
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        if not lines or not isinstance(lines[0], dict) or "ema" not in lines[0]:
+            raise ValueError("no header")
+        prints = {int(line["after"]): np.asarray(
+            [NOT_FINITE.get(v, v) if isinstance(v, str) else v for v in line["fingerprint"]],
+            dtype=np.float64).reshape(-1, 2) for line in lines[1:]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecError(f"{path}: not the EMA file lrcheck record writes ({exc})") from None
+    return lines[0], prints

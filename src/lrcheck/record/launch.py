@@ -47,8 +47,8 @@ _BLOCKING = {"I": "-I (isolated mode ignores PYTHONPATH and site)",
 # all of them, wherever they were re-parented to (a PYTHON* name, as the other settings).
 ENV_RUN = "PYTHON_LRCHECK_RECORD_RUN"
 STOP_POLL_S = 0.05
-_OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|lockstep-rank\d+\.jsonl|run\.json"
-                   r"|output\.log|\.torch-\d+)$")
+_OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|(lockstep|ema)-rank\d+(-p\d+)?\.jsonl"
+                   r"|run\.json|output\.log|\.torch-\d+)$")
 
 
 @dataclass(frozen=True)

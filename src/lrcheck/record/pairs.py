@@ -27,7 +27,7 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     ``strict``: effects judged only up to some update fail there (``checks.strictly``)."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
-    from lrcheck.record.sides import read_facts, read_sides
+    from lrcheck.record.sides import read_emas, read_facts, read_sides
     from lrcheck.result import Kind
     from lrcheck.version import __version__
 
@@ -37,7 +37,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                                              pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
                              read_facts(Path(reference), Path(candidate), twin,
-                                        pair.tolerances.params))
+                                        pair.tolerances.params),
+                             read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
     return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),

@@ -23,8 +23,10 @@ the process ran a backward pass (the outermost ``torch.autograd.backward``, whic
 passes ran since the last ``zero_grad`` (those whose gradients reach the update), the gradient
 clipping of ``torch.nn.utils`` (with its ``max_norm`` / ``clip_value`` and, every ``every``-th
 update, the pre-clip norm of its last call), ``GradScaler.update`` and the EMA's
-``AveragedModel.update_parameters``; and the optimizer state's own step counter. Counters only:
-no tensor is read but on the updates that are fingerprinted anyway."""
+``AveragedModel.update_parameters`` (and timm's, diffusers', DeepSpeed's clipping once imported:
+``record.calls.IMPORTED``); and the optimizer state's own step counter. Counters only: no tensor
+is read but on the updates that are fingerprinted anyway, where the EMA model is fingerprinted
+too (``record.ema``)."""
 
 from __future__ import annotations
 
@@ -44,8 +46,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import lockstep, modules, optimizers, roles, taps
-from lrcheck.record.calls import count_calls, count_scheduler_steps, subclasses
+from lrcheck.record import ema, lockstep, modules, optimizers, roles, taps
+from lrcheck.record.calls import Imported, count_calls, count_scheduler_steps, subclasses
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 from lrcheck.recorder import _number as json_number
 
@@ -112,6 +114,10 @@ class ProcessRecorder:
         # that last stepped an optimizer (its scale divides the weights).
         self.taps = taps.Taps()
         self.scaler: Any = None
+        # The EMA model fingerprinted beside the model (``record.ema``), and the calls counted
+        # once their modules are imported (``record.calls.IMPORTED``).
+        self.ema = ema.EmaWatch()
+        self.imported: Imported | None = None
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -165,6 +171,10 @@ class ProcessRecorder:
                       if all(key in g for g in groups)}
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
+        if self.imported is not None:
+            self.imported.look()
+        if st.index == 0 and self.name is not None:
+            self.ema.at_update(st.recorder.step, self.every, self._ema_path())
         if st.names is None:
             self._first_update(st, optimizers.params(optimizer))
 
@@ -282,8 +292,15 @@ class ProcessRecorder:
             self.taps.take(1.0, 1)  # a skipped update's micro-batches fed nothing
         return result
 
+    def _ema_path(self) -> Path:
+        return self.folder / ema.FILE.format(stem=self.name)
+
     def close(self) -> None:
         self.describe()
+        first = next(iter(self.optimizers.values()), None)
+        if first is not None and self.name is not None:
+            self.ema.at_update(first.recorder.step, self.every, self._ema_path(), last=True)
+            self.ema.close(self._ema_path())
         for st in self.optimizers.values():
             st.recorder.close()
         if self.streamer is not None:

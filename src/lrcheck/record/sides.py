@@ -13,9 +13,17 @@ from typing import Any
 import numpy as np
 
 from lrcheck.checks.commands import check_ranks, check_replicas
+from lrcheck.checks.ema import EmaPrints
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
-from lrcheck.record.folder import FolderRun, description, fed_window, read_folder, whole_model
+from lrcheck.record.folder import (
+    FolderRun,
+    description,
+    fed_window,
+    read_ema,
+    read_folder,
+    whole_model,
+)
 from lrcheck.recorder import read_records
 from lrcheck.spec import Tolerances
 from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
@@ -97,6 +105,16 @@ def _whole(record: dict[str, Any]) -> dict[str, Any]:
         return record
     return {**record,
             "fingerprint": whole_model([np.asarray(record["fingerprint"]).reshape(-1, 2)])}
+
+
+def read_emas(reference: Path, candidate: Path, twin: Path | None = None
+              ) -> tuple[EmaPrints | None, EmaPrints | None, EmaPrints | None] | None:
+    """The EMA model of each record folder (``record.folder.read_ema``: None where it updated
+    none) and of the reference command's ``twin``; None where a run is a Recorder file, whose
+    EMA was not recorded."""
+    if not (reference.is_dir() and candidate.is_dir()):
+        return None
+    return read_ema(reference), read_ema(candidate), None if twin is None else read_ema(twin)
 
 
 def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
