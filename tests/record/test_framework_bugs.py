@@ -3,7 +3,9 @@ through ``lrcheck run``'s default: the two commands side by side, the candidate 
 Each bug acts at one update K and leaves the LR right: ``--scale-grad-at K`` (update K's
 gradient scaled by 1 + 1e-3, as each framework lets a user touch it) and ``--skip-zero-grad-at
 K`` (the gradients not zeroed once, before update K, where each framework zeroes them). The
-correct accumulation pair passes; each bug fails at K. Where lockstep cannot load (ZeRO 2,
+correct accumulation pair passes (Lightning and DeepSpeed clipping as each does, once per
+update: ``cadence`` counts it; clipping by hand after every backward instead fails it in
+test_launchers.py and test_sharded.py); each bug fails at K. Where lockstep cannot load (ZeRO 2,
 FSDP2: sharded parameters) the candidate runs free and the fingerprints judge: there the bugs
 that fail at K today are tested here (their correct pairs pass in test_sharded.py). Slow: every
 run is two fresh processes (or process groups) that import torch and a framework."""
@@ -24,6 +26,10 @@ deepspeed = pytest.mark.deepspeed
 SCALE_AT, SKIP_AT = 5, 9  # in the middle of runs of 16 (frameworks) and 32 updates (loops)
 BUGS = {"correct": [], "scale-grad": ["--scale-grad-at", str(SCALE_AT)],
         "skip-zero-grad": ["--skip-zero-grad-at", str(SKIP_AT)]}
+# The clipping each framework does itself, where the correct pairs use it: Lightning's
+# gradient_clip_val (torch's clip_grad_norm_, inside optimizer.step's closure) and DeepSpeed's
+# gradient_clipping (its engine's own clip_grad_norm_), once per update.
+CLIP = {"lightning": ["--clip", "0.5"], "deepspeed": ["--clip", "0.5"]}
 
 
 def _line(argv) -> str:
@@ -70,16 +76,19 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
                                                 "pip install 'lrcheck[deepspeed]'")
     family = getattr(family, "values", [family])[0]
     ref, cand = _family(family, tmp_path)
-    report, checks = _run(tmp_path, ref, [*cand, *BUGS[bug]])
+    clip = CLIP.get(family, []) if bug == "correct" else []
+    report, checks = _run(tmp_path, [*ref, *clip], [*cand, *clip, *BUGS[bug]])
     grads, params = checks["grads"], checks["params"]
     assert "lockstep (" in grads.detail and "started from the reference's state" in grads.detail
     assert checks["lr"].status == "pass"  # each bug leaves the LR right
     if bug == "correct":
         assert report.ok and grads.status == "pass" and params.status == "pass"
-        assert checks["evidence"].status == "pass"
+        assert checks["evidence"].status == "pass" and checks["cadence"].status == "pass"
         # The causes, seen in the forwards and torch's loss functions, whatever runs the loop.
         assert checks["data"].status == "pass", checks["data"].detail
         assert checks["weights"].status == "pass", checks["weights"].detail
+        if clip:
+            assert "clip_grad_norm_ as often (1 per update)" in checks["cadence"].detail
         return
     at = SCALE_AT if bug == "scale-grad" else SKIP_AT
     assert not report.ok

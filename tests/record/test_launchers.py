@@ -56,13 +56,26 @@ def test_plain_script_and_torchrun_pass_and_their_bugs_fail_at_update_0(tmp_path
 
 @pytest.mark.parametrize("framework", ["trainer", "lightning", "accelerate"])
 def test_a_framework_passes_and_its_schedule_sized_in_micro_batches_fails(tmp_path, framework):
+    """Lightning clips (``gradient_clip_val``, inside ``optimizer.step``'s closure) in the
+    reference and the correct candidate; its bug also clips by hand in ``on_after_backward``
+    instead, after every micro-batch: ``cadence`` names that, at update 0, beside ``lr``."""
     run = [PY, str(FIXTURES / "user_frameworks.py"), framework, "--out", str(tmp_path / "x")]
-    good = _diff(tmp_path, [*run, "--bs", "32"], [*run, "--bs", "16", "--accum", "2"], "good")
+    clip = ["--clip", "0.5"] if framework == "lightning" else []
+    ref = [*run, "--bs", "32", *clip]
+    good = _diff(tmp_path, ref, [*run, "--bs", "16", "--accum", "2", *clip], "good")
     assert good.exit_code == 0 and _checks(good)["params"].status == "pass"
     assert _checks(good)["data"].status == "pass" and _checks(good)["weights"].status == "pass"
-    bug = _checks(_diff(tmp_path, [*run, "--bs", "32"],
-                        [*run, "--bs", "16", "--accum", "2", "--bug", "forget-accum"], "bug"))
+    by_hand = ["--clip-by-hand"] if clip else []
+    bug = _checks(_diff(tmp_path, ref, [*run, "--bs", "16", "--accum", "2", *clip, *by_hand,
+                                        "--bug", "forget-accum"], "bug"))
     assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
+    if clip:
+        assert "clip_grad_norm_ as often (1 per update)" in _checks(good)["cadence"].detail
+        cadence = bug["cadence"]
+        assert (cadence.status, cadence.first_divergence) == ("fail", 0)
+        assert cadence.detail.startswith(
+            "clip_grad_norm_ ran 2 times per update in the candidate against 1 in the "
+            "reference (from update 0): clipping after every backward, not once per update")
 
 
 def test_lrcheck_run_writes_the_report_and_exits_with_the_verdict_or_3(tmp_path):

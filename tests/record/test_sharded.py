@@ -68,7 +68,7 @@ deepspeed = pytest.mark.deepspeed
 
 
 @deepspeed
-def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_doubled_scheduler_fails(
+def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_ported_loop_fails(
         tmp_path):
     pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
                                             "pip install 'lrcheck[deepspeed]'")
@@ -78,6 +78,9 @@ def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_doubled_
     good = _checks(api.run_commands(ref, zero2, tmp_path / "zero2", fingerprint_every=1))
     assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
                                                   "data", "weights"))
+    # DeepSpeed clips by default (gradient_clipping 1.0): its engine's clip_grad_norm_ in the
+    # reference, ZeRO 2's clipping of each flat partition in the candidate, once per update.
+    assert "clip_grad_norm_ as often (1 per update)" in good["cadence"].detail
     about = json.loads((tmp_path / "zero2" / "candidate" / "rank1.json").read_text())["optimizers"]
     assert about[0]["partitioned"] and about[0]["wrapper"].endswith(".DeepSpeedZeroOptimizer")
     reference = tmp_path / "zero2" / "reference"
@@ -86,8 +89,14 @@ def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_doubled_
                tmp_path / "launcher", fingerprint_every=1)
     own = _checks(api.diff(reference, tmp_path / "launcher"))
     assert all(own[n].status == "pass" for n in ("updates", "lr", "params", "replicas (candidate)"))
-    api.record([PY, str(script), "--bs", "16", "--accum", "2", "--bug", "scheduler-stepped-too"],
-               tmp_path / "bug", fingerprint_every=1)
+    # Two bugs of a loop ported to DeepSpeed: it also steps the scheduler the engine steps, and
+    # clips by hand after every engine.backward instead of the engine's clipping.
+    api.record([PY, str(script), "--bs", "16", "--accum", "2", "--bug", "scheduler-stepped-too",
+                "--clip", "1.0", "--clip-by-hand"], tmp_path / "bug", fingerprint_every=1)
     bug = _checks(api.diff(reference, tmp_path / "bug"))
     assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
     assert "3 steps per update against 1" in bug["lr"].detail
+    assert (bug["cadence"].status, bug["cadence"].first_divergence) == ("fail", 0)
+    assert bug["cadence"].detail.startswith(
+        "clip_grad_norm_ ran 2 times per update in the candidate against 1 in the reference "
+        "(from update 0): clipping after every backward, not once per update")
