@@ -118,3 +118,57 @@ def test_replicas_within_the_tolerance_pass_and_a_nan_gap_fails():
     once = check_replicas("reference", [(0.0, 0, 1), (0.5, 3, 2)], 4, 1e-5)
     assert once.detail.startswith("rank 2's parameters part from rank 0's after update 3 "
                                   "(|Δsum|/max|p| 0.5 > 1e-05): the 4 replicas")
+
+
+def _calls(updates=3, **per_update):
+    """A rank's calls per update: 2 micro-batches, all reaching the update, clipped once at
+    max_norm 1, the optimizer's counter at k + 1; ``per_update``: a key's values instead."""
+    rows = [{"backward": 2, "reached": 2, "zero_grad": 1, "clip_grad_norm": 1, "max_norm": 1.0,
+             "clip_grad_value": 0, "ema_update": 0, "scaler_update": 0, "opt_step": k + 1.0}
+            for k in range(updates)]
+    for key, values in per_update.items():
+        for row, value in zip(rows, values, strict=True):
+            row[key] = value
+    return rows
+
+
+def test_a_rank_whose_calls_part_from_rank_0_s_fails_where_they_part():
+    lrs, steps = _lrs([0.1, 0.1, 0.1], [0.1, 0.1, 0.1]), _steps([1, 1, 1], [1, 1, 1])
+    found = check_ranks("candidate", lrs, steps, TOL, [_calls(), _calls(clip_grad_norm=[0] * 3)])
+    assert (found.status, found.first_divergence) == ("fail", 0)
+    assert found.detail == ("rank 1's clip_grad_norm_ ran 0 times per update against rank 0's 1 "
+                            "(from update 0): the 2 ranks of the candidate do not train alike")
+    found = check_ranks("candidate", lrs, steps, TOL,
+                        [_calls(), _calls(reached=[2, 1, 2], max_norm=[1.0, 1.0, 0.5],
+                                          opt_step=[1.0, 2.0, 2.0])])
+    assert found.first_divergence == 1 and found.detail.startswith(
+        "1 of rank 1's 2 backward passes reached update 1, 2 of 2 on rank 0 (at 1 of 3 "
+        "updates, first update 1):")
+    found = check_ranks("candidate", lrs, steps, TOL,
+                        [_calls(), _calls(max_norm=[1.0, 1.0, 0.5], opt_step=[1.0, 2.0, 2.0])])
+    assert found.first_divergence == 2
+    assert ("rank 1's clip_grad_norm_'s max_norm is 0.5 against rank 0's 1 (from update 2); "
+            "rank 1's optimizer step counter is 2 after update 2 against rank 0's 3 "
+            "(from update 2)") in found.detail
+
+
+def test_equal_calls_pass_and_an_earlier_lr_comes_first():
+    lrs, steps = _lrs([0.1, 0.1, 0.1], [0.1, 0.1, 0.1]), _steps([1, 1, 1], [1, 1, 1])
+    found = check_ranks("candidate", lrs, steps, TOL, [_calls(), _calls()])
+    assert found.status == "pass" and found.detail.endswith(
+        "; every rank made rank 0's calls per update (backward, clip_grad_norm_, "
+        "clip_grad_value_, EMA update, GradScaler.update, the clip's settings, the optimizer's "
+        "step counter)")
+    parted = _lrs([0.1, 0.2, 0.3], [0.1, 0.1, 0.1])
+    found = check_ranks("candidate", parted, _steps([1, 1, 1], [1, 0, 0]), TOL,
+                        [_calls(), _calls(clip_grad_norm=[1, 1, 0])])
+    assert found.first_divergence == 1 and found.detail.startswith("rank 1's LR differs")
+    assert found.detail.endswith("; rank 1's clip_grad_norm_ ran 0 times per update against "
+                                 "rank 0's 1 (from update 2)")
+    found = check_ranks("candidate", parted, _steps([1, 1, 1], [1, 0, 0]), TOL,
+                        [_calls(), _calls(backward=[3, 2, 2])])
+    assert found.first_divergence == 0 and found.detail.startswith(
+        "rank 1's backward ran 3 times per update against rank 0's 2 (at 1 of 3 updates, first "
+        "update 0): the 2 ranks of the candidate do not train alike; rank 1's LR differs")
+    assert check_ranks("candidate", lrs, steps, TOL, [_calls(), None]).detail.endswith(
+        "scheduler.step() calls")  # a rank whose calls were not counted: the LR alone

@@ -141,8 +141,9 @@ def test_torchrun_whose_scheduler_steps_on_rank_0_only_fails_ranks_at_update_1(t
     ranks = _checks(good)["ranks (candidate)"]
     print(ranks.detail)
     assert good.exit_code == 0 and ranks.status == "pass"
-    assert ranks.detail == ("the 2 ranks used the same LR at all 32 updates and made the same "
-                            "scheduler.step() calls")
+    assert ranks.detail.startswith("the 2 ranks used the same LR at all 32 updates and made the "
+                                   "same scheduler.step() calls; every rank made rank 0's calls "
+                                   "per update (backward, clip_grad_norm_")
     bug = _checks(api.run_commands(ref, shlex.join([*TORCHRUN, "--bs", "8", "--accum", "2",
                                                     "--bug", "scheduler-rank0-only"]),
                                    tmp_path / "bug"))
@@ -160,3 +161,20 @@ def test_torchrun_whose_scheduler_steps_on_rank_0_only_fails_ranks_at_update_1(t
     print(params.detail)
     assert params.status == "fail" and params.first_divergence == 1
     assert params.detail.startswith("rank 1 of 2: lockstep")
+
+
+def test_torchrun_that_clips_on_rank_0_only_fails_ranks_at_update_0(tmp_path):
+    """``clip_grad_norm_`` inside rank 0's logging block: rank 0 clips as the reference does
+    (``cadence``, rank 0's, passes), rank 1 never does, which ``ranks`` names from update 0.
+    4 updates: the fewest the evidence needs, and the start-up is most of the run."""
+    short = ["--clip", "0.5", "--epochs", "1", "--samples", "128"]
+    bug = _checks(api.run_commands(
+        shlex.join([*PLAIN, "--bs", "32", *short]),
+        shlex.join([*TORCHRUN, "--bs", "8", "--accum", "2", *short, "--bug", "clip-rank0-only"]),
+        tmp_path / "bug"))
+    ranks = bug["ranks (candidate)"]
+    print(ranks.detail)
+    assert bug["cadence"].status == "pass" and bug["lr"].status == "pass"
+    assert (ranks.status, ranks.first_divergence) == ("fail", 0)
+    assert ranks.detail == ("rank 1's clip_grad_norm_ ran 0 times per update against rank 0's 1 "
+                            "(from update 0): the 2 ranks of the candidate do not train alike")

@@ -14,7 +14,7 @@ a GradScaler skipped steps covers 1 + skipped steps: its calls are counted per s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,3 +229,56 @@ def _agree(a: list[dict[str, float]], b: list[dict[str, float]], n: int,
                                                             "reference's state)" if lockstep
                                                             else ""))
     return ", ".join(said)
+
+
+# The counts every rank of a run must share with rank 0, per update: the key, its name in the
+# detail. zero_grad calls themselves are not judged (where they act is ``reached``).
+RANK_CALLS = (("backward", "backward"), *((key, name) for key, name, _ in CALLS[:2]),
+              ("ema_update", "EMA update"), ("scaler_update", "GradScaler.update"))
+_Row = dict[str, float]
+
+
+def rank_cadence(cadences: Sequence[Sequence[_Row]]) -> tuple[int, str] | None:
+    """Where a rank's calls per update first part from rank 0's (``cadences``: per rank, rank 0
+    first, per update its counts): the update and all that parted there, in words; None where
+    every rank made rank 0's calls."""
+    base = cadences[0]
+    found: list[tuple[int, int, str]] = []  # (update, rank, text)
+    for rank, other in enumerate(cadences[1:], start=1):
+        n = min(len(base), len(other))
+        rows = [(k, k) for k in range(n)]
+        for apart, text in _rank_items(rank):
+            diff = [apart(x, y) for x, y in zip(base[:n], other[:n], strict=True)]
+            if any(diff):
+                k = diff.index(True)
+                found.append((k, rank, f"{text(base[k], other[k], k)} ({_when(diff, k, rows)})"))
+    if not found:
+        return None
+    first = min(found)
+    return first[0], "; ".join(t for k, r, t in sorted(found) if (k, r) == first[:2])
+
+
+def _rank_items(rank: int) -> list[tuple[Callable[[_Row, _Row], bool],
+                                         Callable[[_Row, _Row, int], str]]]:
+    """What a rank's update is judged on against rank 0's: whether it parts, and the words."""
+    def count(key: str, name: str) -> tuple[Callable[[_Row, _Row], bool],
+                                            Callable[[_Row, _Row, int], str]]:
+        return (lambda x, y: key in x and key in y and x[key] != y[key],
+                lambda x, y, k: f"rank {rank}'s {name} ran {_times(y[key])} per update against "
+                                f"rank 0's {x[key]:g}")
+
+    def setting(key: str, name: str, calls: str) -> tuple[Callable[[_Row, _Row], bool],
+                                                          Callable[[_Row, _Row, int], str]]:
+        return (lambda x, y: key in x and key in y and x.get(calls, 0) > 0
+                and y.get(calls, 0) > 0 and x[key] != y[key],
+                lambda x, y, k: f"rank {rank}'s {name} is {y[key]:g} against rank 0's {x[key]:g}")
+
+    return [*(count(key, name) for key, name in RANK_CALLS),
+            *(setting(key, name, calls) for key, name, calls in SETTINGS),
+            (lambda x, y: "reached" in x and "reached" in y and x["reached"] != y["reached"],
+             lambda x, y, k: f"{y['reached']:g} of rank {rank}'s {y.get('backward', 0):g} "
+                             f"backward passes reached update {k}, {x['reached']:g} of "
+                             f"{x.get('backward', 0):g} on rank 0"),
+            (lambda x, y: "opt_step" in x and "opt_step" in y and x["opt_step"] != y["opt_step"],
+             lambda x, y, k: f"rank {rank}'s optimizer step counter is {y['opt_step']:g} after "
+                             f"update {k} against rank 0's {x['opt_step']:g}")]

@@ -1,13 +1,15 @@
 """The checks only a run ``lrcheck record`` recorded has: the steps a GradScaler skipped, the
 gradient norm, and (a run of several ranks) whether the replicas agree and every rank used
-rank 0's LR."""
+rank 0's LR and made its calls per update."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from lrcheck.checks.cadence import RANK_CALLS, rank_cadence
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, relative
 from lrcheck.checks.status import FAIL, PASS, SKIP, WARN, CheckResult
 from lrcheck.trace import RunTrace
@@ -89,13 +91,38 @@ def check_replicas(name: str, gaps: Sequence[tuple[float, int, int]] | None, ran
 
 
 def check_ranks(name: str, lrs: Sequence[np.ndarray], steps: Sequence[np.ndarray | None],
-                tol: float) -> CheckResult | None:
+                tol: float, cadence: Sequence[Sequence[dict[str, float]] | None] = ()
+                ) -> CheckResult | None:
     """``ranks``: every rank of a multi-process run used rank 0's LR at every update, each
     param group within ``tol·max(1, |lr|)`` as ``lr`` judges (``lrs``: per rank, rank 0 first,
     updates × param groups; ``steps``: per rank, its ``scheduler.step()`` calls before each
-    update, None where not counted). A failure is placed at the first update where a rank's LR
-    parts from rank 0's, and names the scheduler steps that explain it; scheduler steps that
-    differ while every LR is equal are a warning. None for a run of one rank."""
+    update, None where not counted), and made rank 0's calls per update (``cadence``: per rank,
+    the counts ``checks.cadence`` judges, ``rank_cadence``; empty or None where not counted). A
+    failure is placed at the first update where a rank's LR or calls part from rank 0's, and
+    names the scheduler steps that explain an LR; scheduler steps that differ while every LR is
+    equal are a warning. None for a run of one rank."""
+    result = _ranks_lr(name, lrs, steps, tol)
+    counted = [c for c in cadence if c is not None]
+    if result is None or not counted or len(counted) < len(cadence):
+        return result
+    parted = rank_cadence(counted)
+    if parted is None:
+        return replace(result, detail=f"{result.detail}; every rank made rank 0's calls per "
+                                      f"update ({', '.join(n for _, n in RANK_CALLS)}, the "
+                                      "clip's settings, the optimizer's step counter)") \
+            if result.status == PASS else result
+    k, text = parted
+    if result.status == FAIL and result.first_divergence is not None \
+            and result.first_divergence <= k:
+        return replace(result, detail=f"{result.detail}; {text}")
+    lr = f"; {result.detail}" if result.status != PASS else ""
+    return CheckResult(f"ranks ({name})", FAIL, None, k,
+                       f"{text}: the {len(lrs)} ranks of the {name} do not train alike{lr}")
+
+
+def _ranks_lr(name: str, lrs: Sequence[np.ndarray], steps: Sequence[np.ndarray | None],
+              tol: float) -> CheckResult | None:
+    """``check_ranks`` of the LR and the scheduler steps alone."""
     if len(lrs) < 2:
         return None
     base = lrs[0]

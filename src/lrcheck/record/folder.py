@@ -25,10 +25,12 @@ import numpy as np
 
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
-from lrcheck.recorder import NOT_FINITE, read_records
+from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 
 _RANK_FILE = re.compile(r"^rank(\d+)(-opt(\d+))?\.jsonl$")
 _EMA_FILE = re.compile(r"^ema-rank(\d+)\.jsonl$")
+# What a Recorder line of ``lrcheck record`` counts per update beside the schedule.
+CADENCE = (*COUNTS[2:], *NUMBERS)
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,13 @@ class ReplicaGap:
 @dataclass(frozen=True)
 class RankSchedules:
     """Every rank's schedule, rank 0 first, up to the updates every rank recorded: its LRs
-    (updates × param groups) and its ``scheduler.step()`` calls before each update (None:
-    not counted)."""
+    (updates × param groups), its ``scheduler.step()`` calls before each update (None: not
+    counted) and its calls per update (``lrcheck record``'s cadence: the counts and numbers of
+    ``CADENCE``; None: not counted)."""
 
     lrs: tuple[np.ndarray, ...]
     steps: tuple[np.ndarray | None, ...]
+    cadence: tuple[list[dict[str, float]] | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,12 +180,13 @@ def fed_window(lines: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 def rank_schedules(per_rank: list[list[dict[str, Any]]]) -> RankSchedules | None:
-    """Every rank's LRs and scheduler steps, up to the updates every rank recorded (None: one
-    rank). A rank whose param groups change in number gets NaN where it has none."""
+    """Every rank's LRs, scheduler steps and calls per update, up to the updates every rank
+    recorded (None: one rank). A rank whose param groups change in number gets NaN where it
+    has none."""
     if len(per_rank) < 2:
         return None
     count = min(len(r) for r in per_rank)
-    lrs, steps = [], []
+    lrs, steps, cadence = [], [], []
     for lines in per_rank:
         groups = max((len(line["lr"]) for line in lines[:count]), default=0)
         lrs.append(np.array([[*line["lr"], *[np.nan] * (groups - len(line["lr"]))]
@@ -189,7 +194,10 @@ def rank_schedules(per_rank: list[list[dict[str, Any]]]) -> RankSchedules | None
         counted = all("scheduler_steps" in line for line in lines[:count])
         steps.append(np.array([int(line["scheduler_steps"]) for line in lines[:count]],
                               dtype=np.int64) if counted else None)
-    return RankSchedules(tuple(lrs), tuple(steps))
+        cadence.append([{key: line[key] for key in CADENCE if key in line}
+                        for line in lines[:count]]
+                       if all("backward" in line for line in lines[:count]) else None)
+    return RankSchedules(tuple(lrs), tuple(steps), tuple(cadence))
 
 
 def whole_model(arrays: list[np.ndarray]) -> list[float]:

@@ -59,7 +59,8 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
         if run is None:
             continue
         if run.schedules is not None:
-            found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol)
+            found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
+                                run.schedules.cadence)
             if found is not None:
                 more.append(found)
         if run.replicas is not None:
