@@ -210,3 +210,19 @@ def test_a_sharded_ema_is_merged_over_the_ranks_and_a_broken_file_is_named(tmp_p
     (tmp_path / "ema-rank0.jsonl").write_text('{"after": 0}\n')
     with pytest.raises(SpecError, match="ema-rank0.jsonl: not the EMA file lrcheck record"):
         read_ema(tmp_path)
+
+
+def test_a_clip_with_an_infinite_max_norm_clips_nothing_and_is_not_counted(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    undo = count_calls(recorder)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        model(torch.ones(1, 3)).sum().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))  # a norm for a log
+        _step(recorder, optimizer)
+    finally:
+        undo()
+    recorder.close()
+    (r,) = read_records(tmp_path / "rank0.jsonl")
+    assert r["clip_grad_norm"] == 0 and "max_norm" not in r

@@ -6,6 +6,7 @@ every scheduler's ``step``; and those of ``IMPORTED`` once their modules are imp
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -125,9 +126,14 @@ class _Counts:
         self.recorder.taps.zeroed()
 
     def clipped(self, key: str, setting: str) -> Callable[..., None]:
+        """A clip, counted where it can clip: a ``max_norm`` of infinity (the gradient norm
+        taken for a log) clips nothing."""
         def count(args: Any, kwargs: Any, result: Any) -> None:
+            value = kwargs.get(setting, args[1] if len(args) > 1 else None)
+            if isinstance(value, (int, float)) and math.isinf(value):
+                return
             self.totals[key] += 1
-            self.recorder.clip[setting] = kwargs.get(setting, args[1] if len(args) > 1 else None)
+            self.recorder.clip[setting] = value
             if key == "clip_grad_norm":
                 self.recorder.clip["norm"] = result
         return count
