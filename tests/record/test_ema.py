@@ -1,7 +1,8 @@
 """``record.ema`` and the calls ``record.calls`` counts once their modules are imported, in
 process: the EMA model fingerprinted after each update it folded in (torch's AveragedModel, and
 timm's and diffusers' EMAs, here stand-ins under their modules' names: neither package is a
-dependency), and DeepSpeed's clipping in its engine counted as clip_grad_norm."""
+dependency), DeepSpeed's clipping in its engine counted as clip_grad_norm, and a clip that
+clips nothing (an infinite max_norm) not counted."""
 
 import json
 import sys
@@ -163,7 +164,7 @@ def test_timm_s_and_diffusers_emas_are_counted_once_imported(tmp_path, monkeypat
     assert [line["fingerprint"] for line in lines] == seen
 
 
-def test_deepspeed_s_clipping_in_its_engine_and_in_zero_counts_as_clip_grad_norm(
+def test_deepspeed_s_clipping_in_its_engine_zero_and_bf16_counts_as_clip_grad_norm(
         tmp_path, monkeypatch):
     engine = _module(monkeypatch, "deepspeed.runtime.engine")
     engine.clip_grad_norm_ = lambda parameters, max_norm, mpu=None: torch.tensor(2.0)
@@ -176,6 +177,9 @@ def test_deepspeed_s_clipping_in_its_engine_and_in_zero_counts_as_clip_grad_norm
 
     _module(monkeypatch, "deepspeed.runtime.zero.stage_1_and_2",
             DeepSpeedZeroOptimizer=DeepSpeedZeroOptimizer)
+    bf16 = _module(monkeypatch, "deepspeed.runtime.bf16_optimizer")
+    bf16.clip_tensors_by_global_norm = lambda input_tensors, max_norm=1.0, global_norm=None, \
+        mpu=None: global_norm
     recorder = ProcessRecorder(tmp_path, samples=None, every=1)
     undo = count_calls(recorder)
     model = _model()
@@ -186,6 +190,9 @@ def test_deepspeed_s_clipping_in_its_engine_and_in_zero_counts_as_clip_grad_norm
             model(torch.ones(1, 3)).sum().backward()
             if k == 0:  # the engine without ZeRO: gradient_clipping 0.5
                 engine.clip_grad_norm_(parameters=model.parameters(), max_norm=0.5, mpu=None)
+            if k == 1:  # the bf16 optimizer's
+                bf16.clip_tensors_by_global_norm(input_tensors=[], max_norm=0.25,
+                                                 global_norm=torch.tensor(3.0), mpu=None)
             zero.clip_grad = 1.5 if k == 2 else 0.0  # ZeRO clips where clip_grad > 0
             zero.unscale_and_clip_grads([], torch.tensor(8.0))
             _step(recorder, optimizer)
@@ -194,8 +201,9 @@ def test_deepspeed_s_clipping_in_its_engine_and_in_zero_counts_as_clip_grad_norm
     recorder.close()
     assert not getattr(engine.clip_grad_norm_, "_lrcheck", False)
     records = read_records(tmp_path / "rank0.jsonl")
-    assert [r["clip_grad_norm"] for r in records] == [1, 0, 1]
+    assert [r["clip_grad_norm"] for r in records] == [1, 1, 1]
     assert (records[0]["max_norm"], records[0]["clip_norm"]) == (0.5, 2.0)
+    assert (records[1]["max_norm"], records[1]["clip_norm"]) == (0.25, 3.0)
     assert (records[2]["max_norm"], records[2]["clip_norm"]) == (1.5, 2.0)  # 8 / loss scale 4
 
 
