@@ -142,7 +142,7 @@ def test_plots_are_drawn_here_when_the_helper_dies(tmp_path):
         assert not renderer.in_background
     assert_png(tmp_path / "a.png")
     assert_png(tmp_path / "b.png")
-    assert children() == before  # the dead helper's pool and resource tracker are gone too
+    assert children() == before  # the dead helper was reaped
 
 
 @pytest.mark.slow
@@ -251,32 +251,27 @@ def blocked_signals(pid: int) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc (Linux)")
-def test_the_helper_and_the_tracker_leave_a_sighup_this_process_handles_to_it(tmp_path):
+def test_the_helper_leaves_a_sighup_this_process_handles_to_it_and_starts_nothing_else(tmp_path):
     """A closed terminal sends SIGHUP to the whole process group. lrcheck stops on it (cli);
-    the helper and multiprocessing's resource tracker must not die of it first, or the
-    helper's shutdown starts a tracker again that prints a KeyError traceback per semaphore."""
-    from multiprocessing import resource_tracker
-
-    from lrcheck.reports.render import _stop_resource_tracker
-
+    the helper must not die of it first. The helper is the one process a Renderer starts: no
+    resource tracker of multiprocessing's (which a SIGHUP killed and the helper's shutdown
+    started again, printing a KeyError traceback per semaphore)."""
     def stop(signum, frame):
         raise AssertionError("a SIGHUP reached this process")
 
-    _stop_resource_tracker()  # one an earlier test started: the helper's starts afresh
     previous = signal.signal(signal.SIGHUP, stop)  # as cli._stop_on_signals does
     try:
         before = children()
         with Renderer(background=True) as renderer:
             helper = renderer.helper()
-            tracker = resource_tracker._resource_tracker._pid
-            for pid in (helper, tracker):
-                assert signal.SIGHUP in blocked_signals(pid)
-                os.kill(pid, signal.SIGHUP)
+            assert children() == sorted([*before, str(helper)])
+            assert signal.SIGHUP in blocked_signals(helper)
+            os.kill(helper, signal.SIGHUP)
             renderer.draw([loss_plot(tmp_path / "a.png")])
             renderer.finish()
-            assert renderer.helper() == helper and alive(tracker)  # both alive still
+            assert renderer.helper() == helper  # alive still
         assert_png(tmp_path / "a.png")
-        assert children() == before  # close() stopped and reaped both
+        assert children() == before  # close() stopped and reaped it
         assert signal.SIGHUP not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # here: lifted
     finally:
         signal.signal(signal.SIGHUP, previous)
@@ -290,9 +285,9 @@ def test_the_helper_and_the_tracker_leave_a_sighup_this_process_handles_to_it(tm
 
 @pytest.mark.slow
 def test_a_script_without_a_main_guard_gets_its_plots_and_no_traceback(tmp_path):
-    # Its helper, spawned, runs the script again and cannot start a helper of its own: that
-    # process draws the plot itself; stopping the resource tracker it never started was a
-    # TypeError.
+    # A helper spawned by multiprocessing ran the script again and could not start a helper of
+    # its own (that process drew the plot itself; stopping the resource tracker it never started
+    # was a TypeError). runner.helper's helper does not run the script at all.
     script = tmp_path / "script.py"
     script.write_text(
         "import numpy as np\n"

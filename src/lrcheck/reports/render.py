@@ -16,7 +16,8 @@ handed one plot at a time, the next when it has drawn the last. If the
 helper cannot start or dies, the plots are drawn here instead: a report is never lost to the
 helper. The helper ignores Ctrl-C, and a SIGHUP when this process stops on it (a closed
 terminal: ``cli``); this process handles them, and ``close()`` lets the helper draw what it was
-sent, then stops it and multiprocessing's resource tracker.
+sent, then stops it. The helper process itself, and the fork that draws in two, are
+``runner.helper``'s.
 """
 
 from __future__ import annotations
@@ -24,17 +25,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import multiprocessing
 import os
-import pickle
 import signal
 import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
 
 from lrcheck.reports.plots import Plot
+from lrcheck.runner.helper import Helper, in_two
 
 
 def second_cpu() -> bool:
@@ -57,14 +56,14 @@ class _Task:
 class Renderer:
     """Draws ``Plot``s: in a helper process when ``background`` (and it starts), else here.
 
-    The helper is handed one task at a time, the next once it has finished the last (a pool
-    queues one more ahead of its worker, which then can no longer be taken back): a plot it
-    has not begun stays here, where ``finish()`` can take it back."""
+    The helper is handed one task at a time, the next once it has finished the last (one sent
+    ahead could no longer be taken back): a plot it has not begun stays here, where
+    ``finish()`` can take it back."""
 
     def __init__(self, background: bool = False) -> None:
-        self._pool: ProcessPoolExecutor | None = None  # None: plots are drawn here
-        self._started: ProcessPoolExecutor | None = None  # what close() shuts down
-        # The pool's thread hands tasks over too; reentrant: a task already done when its
+        self._pool: Helper | None = None  # None: plots are drawn here
+        self._started: Helper | None = None  # what close() shuts down
+        # The helper's reader thread hands tasks over too; reentrant: a task already done when its
         # callback is added is told at once, in the thread that handed it over.
         self._lock = threading.RLock()
         self._tasks: list[_Task] = []  # every task sent since the last finish(), in order
@@ -88,13 +87,11 @@ class Renderer:
 
     def _start(self) -> None:
         try:
-            with _stop_signals_held():  # the helper's and the tracker's, for good
+            with _stop_signals_held():  # the helper's, for good
                 try:
-                    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                               initializer=warm_up)
+                    pool = Helper(initializer=warm_up)
                     self._started = pool
-                    pool.submit(helper_pid)  # starts the helper now, not at the first plot
-                except (OSError, RuntimeError):
+                except (OSError, ValueError):
                     self.close()
                     return  # no helper: every plot is drawn here
                 self._pool = pool
@@ -117,8 +114,8 @@ class Renderer:
                 self._hand_over()
 
     def _hand_over(self) -> None:
-        """Give the helper the next waiting task if it has none (called again from the pool's
-        thread when the helper finishes one). Without a helper, or when it is gone, every
+        """Give the helper the next waiting task if it has none (called again from the helper's
+        reader thread when the helper finishes one). Without a helper, or when it is gone, every
         waiting task fails with ``BrokenProcessPool``, and ``finish()`` draws its plots here.
         Handing over holds the lock, so ``close()`` never finds a task half handed over; a
         Ctrl-C meanwhile leaves the task waiting again (drawn twice at worst, never lost)."""
@@ -144,7 +141,7 @@ class Renderer:
         for task in failed:
             task.future.set_exception(BrokenProcessPool("the plot helper is gone"))
 
-    def _done(self, task: _Task, done: Future[Any]) -> None:
+    def _done(self, task: _Task, done: Future[None]) -> None:
         """The helper has finished ``task``; the next is handed over."""
         error = BrokenProcessPool("the plot helper is gone") if done.cancelled() else (
             done.exception())
@@ -198,8 +195,8 @@ class Renderer:
         """Stop the helper once it has drawn what it was sent (errors are ``finish()``'s to
         raise): an interrupted suite keeps the plots of the pairs it finished. A Ctrl-C while
         waiting stops the helper at once. Either way no process is left once this returns:
-        lrcheck leaves through ``os._exit``, and a child still running then would be left to
-        init (the helper, or multiprocessing's resource tracker)."""
+        lrcheck leaves through ``os._exit``, and a helper still running then would be left to
+        init."""
         with self._lock:
             usable, pool = self._pool is not None, self._started
             self._pool = self._started = None
@@ -216,12 +213,8 @@ class Renderer:
         try:
             pool.shutdown(wait=True)
         except KeyboardInterrupt:  # a second Ctrl-C while waiting: the user wants out now
-            helpers = list((getattr(pool, "_processes", None) or {}).values())
-            for process in helpers:
-                process.kill()
+            pool.kill()
             pool.shutdown(wait=True, cancel_futures=True)
-        finally:
-            _stop_resource_tracker()
 
     def __enter__(self) -> Renderer:
         return self
@@ -236,27 +229,15 @@ class Renderer:
 
 def warm_up() -> None:
     """In the helper, before its first plot: import matplotlib and load the fonts a plot uses,
-    by drawing a small figure into memory; and make the helper leave without finalising its
-    interpreter (``_leave_now``)."""
-    import atexit
+    by drawing a small figure into memory. (The helper leaves through ``os._exit``, as lrcheck
+    does: not tearing matplotlib and numpy down saves about 0.1 s that ``close()`` waits for.)"""
     import io
 
     from lrcheck.reports.plots import new_figure
 
-    atexit.register(_leave_now)
     fig, axis = new_figure(figsize=(1, 1))
     axis.set_title("lrcheck")
     fig.savefig(io.BytesIO(), format="png")
-
-
-def _leave_now() -> None:
-    """The helper leaves through ``os._exit``, as lrcheck itself does (``cli.main``), when its
-    interpreter exits: by then its worker loop has ended, multiprocessing has sent every result
-    and flushed stdout and stderr (``Process._bootstrap``), and each plot's file was closed and
-    renamed. What is skipped is the teardown of matplotlib and numpy, about 0.1 s that
-    ``close()`` waits for. The status is 0: a plot's error reaches this process through its
-    future, and the pool does not read a helper's exit status."""
-    os._exit(0)
 
 
 def _draw_all(plots: list[Plot]) -> None:
@@ -273,51 +254,21 @@ def _draw_all(plots: list[Plot]) -> None:
 
 def draw_in_two(plots: list[Plot]) -> None:
     """In the helper, while lrcheck waits for it: draw ``plots`` in two processes. A forked
-    child draws the PNGs of one half (``halves``), this one the others; the pages (.html),
-    which inline PNGs drawn before them, come after both. The first error is raised here, the
-    child's through a pipe; the child dies with this process (``PR_SET_PDEATHSIG``) and leaves
-    through ``os._exit``."""
+    child draws the PNGs of one half (``halves``), this one the others (``runner.helper.in_two``);
+    the pages (.html), which inline PNGs drawn before them, come after both. The first error is
+    raised, once the pages are drawn."""
     pictures = [plot for plot in plots if plot.path.suffix != ".html"]
     pages = [plot for plot in plots if plot.path.suffix == ".html"]
     if len(pictures) < 2:
         _draw_all(plots)
         return
     theirs, mine = halves(pictures)
-    read, write = os.pipe()
-    parent = os.getpid()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child leaves through os._exit
-        status = 1
-        try:
-            os.close(read)
-            _die_with_parent(parent)
-            report = b""
-            try:
-                _draw_all(theirs)
-            except Exception as exc:  # noqa: BLE001 - sent to the parent
-                try:
-                    report = pickle.dumps(exc)
-                except Exception:  # noqa: BLE001 - an error that does not pickle
-                    report = pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
-            with os.fdopen(write, "wb") as pipe:
-                pipe.write(report)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write)
     error: Exception | None = None
     try:
-        _draw_all(mine)
-    except Exception as exc:  # noqa: BLE001 - raised below, once the rest are drawn
+        in_two(functools.partial(_draw_all, theirs), functools.partial(_draw_all, mine),
+               f"the process drawing {[str(p.path) for p in theirs]}")
+    except Exception as exc:  # noqa: BLE001 - raised below, once the pages are drawn
         error = exc
-    with os.fdopen(read, "rb") as pipe:
-        report = pipe.read()
-    _, status = os.waitpid(child, 0)
-    if report:
-        error = error or pickle.loads(report)
-    elif status != 0:
-        error = error or RuntimeError(f"the process drawing {[str(p.path) for p in theirs]} "
-                                      f"ended with status {status}")
     try:
         _draw_all(pages)
     except Exception as exc:  # noqa: BLE001 - raised below
@@ -338,35 +289,19 @@ def halves(pictures: list[Plot]) -> tuple[list[Plot], list[Plot]]:
     return ([pictures[i] for i in sorted(halves[0])], [pictures[i] for i in sorted(halves[1])])
 
 
-def _die_with_parent(parent: int) -> None:
-    """Have Linux kill this process when its parent dies (a Ctrl-C that kills the helper
-    leaves no drawing child); elsewhere, and when the parent is already gone, leave."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def helper_pid() -> int:
     return os.getpid()
 
 
 @contextlib.contextmanager
 def _stop_signals_held() -> Iterator[None]:
-    """While the helper, and multiprocessing's resource tracker that its queues start, are
-    started: Ctrl-C ignored, which the helper inherits and Python then leaves ignored there (the
-    tracker ignores it itself); and SIGHUP blocked when this process stops on it (a Python
-    handler: ``cli``), a mask both inherit and never lift, while this process is told of a
-    SIGHUP sent meanwhile as soon as the block ends. So a signal to the whole process group
-    (Ctrl-C, a closed terminal) stops this process alone, which then stops them: a tracker that
-    the SIGHUP killed was started again by the helper's shutdown, and the new one printed a
-    KeyError traceback for every semaphore it had never seen. (SIGHUP is blocked, not ignored:
-    one that came while ignored would be lost; the tracker lifts a block of SIGINT and SIGTERM
-    as it starts, and it ignores SIGTERM itself.)"""
+    """While the helper is started: Ctrl-C ignored, which the helper inherits and Python then
+    leaves ignored there; and SIGHUP blocked when this process stops on it (a Python handler:
+    ``cli``), a mask the helper inherits and never lifts, while this process is told of a SIGHUP
+    sent meanwhile as soon as the block ends. So a signal to the whole process group (Ctrl-C, a
+    closed terminal) stops this process alone, which then stops the helper once it has drawn
+    what it was sent. (SIGHUP is blocked, not ignored: one that came while ignored would be
+    lost.)"""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers; a helper started here keeps Ctrl-C
         return
@@ -382,16 +317,3 @@ def _stop_signals_held() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if held:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-
-def _stop_resource_tracker() -> None:
-    """Stop and reap multiprocessing's resource tracker, which the helper's queues started in
-    this process: it would otherwise leave only after this process, as init's orphan. (Python
-    3.11 to 3.13 name the method ``_stop``; multiprocessing starts the tracker again if
-    anything here needs it later.)"""
-    from multiprocessing import resource_tracker
-
-    tracker = resource_tracker._resource_tracker
-    stop = getattr(tracker, "_stop", None)
-    if stop is not None and getattr(tracker, "_pid", None) is not None:  # not started: none
-        stop()
