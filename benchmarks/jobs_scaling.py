@@ -3,9 +3,9 @@ computes before training (``suite.shard.run_cost``: micro-batch steps), not meas
 project's machine has 2 cores. The schedule is ``suite.queue.PairQueue``'s own, replayed in time:
 a pair takes ``PAIR_S`` (building, evaluating, checking, saving) plus ``STEP_S`` a micro-batch
 step (its candidate's, and its reference's for the pair that trains it, which is handed on as
-soon as it has trained); the fork server's imports come first, once. Plots are drawn aside and
-are left out. Printed beside it: the schedule where a reference group was the unit (one worker
-per group), as before issue 23's last change.
+soon as it has trained); the imports of the process the workers are forked from come first,
+once. Plots are drawn aside and are left out. Printed beside it: the schedule where a reference
+group was the unit (one worker per group), as before issue 23's last change.
 
     python benchmarks/jobs_scaling.py [FILE.toml ...] [--jobs 1,2,4,8,16]
                                       [--fit SUITE_DIR] [--step S] [--pair S]
@@ -34,7 +34,7 @@ from lrcheck.suite.spec import Suite, load_suite, parse_suite  # noqa: E402
 
 STEP_S = 0.00032
 PAIR_S = 0.22
-IMPORT_S = 3.0  # torch and scikit-learn, imported once by the fork server
+IMPORT_S = 3.0  # torch and scikit-learn, imported once by the workers' leader (runner.workers)
 
 
 def one_reference() -> Suite:

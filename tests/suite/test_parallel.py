@@ -17,7 +17,8 @@ import pytest
 
 from lrcheck.errors import SpecError
 from lrcheck.runner.dist.procs import HAS_PROC, alive, marked
-from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule, _Worker, parse_jobs
+from lrcheck.runner.workers import Workers
+from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule, parse_jobs
 from lrcheck.suite.queue import PairQueue
 from lrcheck.suite.spec import parse_suite
 from tests.helpers import HANG_S, hanging_suite, session, wait_for
@@ -146,7 +147,7 @@ def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code
     # its output to a file: a worker left running would hold a pipe open.
     with open(tmp_path / "output", "w") as output, session(
             argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
-        # The suite, its fork server and both workers are there.
+        # The suite, the process the workers are forked from and both workers are there.
         wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, 120, "two workers",
                  proc=proc)
         # Both workers training a pair.
@@ -169,7 +170,7 @@ def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code
 
 def _training(token):
     """How many of the suite's workers are running a pair: a worker leads a process group of
-    its own (the suite process and the fork server the workers are forked from lead none) and
+    its own (the suite process and the one the workers are forked from lead none) and
     has used a second of CPU, which only a pair's work takes (torch is imported before the fork).
     """
     training = 0
@@ -221,22 +222,15 @@ def test_a_worker_killed_by_sigkill_is_its_pairs_error_and_the_suite_goes_on(tmp
     assert not alive(pid)
 
 
-class _Dead:
-    """A worker process that has ended (SIGKILL)."""
-
-    pid, exitcode = None, -signal.SIGKILL
-
-    def join(self, timeout=None):
-        pass
-
-
 def test_a_pair_sent_to_a_worker_that_died_idle_is_put_back_not_a_broken_pipe():
     suite = parse_suite({"defaults": {"task": "wine"}, "pair": [{"name": "a", "bs": 8,
                                                                  "accum": 2}]}, "ci.toml")
+    workers = Workers(print, (), mark_env="TEST_NONE", mark="test-none", env={})
     mine, theirs = multiprocessing.Pipe()
     theirs.close()  # the worker's end: gone with it
+    workers.pipes = [mine]
     ended = {}
-    _schedule(PairQueue(suite, 1), [_Worker(_Dead(), mine, "test-none-0")], 1, None,
+    _schedule(PairQueue(suite, 1), workers, {}, 1, None,
               lambda index, outcome, drawings: ended.setdefault(index, outcome))
     assert mine.closed and list(ended) == [0]
     assert ended[0].status == "error" and ended[0].exit_code == 3
