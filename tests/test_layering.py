@@ -1,11 +1,14 @@
 """lrcheck's sub-packages import each other one way only (docs/design.md, "Module map"): where
 ``reports`` imports ``suite``, nothing in ``suite`` imports ``reports``, counting imports inside
 functions and under ``TYPE_CHECKING`` (the graph is read from the source with ``ast``; no module
-cycle is ``tests/test_imports.py``'s test)."""
+cycle is ``tests/test_imports.py``'s test). And processes are handled in one layer: only
+``runner`` (and ``record``, for a user's own command) starts, signals or waits for one."""
 
 from __future__ import annotations
 
-from tests.test_imports import find_cycle, import_graph
+import ast
+
+from tests.test_imports import SRC, _modules, find_cycle, import_graph
 
 PACKAGE = "lrcheck"
 
@@ -54,3 +57,52 @@ def test_the_layers_see_a_mutual_import_and_the_real_direction():
     layers = subpackage_graph(import_graph())
     assert "lrcheck.suite" in layers["lrcheck.reports"]  # reports shows the suite's outcome
     assert "lrcheck.reports" not in layers.get("lrcheck.suite", {})
+
+
+# What starts, stops, signals, waits for or leaves a process (docs/design.md, "Module map"): only
+# runner/ does, and record/ for a user's own command.
+PROCESS_LAYERS = ("lrcheck.runner", "lrcheck.record")
+PROCESS_MODULES = ("subprocess", "multiprocessing", "concurrent.futures.process")
+PROCESS_CALLS = {"fork", "forkpty", "kill", "killpg", "wait", "waitpid", "wait3", "wait4",
+                 "waitid", "setpgrp", "setsid", "_exit", "system", "popen", "posix_spawn",
+                 "posix_spawnp"}
+
+
+def process_code(source: str) -> list[str]:
+    """What in ``source`` handles processes: an import of ``PROCESS_MODULES`` (at any depth), or
+    ``os.`` one of ``PROCESS_CALLS`` (also ``spawn*`` and ``exec*``), used or imported."""
+    def handles(name: str) -> bool:
+        return name in PROCESS_CALLS or name.startswith(("spawn", "exec"))
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names
+                      if a.name.startswith(PROCESS_MODULES)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith(PROCESS_MODULES):
+                found.append(f"from {node.module} import ...")
+            elif node.module == "os":
+                found += [f"from os import {a.name}" for a in node.names if handles(a.name)]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "os" and handles(node.attr)):
+            found.append(f"os.{node.attr}")
+    return found
+
+
+def test_only_the_runner_and_record_handle_processes():
+    outside = {name: found for name, path in _modules().items()
+               if not name.startswith(PROCESS_LAYERS)
+               and (found := process_code(path.read_text(encoding="utf-8")))}
+    assert not outside, f"processes handled outside {PROCESS_LAYERS}: {outside}"
+
+
+def test_the_process_rule_sees_imports_and_calls_anywhere():
+    source = ("import os\nimport multiprocessing.connection\n"
+              "def f():\n    from subprocess import Popen\n    os.kill(1, 9)\n"
+              "from os import fork, getpid\nos.execv\nos.getpid()\n")
+    assert sorted(process_code(source)) == ["from os import fork", "from subprocess import ...",
+                                            "import multiprocessing.connection", "os.execv",
+                                            "os.kill"]
+    runner = process_code((SRC / "lrcheck" / "runner" / "workers.py").read_text())
+    assert "import multiprocessing" in runner and "os.kill" in runner

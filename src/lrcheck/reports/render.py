@@ -23,17 +23,14 @@ sent, then stops it. The helper process itself, and the fork that draws in two, 
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import os
-import signal
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import Future
-from concurrent.futures.process import BrokenProcessPool
 
 from lrcheck.reports.plots import Plot
-from lrcheck.runner.helper import Helper, in_two
+from lrcheck.runner.helper import Helper, HelperGone, in_two
 
 
 def second_cpu() -> bool:
@@ -82,22 +79,15 @@ class Renderer:
             return None
         try:
             return self._pool.submit(helper_pid).result()
-        except (BrokenProcessPool, RuntimeError):
+        except (HelperGone, RuntimeError):
             return None
 
     def _start(self) -> None:
         try:
-            with _stop_signals_held():  # the helper's, for good
-                try:
-                    pool = Helper(initializer=warm_up)
-                    self._started = pool
-                except (OSError, ValueError):
-                    self.close()
-                    return  # no helper: every plot is drawn here
-                self._pool = pool
-        except BaseException:  # a signal held meanwhile, told as the block ends: stop them
-            self.close()
-            raise
+            pool = Helper(initializer=warm_up)
+        except (OSError, ValueError):
+            return  # no helper: every plot is drawn here
+        self._pool = self._started = pool
 
     def draw(self, plots: Iterable[Plot]) -> None:
         """Draw ``plots``: send them to the helper (and return at once), or draw them here."""
@@ -116,7 +106,7 @@ class Renderer:
     def _hand_over(self) -> None:
         """Give the helper the next waiting task if it has none (called again from the helper's
         reader thread when the helper finishes one). Without a helper, or when it is gone, every
-        waiting task fails with ``BrokenProcessPool``, and ``finish()`` draws its plots here.
+        waiting task fails with ``HelperGone``, and ``finish()`` draws its plots here.
         Handing over holds the lock, so ``close()`` never finds a task half handed over; a
         Ctrl-C meanwhile leaves the task waiting again (drawn twice at worst, never lost)."""
         failed: list[_Task] = []
@@ -131,7 +121,7 @@ class Renderer:
                     inner = self._pool.submit(draw_in_two if task.in_two else _draw_all,
                                               task.plots)
                     inner.add_done_callback(functools.partial(self._done, task))
-                except (BrokenProcessPool, RuntimeError):
+                except (HelperGone, RuntimeError):
                     self._busy = False
                     failed.append(task)
                 except BaseException:
@@ -139,11 +129,11 @@ class Renderer:
                     self._waiting.appendleft(task)
                     raise
         for task in failed:
-            task.future.set_exception(BrokenProcessPool("the plot helper is gone"))
+            task.future.set_exception(HelperGone("the plot helper is gone"))
 
     def _done(self, task: _Task, done: Future[None]) -> None:
         """The helper has finished ``task``; the next is handed over."""
-        error = BrokenProcessPool("the plot helper is gone") if done.cancelled() else (
+        error = HelperGone("the plot helper is gone") if done.cancelled() else (
             done.exception())
         with self._lock:
             self._busy = False
@@ -164,7 +154,7 @@ class Renderer:
         for task in tasks:
             try:
                 task.future.result()
-            except BrokenProcessPool:
+            except HelperGone:
                 with self._lock:
                     self._pool = None
                 self._hand_over()  # the tasks still waiting fail too, and are drawn here
@@ -208,7 +198,7 @@ class Renderer:
             try:
                 for task in waiting if usable else []:  # in order, after the one it has
                     pool.submit(_draw_all, task.plots)
-            except (BrokenProcessPool, RuntimeError):
+            except (HelperGone, RuntimeError):
                 pass  # the helper is gone: nothing more will be drawn
         try:
             pool.shutdown(wait=True)
@@ -291,29 +281,3 @@ def halves(pictures: list[Plot]) -> tuple[list[Plot], list[Plot]]:
 
 def helper_pid() -> int:
     return os.getpid()
-
-
-@contextlib.contextmanager
-def _stop_signals_held() -> Iterator[None]:
-    """While the helper is started: Ctrl-C ignored, which the helper inherits and Python then
-    leaves ignored there; and SIGHUP blocked when this process stops on it (a Python handler:
-    ``cli``), a mask the helper inherits and never lifts, while this process is told of a SIGHUP
-    sent meanwhile as soon as the block ends. So a signal to the whole process group (Ctrl-C, a
-    closed terminal) stops this process alone, which then stops the helper once it has drawn
-    what it was sent. (SIGHUP is blocked, not ignored: one that came while ignored would be
-    lost.)"""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread may set handlers; a helper started here keeps Ctrl-C
-        return
-    hangup = getattr(signal, "SIGHUP", None)
-    held = ({hangup} if hangup is not None and hasattr(signal, "pthread_sigmask")
-            and callable(signal.getsignal(hangup)) else set())
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if held:
-        signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)

@@ -2,30 +2,33 @@
 draws a report's plots (``reports.render``) while this process trains.
 
 ``Helper`` is a one-worker ``concurrent.futures`` executor on ``subprocess``: ``submit`` returns a
-``Future``; a helper that dies fails what it had not finished with ``BrokenProcessPool``, as
-``ProcessPoolExecutor`` does. The helper is ``python -c`` of ``_BOOT``, not a multiprocessing
-process, so that nothing here starts multiprocessing's resource tracker (a pool's queues do,
-and Python has no public way to stop it) and this process knows the helper by its ``Popen``.
-Calls go down the helper's stdin as pickles (this process's ``sys.path`` first, then the
-initializer), written by a thread of this process, so that ``submit`` never blocks and a Ctrl-C
-never leaves half a pickle in the pipe; results come back on the helper's stdout, read by
-another thread, which completes the futures and runs their callbacks. The helper's own stdout
-is its stderr. It leaves through ``os._exit`` once its stdin ends (``shutdown``, or this process
-gone), so a killed lrcheck never leaves it behind for long.
+``Future``; a helper that dies fails what it had not finished with ``HelperGone``, a
+``BrokenProcessPool``, as ``ProcessPoolExecutor`` does. The helper is ``python -c`` of ``_BOOT``,
+not a multiprocessing process, so that nothing here starts multiprocessing's resource tracker (a
+pool's queues do, and Python has no public way to stop it) and this process knows the helper by
+its ``Popen``. Calls go down the helper's stdin as pickles (this process's ``sys.path`` first,
+then the initializer), written by a thread of this process, so that ``submit`` never blocks and
+a Ctrl-C never leaves half a pickle in the pipe; results come back on the helper's stdout, read
+by another thread, which completes the futures and runs their callbacks. The helper's own
+stdout is its stderr. It leaves through ``os._exit`` once its stdin ends (``shutdown``, or this
+process gone), so a killed lrcheck never leaves it behind for long.
 
-The helper is started with what this process's signal dispositions and mask are then: a caller
-that ignores SIGINT or blocks SIGHUP meanwhile (``reports.render``) gives the helper that for
-good. ``in_two`` runs two calls in two processes (a fork) and raises the first error."""
+The helper ignores Ctrl-C, and a SIGHUP where this process stops on it (``_signals_held``): a
+signal to the whole process group (Ctrl-C, a closed terminal) stops this process alone, which
+then stops the helper once it has made what it was sent. ``in_two`` runs two calls in two
+processes (a fork) and raises the first error."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from typing import IO, TypeVar
@@ -38,13 +41,26 @@ _BOOT = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
 _GONE = "the helper process is gone"
 
 
+class HelperGone(BrokenProcessPool):
+    """The helper process is gone: what it had not finished failed with this."""
+
+
 class Helper:
     """A helper process started at once, calling ``initializer`` first (a failure there ends
-    it: every call then fails with ``BrokenProcessPool``). ``OSError`` when it cannot start."""
+    it: every call then fails with ``HelperGone``). ``OSError`` when it cannot start."""
 
     def __init__(self, initializer: Callable[[], None] | None = None) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE)
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            with _signals_held():  # the helper's, for good
+                proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE)
+        except BaseException:  # a SIGHUP held meanwhile, told as the block ends: no helper
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+            raise
+        self._proc = proc
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._lock = threading.Lock()
         self._futures: dict[int, Future[object]] = {}  # sent or to be sent, not yet answered
@@ -69,7 +85,7 @@ class Helper:
 
     def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
         """Call ``fn(*args)`` in the helper, after what was sent before. ``RuntimeError`` after
-        ``shutdown``, ``BrokenProcessPool`` once the helper is gone; an ``fn`` or arguments
+        ``shutdown``, ``HelperGone`` once the helper is gone; an ``fn`` or arguments
         that do not pickle fail the future."""
         future: Future[T] = Future()
         try:
@@ -81,7 +97,7 @@ class Helper:
             if self._closed:
                 raise RuntimeError("cannot schedule new calls after shutdown")
             if self._broken:
-                raise BrokenProcessPool(_GONE)
+                raise HelperGone(_GONE)
             ident, self._next = self._next, self._next + 1
             self._futures[ident] = future  # type: ignore[assignment]
         self._outbox.put((ident, pickle.dumps((ident, call), protocol=pickle.HIGHEST_PROTOCOL)))
@@ -131,7 +147,7 @@ class Helper:
 
     def _read(self, stream: IO[bytes]) -> None:
         """This process's reader thread: each result completes its future; once the helper's
-        stdout ends, whatever is unanswered failed with ``BrokenProcessPool``."""
+        stdout ends, whatever is unanswered failed with ``HelperGone``."""
         try:
             while True:
                 ident, ok, value = pickle.load(stream)
@@ -151,8 +167,32 @@ class Helper:
                     if future.running() or future.set_running_or_notify_cancel()]
             self._futures = {}
         for future in left:
-            future.set_exception(BrokenProcessPool(_GONE))
+            future.set_exception(HelperGone(_GONE))
         stream.close()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """While the helper is started: Ctrl-C ignored, which the helper inherits and Python then
+    leaves ignored there; and SIGHUP blocked when this process stops on it (a Python handler:
+    ``cli``), a mask the helper inherits and never lifts, while this process is told of a SIGHUP
+    sent meanwhile as soon as the block ends. (SIGHUP is blocked, not ignored: one that came
+    while ignored would be lost.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a helper started here keeps Ctrl-C
+        return
+    hangup = getattr(signal, "SIGHUP", None)
+    held = ({hangup} if hangup is not None and hasattr(signal, "pthread_sigmask")
+            and callable(signal.getsignal(hangup)) else set())
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if held:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def serve() -> None:

@@ -28,11 +28,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import Protocol
 
 from lrcheck.runner.dist.procs import marked
 
 # How long a worker whose pipe ended is given to be told as ended by the leader.
 REAP_S = 5.0
+
+
+class Pipe(Protocol):
+    """A worker's end of its pipe (a ``multiprocessing.connection.Connection``): what it sends
+    and receives pickles."""
+
+    def send(self, obj: object) -> None: ...
+
+    def recv(self) -> object: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,8 @@ class _Setup:
 
 
 class Workers:
-    """``count`` workers (``start``), each running ``target(number, pipe, *args)``; ``env`` is
-    set in the environment of every process here (the leader's too)."""
+    """``count`` workers (``start``), each running ``target(number, pipe, *args)`` (``pipe``: a
+    ``Pipe``); ``env`` is set in the environment of every process here (the leader's too)."""
 
     def __init__(self, target: Callable[..., None], args: tuple[object, ...], *,
                  mark_env: str, mark: str, env: Mapping[str, str],

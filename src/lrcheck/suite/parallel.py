@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from lrcheck.errors import RunError, SpecError, Stopped, stop_words
-from lrcheck.runner.workers import Ended, Message, NoWorkers, Workers
+from lrcheck.runner.workers import Ended, Message, NoWorkers, Pipe, Workers
 from lrcheck.spec import RunSpec
 from lrcheck.suite.outcome import PairOutcome
 from lrcheck.suite.queue import PairQueue
@@ -46,8 +46,6 @@ from lrcheck.suite.run import OnDone, OnProgress, PairFiles
 from lrcheck.suite.spec import Suite, SuiteEntry
 
 if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-
     from lrcheck.trace import RunTrace
 
 SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
@@ -265,7 +263,7 @@ def _collect(workers: Workers, running: dict[int, int], suite: Suite, done: _Don
                 running.pop(news.worker, None)
 
 
-def _work(number: int, pipe: Connection, suite: Suite, out: Path, files: WorkerFiles,
+def _work(number: int, pipe: Pipe, suite: Suite, out: Path, files: WorkerFiles,
           baseline: dict[str, dict[str, object]] | None) -> None:
     """A worker (``runner.workers``' target): run each pair it is given (``run.run_suite`` of
     that pair, with the runs it is given already trained), sending its progress, what it trains
@@ -279,11 +277,10 @@ def _work(number: int, pipe: Connection, suite: Suite, out: Path, files: WorkerF
 
 
 def _pairs(suite: Suite, out: Path, files: WorkerFiles,
-           baseline: dict[str, dict[str, object]] | None, pipe: Connection) -> None:
+           baseline: dict[str, dict[str, object]] | None, pipe: Pipe) -> None:
     from lrcheck.suite.run import run_suite
 
-    task: Task | None
-    while (task := pipe.recv()) is not None:
+    while isinstance(task := pipe.recv(), Task):  # None: leave
         relay = _Relay(pipe, task.index, files)
         trained = _Trained(task.given, relay.trained if task.shares else None)
         try:
@@ -317,7 +314,7 @@ class _Relay:
     """A worker's pair's progress, trained runs and outcome, sent up its pipe with the pair's
     index in the suite; progress at most every ``PROGRESS_EVERY_S``."""
 
-    pipe: Connection
+    pipe: Pipe
     index: int
     files: WorkerFiles
     last: float = 0.0
