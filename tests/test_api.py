@@ -308,10 +308,10 @@ def _command_error(*args: str) -> str:
 def _suite_error(tmp_path, pair: str) -> str:
     from lrcheck.api import load_suite
     from lrcheck.reports.files import ReportFiles
-    from lrcheck.suite.run import run_suite
+    from lrcheck.suite.run import run_pairs
 
     (tmp_path / "s.toml").write_text(f"[[pair]]\nepochs = 1\n{pair}\n", encoding="utf-8")
-    result = run_suite(load_suite(tmp_path / "s.toml"), tmp_path / "out", files=ReportFiles())
+    result = run_pairs(load_suite(tmp_path / "s.toml"), tmp_path / "out", files=ReportFiles())
     (outcome,) = result.outcomes
     assert outcome.report is None and outcome.error_code == 2, outcome.error
     return str(outcome.error)

@@ -1,6 +1,6 @@
 """The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
 ``lrcheck.diff``, and ``lrcheck.save_report``; ``record`` and ``run_commands`` for a user's own
-commands; the suite's calls (from ``lrcheck.suites``: ``load_suite``, ``run_suite``,
+commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_suite``,
 ``merge_suites``); and what the command line needs of a process (``starting``, ``leave``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
 the command refuse the same input with the same message. Importing this module does not import
@@ -32,7 +32,7 @@ from lrcheck.spec import (
     Tolerances,
     pair_from_options,
 )
-from lrcheck.suites import (
+from lrcheck.suite_api import (
     load_suite,
     merge_suites,
     run_suite,

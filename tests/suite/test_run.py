@@ -11,7 +11,7 @@ import pytest
 
 from lrcheck.errors import Stopped
 from lrcheck.reports.files import ReportFiles
-from lrcheck.suite.run import run_suite
+from lrcheck.suite.run import run_pairs
 from lrcheck.suite.spec import load_suite
 
 # "b" and "c" share the reference (bs 16) that "a" trains.
@@ -54,7 +54,7 @@ def test_ctrl_c_stops_the_suite_keeps_the_running_pair_and_lists_the_rest(tmp_pa
             raise KeyboardInterrupt
 
     ended = []
-    result = run_suite(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress,
+    result = run_pairs(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress,
                        on_done=lambda i, o: ended.append((i, o.status)))
     assert max(seen) == 1  # "c" never started
     assert result.interrupted == "interrupted (Ctrl-C) during pair 2 of 3 ('b')"
@@ -73,7 +73,7 @@ def test_ctrl_c_stops_the_suite_keeps_the_running_pair_and_lists_the_rest(tmp_pa
 @pytest.mark.slow
 def test_a_pair_whose_report_cannot_be_saved_is_an_error_not_a_pass(tmp_path, suite):
     (tmp_path / "R" / "b" / "result.json").mkdir(parents=True)  # result.json cannot be written
-    result = run_suite(suite, tmp_path / "R", files=ReportFiles())
+    result = run_pairs(suite, tmp_path / "R", files=ReportFiles())
     assert [o.status for o in result.outcomes] == ["ok", "error", "ok"]
     b = result.outcomes[1]
     assert b.reason == (f"no result: its report could not be saved: cannot write "
@@ -85,7 +85,7 @@ def test_a_pair_whose_report_cannot_be_saved_is_an_error_not_a_pass(tmp_path, su
 @pytest.mark.slow
 def test_a_finished_pair_keeps_no_candidate_snapshots_so_memory_does_not_grow_per_pair(
         tmp_path, suite):
-    result = run_suite(suite, tmp_path / "R", files=ReportFiles())
+    result = run_pairs(suite, tmp_path / "R", files=ReportFiles())
     for outcome in result.outcomes:
         params = outcome.report.candidate.params
         # Empty, and not a view of the snapshots (a view would keep all of them in memory).
@@ -99,7 +99,7 @@ def test_a_suite_stopped_by_sigterm_says_terminated_not_ctrl_c(tmp_path, suite):
         if index == 1 and done == 2:  # what lrcheck's SIGTERM handler raises, during pair "b"
             raise Stopped(signal.SIGTERM)
 
-    result = run_suite(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress)
+    result = run_pairs(suite, tmp_path / "R", files=ReportFiles(), on_progress=progress)
     assert result.interrupted == "terminated (SIGTERM) during pair 2 of 3 ('b')"
     assert result.outcomes[1].reason.startswith("terminated (SIGTERM) during the candidate run")
     assert [o.status for o in result.outcomes] == ["ok", "incomplete", "not_run"]
@@ -151,7 +151,7 @@ def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_pat
     path = tmp_path / "ci.toml"
     path.write_text('[[pair]]\nname = "mine"\nref_command = "python a.py"\n'
                     'command = "python b.py"\n[[pair]]\nname = "after"\naccum = 2\n')
-    result = run_suite(load_suite(path), tmp_path / "R", files=ReportFiles())
+    result = run_pairs(load_suite(path), tmp_path / "R", files=ReportFiles())
     mine, after = result.outcomes
     assert mine.interrupted == ("interrupted (Ctrl-C) while its commands ran; what they "
                                 "recorded is in its folder")

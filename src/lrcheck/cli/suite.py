@@ -91,7 +91,7 @@ def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path |
     console = stdout_console(SUITE_LOG_WIDTH)
     live = console.is_terminal and not quiet
     with plots(True) as renderer:
-        result = _run_suite(shard_part(suite, shard), out, baseline, save_baseline, renderer,
+        result = _run_shown(shard_part(suite, shard), out, baseline, save_baseline, renderer,
                             console, live=live, quiet=quiet, jobs=jobs, shard=shard,
                             whole=suite)
     _step_summary(out)
@@ -99,7 +99,7 @@ def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path |
     return result.exit_code
 
 
-def _run_suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
+def _run_shown(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
                renderer: Renderer, console: Console, *, live: bool, quiet: bool, jobs: int,
                shard: tuple[int, int] | None, whole: Suite) -> SuiteResult:
     """Every pair of ``suite`` (the ``shard`` of ``whole``, ``api.run_suite``), shown as a live

@@ -265,7 +265,7 @@ def _collect(workers: Workers, running: dict[int, int], suite: Suite, done: _Don
 
 def _work(number: int, pipe: Pipe, suite: Suite, out: Path, files: WorkerFiles,
           baseline: dict[str, dict[str, object]] | None) -> None:
-    """A worker (``runner.workers``' target): run each pair it is given (``run.run_suite`` of
+    """A worker (``runner.workers``' target): run each pair it is given (``run.run_pairs`` of
     that pair, with the runs it is given already trained), sending its progress, what it trains
     that other pairs need, and its outcome, until it is given None or stopped."""
     _stop_on_signals()
@@ -278,13 +278,13 @@ def _work(number: int, pipe: Pipe, suite: Suite, out: Path, files: WorkerFiles,
 
 def _pairs(suite: Suite, out: Path, files: WorkerFiles,
            baseline: dict[str, dict[str, object]] | None, pipe: Pipe) -> None:
-    from lrcheck.suite.run import run_suite
+    from lrcheck.suite.run import run_pairs
 
     while isinstance(task := pipe.recv(), Task):  # None: leave
         relay = _Relay(pipe, task.index, files)
         trained = _Trained(task.given, relay.trained if task.shares else None)
         try:
-            result = run_suite(Suite(suite.path, (suite.entries[task.index],)), out,
+            result = run_pairs(Suite(suite.path, (suite.entries[task.index],)), out,
                                files=files, baseline=baseline, references=trained,
                                on_progress=relay.progress, on_done=relay.done)
         finally:
@@ -294,7 +294,7 @@ def _pairs(suite: Suite, out: Path, files: WorkerFiles,
 
 
 class _Trained(dict[RunSpec, "RunTrace"]):
-    """A worker's runs already trained for its pair (``run_suite``'s ``references``): those it
+    """A worker's runs already trained for its pair (``run_pairs``' ``references``): those it
     was given, unpickled; each new one is also told to ``send`` (when given), pickled, the
     moment it is added."""
 

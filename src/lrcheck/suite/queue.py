@@ -1,7 +1,7 @@
 """Which pair of a suite a ``--jobs`` worker runs next (``suite.parallel``): pure, imports no torch.
 
 The unit of work is one pair. A reference that several pairs share (a reference group,
-``shard.groups``) is trained once, by the pair a sequential ``run.run_suite`` trains it with:
+``shard.groups``) is trained once, by the pair a sequential ``run.run_pairs`` trains it with:
 the group's first in the file, or, when that one ended without it (a crash, bad input), the
 next. Until the reference is there, no other pair of the group starts, and that pair waits for
 its cores. Its worker sends the trained reference (its ``RunTrace``, pickled) as soon as it has

@@ -68,7 +68,7 @@ def prepare(suite: Suite, out: Path) -> None:
                 located)
 
 
-def run_suite(suite: Suite, out: Path, *, files: PairFiles,
+def run_pairs(suite: Suite, out: Path, *, files: PairFiles,
               baseline: dict[str, dict[str, Any]] | None = None, baseline_path: str | None = None,
               on_progress: OnProgress | None = None, on_done: OnDone | None = None,
               references: dict[RunSpec, RunTrace] | None = None) -> SuiteResult:

@@ -5,7 +5,7 @@ shards' folders merged into one report. Importing this module does not import to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -32,7 +32,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
               on_done: Callable[[int, PairOutcome], None] | None = None,
               renderer: Renderer | None = None, jobs: int = 1,
               shard: tuple[int, int] | None = None) -> SuiteResult:
-    """Every pair of ``suite`` (``suite.run.run_suite``), its report written into the folder
+    """Every pair of ``suite`` (``suite.run.run_pairs``), its report written into the folder
     ``out`` (made when missing), compared with the ``baseline`` file when given, and its records
     saved as the baseline ``save_baseline`` (not of a suite cut short by Ctrl-C, which would
     miss pairs: the one there is kept). What can fail for the whole suite is checked before
@@ -43,13 +43,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     is; a shard's ``save_baseline`` is refused, as it would miss the other shards' pairs: save
     it from ``merge_suites``. ``on_progress`` and ``on_done`` take the pair's index in the
     shard."""
-    from lrcheck.reports.files import (
-        DeferredFiles,
-        ReportFiles,
-        prepare_file,
-        prepare_out,
-        write_suite,
-    )
+    from lrcheck.reports.files import prepare_file, prepare_out, write_suite
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.baseline import load_baseline
     from lrcheck.suite.run import prepare
@@ -68,11 +62,9 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
         prepare_file(save_baseline, "--save-baseline")
     prepare(suite, folder)
     renderer = renderer or Renderer(background=False)
-    result = _run_suite(suite, folder, records, None if baseline is None else str(baseline),
-                        on_progress, on_done,
-                        DeferredFiles() if jobs > 1 and len(suite.entries) > 1
-                        else ReportFiles(renderer), jobs,
-                        lambda plots: renderer.draw(cast("list[Plot]", plots)))
+    result = _run_here_or_in_workers(suite, folder, records,
+                                     None if baseline is None else str(baseline),
+                                     on_progress, on_done, renderer, jobs)
     result.shard = info
     if info is not None:  # the other shards' pairs are not missing from the baseline
         names = {e.name for e in whole.entries}
@@ -83,28 +75,28 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     return result
 
 
-def _run_suite(suite: Suite, folder: Path, records: dict[str, dict[str, Any]] | None,
-               baseline_path: str | None,
-               on_progress: Callable[[int, str, int, int], None] | None,
-               on_done: Callable[[int, PairOutcome], None] | None,
-               files: Any, jobs: int,
-               draw: Callable[[Sequence[object]], None]) -> SuiteResult:
-    """``suite.run.run_suite``, or with ``jobs`` > 1 ``suite.parallel.run_parallel``, whose
-    workers save each pair's report themselves (``files``: one that can travel to them, which
-    keeps the plots for this process to ``draw``)."""
+def _run_here_or_in_workers(suite: Suite, folder: Path,
+                            records: dict[str, dict[str, Any]] | None, baseline_path: str | None,
+                            on_progress: Callable[[int, str, int, int], None] | None,
+                            on_done: Callable[[int, PairOutcome], None] | None,
+                            renderer: Renderer, jobs: int) -> SuiteResult:
+    """``suite.run.run_pairs``, each pair's plots drawn by ``renderer``; or with ``jobs`` > 1
+    ``suite.parallel.run_parallel``, whose workers save each pair's report themselves (through
+    ``DeferredFiles``, which can travel to them and keeps the plots for ``renderer`` here)."""
     import time
 
+    from lrcheck.reports.files import DeferredFiles, ReportFiles
     from lrcheck.suite.parallel import run_parallel
-    from lrcheck.suite.run import run_suite as run
-    from lrcheck.suite.run import suite_result
+    from lrcheck.suite.run import run_pairs, suite_result
 
     if jobs <= 1 or len(suite.entries) <= 1:
-        return run(suite, folder, baseline=records, baseline_path=baseline_path,
-                   on_progress=on_progress, on_done=on_done, files=files)
+        return run_pairs(suite, folder, baseline=records, baseline_path=baseline_path,
+                         on_progress=on_progress, on_done=on_done, files=ReportFiles(renderer))
     started = time.perf_counter()
-    outcomes, stopped = run_parallel(suite, folder, jobs, files=files, draw=draw,
-                                     baseline=records,
-                                     on_progress=on_progress, on_done=on_done)
+    outcomes, stopped = run_parallel(
+        suite, folder, jobs, files=DeferredFiles(),
+        draw=lambda plots: renderer.draw(cast("list[Plot]", plots)), baseline=records,
+        on_progress=on_progress, on_done=on_done)
     return suite_result(suite, outcomes, started, records, baseline_path, stopped)
 
 
