@@ -1,7 +1,9 @@
 """The library calls behind the commands: ``lrcheck.compare``, ``lrcheck.trace_schedule`` and
 ``lrcheck.diff``, and ``lrcheck.save_report``; ``record`` and ``run_commands`` for a user's own
 commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_suite``,
-``merge_suites``); and what the command line needs of a process (``starting``, ``leave``).
+``merge_suites``); and what the command line needs of a process (``hold``: the garbage collector
+held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
+interpreter, ``runner.dist.procs``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
 the command refuse the same input with the same message. Importing this module does not import
 torch; training does."""
@@ -13,7 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lrcheck.comparison import (
     check_processes,
@@ -23,6 +25,8 @@ from lrcheck.comparison import (
     under_torchrun,
 )
 from lrcheck.errors import SpecError
+from lrcheck.runner.dist.procs import exit_now
+from lrcheck.runner.startup import hold
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     RUN_STALL_S,
@@ -53,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff", "record",
            "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
-           "suite_jobs", "suite_shard", "shard_part", "suite_plan", "starting", "leave",
+           "suite_jobs", "suite_shard", "shard_part", "suite_plan", "hold", "exit_now",
            "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
 
 # The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
@@ -232,18 +236,6 @@ def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
     return SpecError(f"lrcheck.{name}: unknown {words}{hint}; {takes}")
 
 
-def starting() -> None:
-    """A command that may train is starting: Python's garbage collector is held off until a run
-    is built (``runner.startup``)."""
-    from lrcheck.runner.startup import hold
-
-    hold()
-
-
-def leave(code: int) -> NoReturn:
-    """Leave the process with ``code`` without finalising the interpreter
-    (``runner.dist.procs.exit_now``): under torchrun that keeps a rank from aborting in teardown,
-    and everywhere it saves Python's one-second teardown of torch."""
-    from lrcheck.runner.dist.procs import exit_now
-
-    exit_now(code)
+# The names these had before they were the functions themselves, kept for callers of them.
+starting = hold
+leave = exit_now

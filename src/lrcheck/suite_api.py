@@ -5,6 +5,7 @@ shards' folders merged into one report. Importing this module does not import to
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -110,11 +111,19 @@ def _save_baseline(result: SuiteResult, save_baseline: Path | None) -> None:
         write_json(save_baseline, baseline_document(result.outcomes, result.suite.path))
 
 
-def suite_jobs(jobs: str | int) -> int:
-    """``--jobs``: a whole number >= 1, or ``auto`` (the usable cores)."""
-    from lrcheck.suite.parallel import parse_jobs
-
-    return parse_jobs(jobs)
+def suite_jobs(text: str | int) -> int:
+    """``--jobs``: a whole number >= 1, or ``auto``: the cores this process may use."""
+    if text == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise SpecError(f"--jobs {text!r}: expected a whole number >= 1, or auto (the usable "
+                        "cores)")
+    return jobs
 
 
 def suite_shard(shard: str | None) -> tuple[int, int] | None:

@@ -15,10 +15,11 @@ import textwrap
 
 import pytest
 
+from lrcheck.api import suite_jobs
 from lrcheck.errors import SpecError
 from lrcheck.runner.dist.procs import HAS_PROC, alive, marked
 from lrcheck.runner.workers import Workers
-from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule, parse_jobs
+from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule
 from lrcheck.suite.queue import PairQueue
 from lrcheck.suite.spec import parse_suite
 from tests.helpers import HANG_S, hanging_suite, session, wait_for
@@ -187,10 +188,10 @@ def _training(token):
 
 
 def test_jobs_is_a_whole_number_or_auto():
-    assert parse_jobs("3") == 3 and parse_jobs("auto") >= 1
+    assert suite_jobs("3") == 3 and suite_jobs("auto") >= 1
     for bad in ("0", "-1", "two"):
         with pytest.raises(SpecError, match=r"^--jobs .*expected a whole number >= 1, or auto"):
-            parse_jobs(bad)
+            suite_jobs(bad)
 
 
 @pytest.mark.slow

@@ -60,18 +60,18 @@ app.command("list")(list_command)
 
 def main() -> None:
     """The console script (and ``python -m lrcheck``): run the command, then leave without
-    finalising the interpreter (``api.leave``): under torchrun that is what keeps a rank from
+    finalising the interpreter (``api.exit_now``): under torchrun that is what keeps a rank from
     aborting in teardown, and everywhere it saves Python's one-second teardown of torch. Every
     report file is written, closed and renamed by then and the plot helper has stopped. A
     command stopped by SIGTERM or SIGHUP exits 128 + its number instead of Ctrl-C's 130. (Tests
     call ``app`` through typer's CliRunner, which this does not touch.)"""
-    from lrcheck.api import leave, starting, under_torchrun
+    from lrcheck.api import exit_now, hold, under_torchrun
 
-    starting()  # the garbage collector is held off until a run is built
+    hold()  # the garbage collector is held off until a run is built
     arrived = stop_on_signals(under_torchrun())
     try:
         app()
         code: str | int | None = 0
     except SystemExit as exc:
         code = exc.code
-    leave(exit_status(code, arrived))
+    exit_now(exit_status(code, arrived))

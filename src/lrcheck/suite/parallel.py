@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from lrcheck.errors import RunError, SpecError, Stopped, stop_words
+from lrcheck.errors import RunError, Stopped, stop_words
 from lrcheck.runner.workers import Ended, Message, NoWorkers, Pipe, Workers
 from lrcheck.spec import RunSpec
 from lrcheck.suite.outcome import PairOutcome
@@ -107,21 +107,6 @@ class Done:
 @dataclass(frozen=True)
 class Idle:
     """Up: the worker has finished its task."""
-
-
-def parse_jobs(text: str | int) -> int:
-    """``--jobs``: a whole number >= 1, or ``auto``: the cores this process may use."""
-    if text == "auto":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-            os.cpu_count() or 1)
-    try:
-        jobs = int(text)
-    except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise SpecError(f"--jobs {text!r}: expected a whole number >= 1, or auto (the usable "
-                        "cores)")
-    return jobs
 
 
 class WorkerFiles(PairFiles, Protocol):
