@@ -148,7 +148,7 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ``lrcheck record`` wrote — align their updates by ``samples_seen`` (by update index where a
     folder does not know its samples per update) and run the checks that apply (``updates``,
     ``lr``, ``loss``, and ``params`` where both carry parameter fingerprints; a recorded folder
-    adds ``skipped-steps``, ``grad-norm`` and its replicas' agreement). Trains nothing. A
+    adds ``scaler-skips``, ``grad-norm`` and its replicas' agreement). Trains nothing. A
     missing or malformed file is a ``SpecError`` naming it (and the line). Default tolerances
     are float32's (a file does not say its dtype). A keyword other than ``tolerances`` is a
     ``SpecError`` naming it."""

@@ -1,5 +1,6 @@
 """``checks.cadence`` on hand-made records: the calls per update of two runs compared update by
-update, the candidate's micro-batches told and not judged."""
+update, the candidate's micro-batches told and not judged; and ``checks.commands.check_skips``
+(``scaler-skips``), the GradScaler's skips before each update."""
 
 import pytest
 
@@ -125,3 +126,16 @@ def test_the_ema_is_named_by_its_call_and_later_counts_are_told():
         "the EMA (timm's ModelEmaV3.update) was updated 4 times per update in the candidate "
         "against 0 in the reference (from update 0), 4 against 1 from update 1: on every "
         "micro-batch, not once per update")
+
+
+def test_scaler_skips_compares_the_skips_before_each_update_not_lrcheck_s_skipped_steps():
+    from lrcheck.checks.commands import check_skips
+
+    same = check_skips(_trace(skips=[0, 1, 0, 0]), _trace(skips=[0, 1, 0, 0]),
+                       align(_trace(), _trace()))
+    assert (same.name, same.status) == ("scaler-skips", PASS), same.detail
+    apart = check_skips(_trace(skips=[0, 1, 0, 0]), _trace(skips=[0, 0, 2, 0]),
+                        align(_trace(), _trace()))
+    assert (apart.status, apart.first_divergence) == (FAIL, 1), apart.detail
+    none = check_skips(_trace(), _trace(), align(_trace(), _trace()))
+    assert (none.name, none.status) == ("scaler-skips", SKIP)

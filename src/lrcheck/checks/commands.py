@@ -18,22 +18,24 @@ from lrcheck.words import plural
 
 def check_skips(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray]
                 ) -> CheckResult | None:
-    """``skipped-steps``: the GradScaler skipped the same number of steps before each aligned
-    update in both runs (None: neither run recorded skips)."""
+    """``scaler-skips``: the GradScaler skipped the same number of steps before each aligned
+    update in both runs (None: neither run recorded skips). Not lrcheck's own loop's
+    ``skipped-steps`` (``checks.causes``), which asks whether the schedule held still on a
+    skipped step."""
     if ref.skips is None or cand.skips is None:
         return None
     a = np.array([ref.skips[int(i)] for i in pairs[0]], dtype=np.int64)
     b = np.array([cand.skips[int(j)] for j in pairs[1]], dtype=np.int64)
     if not a.any() and not b.any():
-        return CheckResult("skipped-steps", SKIP, None, None,
+        return CheckResult("scaler-skips", SKIP, None, None,
                            "no optimizer step was skipped by a GradScaler in either run")
     apart = np.flatnonzero(a != b)
     if len(apart):
         k = int(pairs[0][apart[0]])
-        return CheckResult("skipped-steps", FAIL, float(abs(int(b[apart[0]]) - int(a[apart[0]]))),
+        return CheckResult("scaler-skips", FAIL, float(abs(int(b[apart[0]]) - int(a[apart[0]]))),
                            k, f"before update {k} the GradScaler skipped {int(b[apart[0]])} "
                               f"step(s) in the candidate, {int(a[apart[0]])} in the reference")
-    return CheckResult("skipped-steps", PASS, 0.0, None,
+    return CheckResult("scaler-skips", PASS, 0.0, None,
                        f"the GradScaler skipped {int(a.sum())} step(s) in each run, before "
                        "the same updates")
 

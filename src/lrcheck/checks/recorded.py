@@ -163,7 +163,7 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     """``lrcheck diff``: two runs read from Recorder files, their updates aligned by
     ``samples_seen``. ``updates``, ``lr``, ``loss`` (where both files recorded one) and
     ``params`` (where both recorded a parameter fingerprint) apply; ``data`` and ``metrics``
-    are not recorded. Runs ``lrcheck record`` recorded add ``skipped-steps``, ``cadence``
+    are not recorded. Runs ``lrcheck record`` recorded add ``scaler-skips``, ``cadence``
     (``checks.cadence``), ``ema-params`` (``checks.ema``, where ``ema`` holds both folders'
     EMA and the twin's) and ``grad-norm`` (``checks.commands``), and ``more`` (the ranks'
     and the replicas' agreement) follows.
