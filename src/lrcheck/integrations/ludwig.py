@@ -29,15 +29,17 @@ a window), then ``scheduler.step()`` — on every micro-batch — then
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from ludwig.callbacks import Callback
 
 from lrcheck.integrations.core import CallbackBase, Sink
+
+if TYPE_CHECKING:
+    from lrcheck.integrations.ludwig_types import Dataset, Model, ProgressTracker, Trainer
 
 
 class LrcheckCallback(CallbackBase, Callback):  # type: ignore[misc]  # Ludwig has no types
@@ -49,28 +51,29 @@ class LrcheckCallback(CallbackBase, Callback):  # type: ignore[misc]  # Ludwig h
                  sink: Sink | None = None) -> None:
         super().__init__(path, every, append, sink)
         self._ids: np.ndarray | None = None
-        self._model: Any = None
+        self._model: Model | None = None
 
-    def on_preprocess_end(self, training_set: Any, validation_set: Any, test_set: Any,
-                          training_set_metadata: Any) -> None:
-        get: Callable[..., Any] = training_set.get
+    def on_preprocess_end(self, training_set: Dataset, validation_set: object,
+                          test_set: object, training_set_metadata: object) -> None:
+        get = training_set.get
 
-        def fetch(proc_column: str, idx: Any = None) -> Any:
+        def fetch(proc_column: str, idx: object = None) -> object:
             if idx is not None:  # the batcher's rows for the next micro-batch
                 self._ids = np.asarray(idx, dtype=np.int64)
             return get(proc_column, idx)
 
         training_set.get = fetch
 
-    def on_trainer_train_setup(self, trainer: Any, save_path: str, is_coordinator: bool) -> None:
+    def on_trainer_train_setup(self, trainer: Trainer, save_path: str,
+                               is_coordinator: bool) -> None:
         model = self._model = trainer.model
         tap = self.open_tap(model.parameters,
                             (trainer.distributed.size(), trainer.distributed.rank()),
                             trainer.device)
-        train_loss: Callable[..., Any] = model.train_loss
+        train_loss = model.train_loss
 
-        def measured(targets: dict[str, torch.Tensor], *args: Any,
-                     **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        def measured(targets: dict[str, torch.Tensor], *args: object,
+                     **kwargs: object) -> tuple[torch.Tensor, object]:
             loss, per_feature = train_loss(targets, *args, **kwargs)
             samples = len(next(iter(targets.values())))
             ids = self._ids if self._ids is not None and len(self._ids) == samples else None
@@ -79,18 +82,19 @@ class LrcheckCallback(CallbackBase, Callback):  # type: ignore[misc]  # Ludwig h
 
         model.train_loss = measured
 
-    def on_batch_start(self, trainer: Any, progress_tracker: Any, save_path: str) -> None:
+    def on_batch_start(self, trainer: Trainer, progress_tracker: ProgressTracker,
+                       save_path: str) -> None:
         if self.tap is not None:
             scheduler = getattr(trainer.scheduler, "_train_scheduler", None)
             self.tap.before_step(trainer.optimizer, getattr(scheduler, "last_epoch", None))
 
-    def on_batch_end(self, trainer: Any, progress_tracker: Any, save_path: str,
+    def on_batch_end(self, trainer: Trainer, progress_tracker: ProgressTracker, save_path: str,
                      sync_step: bool = True) -> None:
         if self.tap is not None and sync_step:
             self.tap.end_update(epoch=progress_tracker.epoch)
 
-    def on_trainer_train_teardown(self, trainer: Any, progress_tracker: Any, save_path: str,
-                                  is_coordinator: bool) -> None:
+    def on_trainer_train_teardown(self, trainer: Trainer, progress_tracker: ProgressTracker,
+                                  save_path: str, is_coordinator: bool) -> None:
         # Ludwig calls this from a ``finally``: after an exception too.
         if self._model is not None:
             self._model.__dict__.pop("train_loss", None)  # the class's own again

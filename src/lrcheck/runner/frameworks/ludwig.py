@@ -25,7 +25,7 @@ import signal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,13 @@ from lrcheck.runner.frameworks.common import framework_process
 from lrcheck.runner.recording import Recording
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, Resumed, RunTrace
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from ludwig.callbacks import Callback
+
+    from lrcheck.integrations.ludwig import LrcheckCallback
+    from lrcheck.integrations.ludwig_types import Model, ProgressTracker, Trainer
 
 LABEL = "label"
 # lrcheck's optimizers in Ludwig's words: SGD with lrcheck's momentum, AdamW with its weight
@@ -81,7 +88,7 @@ def ludwig_config(spec: RunSpec, data: Dataset) -> dict[str, Any]:
     }
 
 
-def training_frame(data: Dataset) -> Any:
+def training_frame(data: Dataset) -> pd.DataFrame:
     """The training split as Ludwig reads it: row ``i`` is sample ``i`` (its id)."""
     import pandas as pd
 
@@ -94,7 +101,7 @@ class Classifier(torch.nn.Module):
     """Ludwig's model as lrcheck's evaluation sees a model: the features as one tensor in, the
     logits of lrcheck's classes out (Ludwig numbers the classes its own way, ``str2idx``)."""
 
-    def __init__(self, model: Any, names: list[str], str2idx: dict[str, int],
+    def __init__(self, model: Model, names: list[str], str2idx: dict[str, int],
                  classes: int) -> None:
         super().__init__()
         self.model, self.names = model, names
@@ -114,21 +121,21 @@ class _Run:
                  on_start: Callable[[], None] | None) -> None:
         self.recording, self.data, self.stop_after = recording, data, stop_after
         self.on_start = on_start
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.str2idx: dict[str, int] = {}
         self.stopped_here = False
 
-    def callback(self) -> Any:
+    def callback(self) -> Callback:
         from ludwig.callbacks import Callback
 
         run = self
 
         class LrcheckRun(Callback):  # type: ignore[misc]
-            def on_preprocess_end(self, training_set: Any, validation_set: Any, test_set: Any,
-                                  metadata: Any) -> None:
+            def on_preprocess_end(self, training_set: object, validation_set: object,
+                                  test_set: object, metadata: dict[str, dict[str, Any]]) -> None:
                 run.str2idx = dict(metadata[LABEL]["str2idx"])
 
-            def on_trainer_train_setup(self, trainer: Any, save_path: str,
+            def on_trainer_train_setup(self, trainer: Trainer, save_path: str,
                                        is_coordinator: bool) -> None:
                 run.trainer = trainer
                 run.recording.attach(trainer.model)
@@ -136,7 +143,7 @@ class _Run:
                     run.on_start()
                     run.on_start = None
 
-            def on_epoch_start(self, trainer: Any, progress_tracker: Any,
+            def on_epoch_start(self, trainer: Trainer, progress_tracker: ProgressTracker,
                                save_path: str) -> None:
                 # What Ludwig sized its schedule with, known once its batcher exists: steps
                 # are micro-batches.
@@ -145,19 +152,22 @@ class _Run:
                     run.recording.ctx, total_steps=int(info.num_training_steps),
                     warmup_steps=round(info.num_warmup_steps))
 
-            def on_batch_end(self, trainer: Any, progress_tracker: Any, save_path: str,
+            def on_batch_end(self, trainer: Trainer, progress_tracker: ProgressTracker,
+                             save_path: str,
                              sync_step: bool = True) -> None:
                 updates = len(run.recording.updates)
                 if sync_step and run.stop_after is not None and updates == run.stop_after + 1:
                     run.stopped_here = True
                     trainer.set_steps_to_1_or_quit(signal.SIGINT, None)  # Ludwig's Ctrl-C
 
-            def on_epoch_end(self, trainer: Any, progress_tracker: Any, save_path: str) -> None:
+            def on_epoch_end(self, trainer: Trainer, progress_tracker: ProgressTracker,
+                             save_path: str) -> None:
                 run.end_epoch(progress_tracker.epoch - 1)
 
         return LrcheckRun()
 
     def end_epoch(self, epoch: int) -> None:
+        assert self.trainer is not None  # on_trainer_train_setup came first
         net = Classifier(self.trainer.model, feature_names(self.data), self.str2idx,
                          self.data.num_classes)
         self.recording.end_epoch(net, epoch, len(self.recording.updates) - 1)
@@ -199,7 +209,8 @@ def _train_and_resume(spec: RunSpec, data: Dataset, on_update: OnUpdate | None,
     return recording.finish(recording.windows)
 
 
-def _train(spec: RunSpec, data: Dataset, frame: Any, run: _Run, recorder: Any, out: Path, *,
+def _train(spec: RunSpec, data: Dataset, frame: pd.DataFrame, run: _Run,
+           recorder: LrcheckCallback, out: Path, *,
            resume_from: Path | None, keep: bool) -> Path:
     """One ``LudwigModel.train`` call recorded by ``recorder`` (resuming from the experiment
     folder ``resume_from``); ``keep``: save the progress a resume needs. The experiment folder
