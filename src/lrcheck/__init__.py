@@ -6,7 +6,7 @@ The public API; importing it does not import torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.plan.steps import ScheduleContext
@@ -50,7 +50,7 @@ else:  # lazily, so that importing lrcheck does not import torch
         return _save_report(*args, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name == "Report":
         from lrcheck.result import Report
 

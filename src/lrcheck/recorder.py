@@ -17,7 +17,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, SupportsFloat
 
 from lrcheck.errors import SpecError
 
@@ -61,7 +61,7 @@ class Recorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a" if append else "w", encoding="utf-8")
 
-    def record(self, optimizer: Any, *, samples: int, loss: Any = None,
+    def record(self, optimizer: Any, *, samples: int, loss: SupportsFloat | None = None,
                model: Any = None) -> None:
         """Call just before ``optimizer.step()``: ``samples`` is this update's global batch, a
         whole number >= 1 (any integer type: ``int``, numpy's, a one-element integer tensor).
@@ -91,7 +91,7 @@ class Recorder:
         handle.remove()
         self.log(lr=lr, samples=count, loss=loss, fingerprint=fingerprint(model.parameters()))
 
-    def log(self, *, lr: Sequence[float], samples: int, loss: Any = None,
+    def log(self, *, lr: Sequence[float], samples: int, loss: SupportsFloat | None = None,
             fingerprint: Sequence[float] | None = None,
             extra: Mapping[str, Any] | None = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback);
@@ -157,7 +157,7 @@ def _samples(samples: Any) -> int:
     return count
 
 
-def _number(value: Any) -> float | str:
+def _number(value: SupportsFloat) -> float | str:
     """``float(value)`` as JSON holds it: a number, or a ``NOT_FINITE`` string."""
     number = float(value)
     if math.isfinite(number):
@@ -302,7 +302,7 @@ def _fed(item: dict[str, Any], where: str) -> dict[str, Any]:
     ``fed_why`` and ``fed_dtype``, strings. Lists of numbers are read too."""
     import numpy as np
 
-    def unpacked(value: Any, kind: str, count: int | None) -> list[Any]:
+    def unpacked(value: object, kind: str, count: int | None) -> list[Any]:
         if isinstance(value, list):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool) and count is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -32,7 +32,7 @@ TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")]
 
 
-def setting_option(name: str) -> Any:
+def setting_option(name: str) -> object:
     """The option of a framework's setting, as ``spec/settings.py`` declares it: its flag (a
     switch's) and its help."""
     setting = SETTINGS_BY_NAME[name]
@@ -46,7 +46,7 @@ def _out_folder(text: str) -> Path:
     return out_folder(text)
 
 
-def out_option(help: str) -> Any:
+def out_option(help: str) -> object:
     """``--out DIR``; an empty name is refused while the flags are read."""
     return typer.Option(help=help, metavar="DIR", parser=_out_folder)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from lrcheck.reports.html import (
 )
 from lrcheck.reports.plots import Plot
 from lrcheck.result import Kind, Report
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 # The plots that are interactive, by PNG: (id, y-axis label).
 LIVE = {"lr.png": ("lr", "learning rate (group 0)"), "loss.png": ("loss", "training loss")}
@@ -171,7 +174,7 @@ def _settings(report: Report) -> Html:
                              caption="Settings that differ are marked ≠."), note])
 
 
-def kind_table(report: Report) -> Any:
+def kind_table(report: Report) -> Table:
     from lrcheck.reports.kinds import kind_of
 
     return kind_of(report).table(report)

@@ -4,7 +4,6 @@ steps whose gradients are not finite."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 
@@ -22,7 +21,7 @@ def make_scaler(spec: RunSpec, device: str) -> torch.amp.GradScaler | None:
     return torch.amp.GradScaler(device, init_scale=AMP_INIT_SCALE)
 
 
-def amp_autocast(spec: RunSpec, device: str) -> Any:
+def amp_autocast(spec: RunSpec, device: str) -> contextlib.AbstractContextManager[object]:
     """float16 autocast for ``--amp fp16``, else a context that does nothing."""
     if spec.amp != "fp16":
         return contextlib.nullcontext()

@@ -296,7 +296,7 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
 
 
-def _is_axis(key: str, value: Any) -> bool:
+def _is_axis(key: str, value: object) -> bool:
     """Whether ``value`` of ``key`` is a list of values (that a [[grid]] expands) rather than
     one value."""
     if key in UPDATE_LIST_KEYS:

@@ -21,7 +21,7 @@ reference's noise-floor twin, as for the other frameworks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,11 +31,14 @@ from lrcheck.runner.frameworks.common import framework_process, process_group
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
 
 class Fsdp:
     """``plain.Shards`` through FSDP2 on ``mesh``."""
 
-    def __init__(self, mesh: Any) -> None:
+    def __init__(self, mesh: DeviceMesh) -> None:
         self.mesh = mesh
 
     def shard(self, net: torch.nn.Module) -> None:

@@ -35,7 +35,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -48,6 +48,9 @@ from lrcheck.runner.build import build
 from lrcheck.runner.frameworks.common import FrameworkRun, PlannedOrder, framework_process
 from lrcheck.runner.loss import item_losses
 from lrcheck.runner.recording import Recording
+
+if TYPE_CHECKING:
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 
@@ -195,14 +198,14 @@ def _classes() -> tuple[Any, Any]:
             self.spec, self.recording, self.on_start = spec, recording, on_start
             self._optimizer = optimizer
 
-        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> Any:
+        def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
             """The micro-batch's mean loss over its items; Lightning divides it by
             ``accumulate_grad_batches`` itself."""
             labels = batch["labels"]
             per_item = item_losses(self.net, batch["x"], labels)
             return per_item.sum() / (labels != IGNORE_INDEX).sum().clamp(min=1)
 
-        def configure_optimizers(self) -> Any:
+        def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
             """lrcheck's optimizer, and its schedule sized in Lightning's stepping batches."""
             total = int(self.trainer.estimated_stepping_batches)
             ctx: ScheduleContext = self.recording.ctx
@@ -216,7 +219,7 @@ def _classes() -> tuple[Any, Any]:
             return {"optimizer": self._optimizer,
                     "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-        def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        def lr_scheduler_step(self, scheduler: Any, metric: object) -> None:
             # A schedule that refuses to step ends the run there: a finding, not a crash.
             if not self.recording.step_scheduler(scheduler, len(self.recording.updates)):
                 self.trainer.should_stop = True
