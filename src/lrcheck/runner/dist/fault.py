@@ -1,6 +1,7 @@
 """A test-only fault switch: ``LRCHECK_FAULT=RANK:UPDATE`` makes rank RANK of a multi-process
-candidate raise right after update UPDATE; ``RANK:UPDATE:hang`` makes it stop there for good (and say so in a file:
-``_tell_hang``). The tests of "failure is loud, fast and clean" use it; nobody else should set it."""
+candidate raise right after update UPDATE; ``RANK:UPDATE:hang`` makes it stop there for good
+(and say so in a file: ``_tell_hang``). The tests of "failure is loud, fast and clean" use it;
+nobody else should set it."""
 
 from __future__ import annotations
 

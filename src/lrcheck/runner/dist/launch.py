@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
 from lrcheck.errors import LrcheckError, RunError, SpecError
