@@ -3,8 +3,7 @@ parameters after every update (kept in memory for the ``params`` check, not writ
 
 A schedule stepped without a model (``lrcheck trace``) can make hundreds of thousands of updates;
 ``ScheduleTrace`` keeps them as numpy columns and writes a thinned selection to JSON, with a
-digest of the whole LR trace.
-"""
+digest of the whole LR trace."""
 
 from __future__ import annotations
 
