@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from lrcheck.runner.dist.procs import marked
+from lrcheck.runner.ranks.procs import marked
 
 MARK = "LRCHECK_STRESS_MARK"
 COMPARE = [sys.executable, "-m", "lrcheck", "compare"]

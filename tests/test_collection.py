@@ -1,5 +1,6 @@
 """Every test file is collected: pytest's default ``norecursedirs`` leaves out folders named
-``dist``, which silently skipped tests/runner/dist/ until pyproject.toml listed its own."""
+``dist`` (a build's output), which silently skipped the tests of ``runner/dist/`` until it was
+named ``runner/ranks/``; a folder of tests named so again fails here."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_every_test_file_under_tests_is_collected():
                              "-p", "no:cacheprovider"], cwd=TESTS.parent, capture_output=True,
                             text=True, timeout=HANG_S).stdout
     collected = {line.split("::")[0] for line in listed.splitlines() if "::" in line}
-    assert "tests/runner/dist/test_launch.py" in files
+    assert "tests/runner/ranks/test_launch.py" in files
     if importlib.util.find_spec("ludwig") is None:
         # Left out here (tests/conftest.py), run in Ludwig's own environment by make test.
         ludwig = {f for f in files if f.startswith("tests/ludwig/")}

@@ -151,7 +151,7 @@ def test_the_cli_imports_only_the_api_spec_errors_registries_and_reports():
 
 
 def test_the_cli_import_rule_sees_imports_inside_functions_and_under_type_checking():
-    assert not _allowed("lrcheck.runner.dist.torchrun")
+    assert not _allowed("lrcheck.runner.ranks.torchrun")
     assert not _allowed("lrcheck.suite.run")
     assert not _allowed("lrcheck.specs")  # a prefix of a name is not the module
     assert _allowed("lrcheck.spec.choices") and _allowed("lrcheck.reports.files")

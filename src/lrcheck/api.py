@@ -3,7 +3,7 @@
 commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_suite``,
 ``merge_suites``); and what the command line needs of a process (``hold``: the garbage collector
 held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
-interpreter, ``runner.dist.procs``).
+interpreter, ``runner.ranks.procs``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
 the command refuse the same input with the same message. Importing this module does not import
 torch; training does."""
@@ -25,7 +25,7 @@ from lrcheck.comparison import (
     under_torchrun,
 )
 from lrcheck.errors import SpecError
-from lrcheck.runner.dist.procs import exit_now
+from lrcheck.runner.ranks.procs import exit_now
 from lrcheck.runner.startup import hold
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.dist.torchrun import candidate_world, check_ref_world, torchrun_env
+from lrcheck.runner.ranks.torchrun import candidate_world, check_ref_world, torchrun_env
 from lrcheck.spec import DEFAULT_TIMEOUT_S, PairSpec, RunSpec, check_timeout
 
 if TYPE_CHECKING:

@@ -235,7 +235,7 @@ class RunTrace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: np.ndarray) -> RunTrace:
-        """The inverse of ``to_dict`` for a trained run (``runner.dist.handoff``), which leaves the
+        """The inverse of ``to_dict`` for a trained run (``runner.ranks.handoff``), which leaves the
         parameters out: they come as ``params``."""
         resumed, skipped = data.get("resumed"), data.get("skipped")
         return cls(

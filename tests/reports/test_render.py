@@ -13,7 +13,7 @@ import pytest
 from lrcheck.errors import SpecError
 from lrcheck.reports.plots import Plot, draw_loss
 from lrcheck.reports.render import Renderer, draw_in_two
-from lrcheck.runner.dist.procs import alive
+from lrcheck.runner.ranks.procs import alive
 from tests.helpers import HANG_S, wait_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,7 @@ verdict is decided").
 candidate update from the reference's state), against a twin of the reference (the training's
 own noise), or by the tolerance alone. ``run_order`` turns that into the runs to train — the
 reference, the candidate, the twin — in order, with what each keeps or loads, and where they
-run; ``runner.pair`` (in this process, or inside torchrun) and ``runner.dist.worker`` (a
+run; ``runner.pair`` (in this process, or inside torchrun) and ``runner.ranks.worker`` (a
 launched job) execute it, and nothing else decides it.
 
 Pure: it reads a run's fields and the registry, and imports no torch (``tests/plan``).

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
-from lrcheck.runner.dist.procs import marked
+from lrcheck.runner.ranks.procs import marked
 
 BOOT = Path(__file__).with_name("boot")
 DESCRIPTION = "run.json"

@@ -16,9 +16,9 @@ from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.plan.frameworks import PLAIN
 from lrcheck.runner import plain
-from lrcheck.runner.dist.fault import fault_hook
 from lrcheck.runner.frameworks import adapter
 from lrcheck.runner.lockstep import Lockstep
+from lrcheck.runner.ranks.fault import fault_hook
 from lrcheck.spec import RunSpec
 from lrcheck.trace import OnUpdate, RunTrace
 from lrcheck.version import __version__
@@ -36,7 +36,7 @@ def run_local(spec: RunSpec, role: str, *, device: str, rank: int = 0,
               lockstep: Lockstep | None = None, keep_states: bool = False) -> RunTrace:
     """Train ``spec`` here, as rank ``rank`` (of ``spec.world``, in a process group the caller
     set up when ``world > 1``); ``on_start``: see ``plain.train``. A crash inside training is a
-    ``RunError`` naming the role. The test-only fault switch (``runner.dist.fault``) is armed here
+    ``RunError`` naming the role. The test-only fault switch (``runner.ranks.fault``) is armed here
     for the ranks of a multi-process candidate. ``keep_states``: record the optimizer's state
     after every update too (a reference of lrcheck's own loop: ``plan.judging.keeps_states``);
     ``lockstep``: the reference's states a candidate's updates start from

@@ -1,7 +1,7 @@
 """Runs both sides of a pair and returns their traces, in the order ``plan.judging.run_order``
 computes (who trains first, who loads the reference's states, the twin): each side in this
 process (world 1) or launched through torchrun (world > 1), both in one torchrun job (a
-multi-process candidate's single-process reference on its rank 0: ``runner.dist.worker``), or,
+multi-process candidate's single-process reference on its rank 0: ``runner.ranks.worker``), or,
 when lrcheck itself runs inside torchrun, on the ranks of the process group this process belongs
 to (``join_torchrun``). This module executes the order here and inside torchrun, and hands it to
 a launched job."""
@@ -27,13 +27,13 @@ from lrcheck.plan.judging import (
     keeps_states,
     run_order,
 )
-from lrcheck.runner.dist.torchrun import torchrun_env
+from lrcheck.runner.ranks.torchrun import torchrun_env
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 if TYPE_CHECKING:
-    from lrcheck.runner.dist.group import Member
     from lrcheck.runner.lockstep import Lockstep
+    from lrcheck.runner.ranks.group import Member
 
 Progress = Callable[[str, int, int], None]
 IN_JOB = "rank 0 of the candidate's torchrun job"
@@ -129,7 +129,7 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     env = torchrun_env(os.environ)
     if env is None or env.world == 1:
         return None
-    from lrcheck.runner.dist.group import join
+    from lrcheck.runner.ranks.group import join
 
     return join(env, spec.device, timeout)
 
@@ -137,8 +137,8 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
 def release_torchrun(member: Member, error: BaseException) -> BaseException:
     """Leave the process group after ``error``, without waiting for the other ranks; returns
     the error to raise: ``error``, or on rank 0, when it only lost its peers, one naming the
-    rank that failed and its node (``dist.notes``)."""
-    from lrcheck.runner.dist.group import release
+    rank that failed and its node (``ranks.notes``)."""
+    from lrcheck.runner.ranks.group import release
 
     try:
         if isinstance(error, RunError) and member.notes is not None:
@@ -155,7 +155,7 @@ def leave_torchrun(member: Member, code: int, before_leaving: Callable[[], None]
     rank and leave the group. torchrun stops every rank as soon as one exits non-zero: the
     others wait for rank 0 in that last barrier (stopped by torchrun, rank 0 would leave its plot
     helper to init)."""
-    from lrcheck.runner.dist.group import finish
+    from lrcheck.runner.ranks.group import finish
 
     code = member.share(code)
     try:
@@ -279,11 +279,11 @@ def _run_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float
 def _launch_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float | None,
                  cached: RunTrace | None) -> dict[str, RunTrace]:
     """A multi-process candidate and its single-process reference, in one torchrun job
-    (``runner.dist.worker``): the ranks check the plan and train the candidate, and rank 0
+    (``runner.ranks.worker``): the ranks check the plan and train the candidate, and rank 0
     trains the reference, in ``order``. This process imports neither torch nor the data, so its
     own work does not compete with the ranks for the machine's cores. A ``cached`` reference is
     not trained again (its states go to the ranks in the job's folder)."""
-    from lrcheck.runner.dist.launch import start
+    from lrcheck.runner.ranks.launch import start
 
     train_reference = order.step(REFERENCE) is not None
     candidate = order.step(CANDIDATE)
@@ -309,7 +309,7 @@ def _run_here(spec: RunSpec, step: Step, device: str, tracker: _Tracker,
 
         return run_local(spec, step.role, device=device, on_update=tracker.hook(step.role),
                          lockstep=lockstep, keep_states=step.keep_states)
-    from lrcheck.runner.dist.launch import check_gpus, launch
+    from lrcheck.runner.ranks.launch import check_gpus, launch
 
     check_gpus(spec, device)
     return launch(spec, step, timeout=timeout, on_update=tracker.hook(step.role),

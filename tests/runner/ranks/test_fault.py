@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from lrcheck.errors import SpecError
-from lrcheck.runner.dist.fault import Fault, InjectedFault, fault_from_env, fault_hook, parse_fault
+from lrcheck.runner.ranks.fault import Fault, InjectedFault, fault_from_env, fault_hook, parse_fault
 
 
 def test_parse():

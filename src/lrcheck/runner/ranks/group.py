@@ -11,8 +11,8 @@ import torch.distributed as dist
 
 from lrcheck.errors import SpecError
 from lrcheck.runner.device import resolve_device
-from lrcheck.runner.dist.notes import Notes
-from lrcheck.runner.dist.torchrun import TorchrunEnv
+from lrcheck.runner.ranks.notes import Notes
+from lrcheck.runner.ranks.torchrun import TorchrunEnv
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class Member:
     device: str
     group: dist.ProcessGroup | None = None
     owned: bool = True  # lrcheck initialised the default group (not the user's script)
-    notes: Notes | None = None  # where each rank runs, and its error (``dist.notes``)
+    notes: Notes | None = None  # where each rank runs, and its error (``ranks.notes``)
 
     @property
     def rank(self) -> int:

@@ -1,4 +1,4 @@
-"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.dist.worker FOLDER``,
+"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.ranks.worker FOLDER``,
 started by torchrun with the argv of ``torchrun.torchrun_argv``.
 
 Every rank checks the plan (bad input is told before anything trains) and trains; rank 0
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.plan.judging import REFERENCE
-from lrcheck.runner.dist import handoff
-from lrcheck.runner.dist.procs import exit_now
-from lrcheck.runner.dist.torchrun import TorchrunEnv, torchrun_env
+from lrcheck.runner.ranks import handoff
+from lrcheck.runner.ranks.procs import exit_now
+from lrcheck.runner.ranks.torchrun import TorchrunEnv, torchrun_env
 from lrcheck.runner.startup import hold
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     env = torchrun_env(os.environ)
     if env is None:
-        print("lrcheck.runner.dist.worker runs under torchrun only", file=sys.stderr)
+        print("lrcheck.runner.ranks.worker runs under torchrun only", file=sys.stderr)
         return 2
     _send_output_to(handoff.log_path(folder, env.rank))
     handoff.write_pid(folder, env.rank)
@@ -107,9 +107,9 @@ def _follow(job: handoff.JobSpec, env: TorchrunEnv, folder: Path, device: str,
     for it in the process group's rendezvous, then get its states by broadcast where the
     candidate runs in lockstep with it; after it, they have left. ``running[0]``: the run this
     rank is in."""
-    from lrcheck.runner.dist import group
     from lrcheck.runner.local import run_local
     from lrcheck.runner.lockstep import broadcast, lockstep_from
+    from lrcheck.runner.ranks import group
 
     lead = env.rank == 0
     lines = _Lines(folder, lead)

@@ -9,7 +9,7 @@ import numpy as np
 from lrcheck.environment import Environment
 from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context
-from lrcheck.runner.dist import handoff
+from lrcheck.runner.ranks import handoff
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, Resumed, RunTrace, SkippedStep, UpdateRecord
 

@@ -8,7 +8,7 @@ import pytest
 from lrcheck.errors import SpecError
 from lrcheck.plan.order import micro_batches, rank_share
 from lrcheck.plan.steps import plan_steps
-from lrcheck.runner.dist.torchrun import (
+from lrcheck.runner.ranks.torchrun import (
     WORKER_MODULE,
     TorchrunEnv,
     candidate_world,

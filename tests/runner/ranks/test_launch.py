@@ -13,8 +13,8 @@ import pytest
 
 from lrcheck.environment import Environment
 from lrcheck.errors import RunError, SpecError
-from lrcheck.runner.dist import handoff, procs
-from lrcheck.runner.dist.launch import Exited, Launched, TorchrunLog
+from lrcheck.runner.ranks import handoff, procs
+from lrcheck.runner.ranks.launch import Exited, Launched, TorchrunLog
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 

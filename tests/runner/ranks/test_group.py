@@ -9,8 +9,8 @@ import pytest
 
 dist = pytest.importorskip("torch.distributed")
 
-from lrcheck.runner.dist.group import finish, join, release  # noqa: E402
-from lrcheck.runner.dist.torchrun import TorchrunEnv  # noqa: E402
+from lrcheck.runner.ranks.group import finish, join, release  # noqa: E402
+from lrcheck.runner.ranks.torchrun import TorchrunEnv  # noqa: E402
 
 ONE = TorchrunEnv(rank=0, world=1, local_rank=0, local_world=1, node=0)
 

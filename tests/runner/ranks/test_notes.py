@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from lrcheck.errors import RunError
-from lrcheck.runner.dist import notes as notes_module
-from lrcheck.runner.dist.notes import Notes, lost_peer
+from lrcheck.runner.ranks import notes as notes_module
+from lrcheck.runner.ranks.notes import Notes, lost_peer
 
 LOST = RunError("the candidate run on rank 0 crashed: RuntimeError: Connection closed by peer "
                 "[127.0.0.1]:5000")

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from lrcheck.runner.dist import procs
+from lrcheck.runner.ranks import procs
 from tests.helpers import HANG_S, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
