@@ -62,7 +62,8 @@ def first_run(tmp_path_factory):
     original = pair_module._run_here
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pair_module, "_run_here",
-                   lambda spec, role, *args: trained.append(role) or original(spec, role, *args))
+                   lambda spec, step, *args: trained.append(step.role)
+                   or original(spec, step, *args))
         result = invoke("suite", write(tmp), "--out", tmp / "R",
                         "--save-baseline", tmp / "baseline.json",
                         env={"GITHUB_STEP_SUMMARY": str(tmp / "step-summary.md")})
