@@ -18,6 +18,9 @@ from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.taps import Taps
 
 _local = threading.local()
+# What a counter is called with after a counted call: its arguments, and its result.
+Args = tuple[object, ...]
+Kwargs = dict[str, object]
 # The calls counted once their modules are imported, looked for in ``sys.modules`` at each
 # backward and optimizer step (as the taps look for TRL's): (module, class or None for a function
 # of the module, the call). The EMAs of ``record.ema.KINDS`` count as ``ema_update``. DeepSpeed's
@@ -44,9 +47,9 @@ class Counter(Protocol):
     ema: EmaWatch
     imported: Imported | None
 
-    def zero_grad(self, optimizer: Any) -> None: ...
+    def zero_grad(self, optimizer: object) -> None: ...
 
-    def scheduler_stepped(self, optimizer: Any) -> None: ...
+    def scheduler_stepped(self, optimizer: object) -> None: ...
 
 
 def counting(owner: Any, name: str, count: Callable[..., None],
@@ -111,16 +114,16 @@ class _Counts:
         self.recorder, self.totals = recorder, recorder.totals
 
     def tally(self, key: str) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
+        def count(args: Args, kwargs: Kwargs, result: object) -> None:
             self.totals[key] += 1
         return count
 
-    def backward(self, args: Any, kwargs: Any, result: Any) -> None:
+    def backward(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["backward"] += 1
         if self.recorder.imported is not None:
             self.recorder.imported.look()
 
-    def zeroed_module(self, args: Any, kwargs: Any, result: Any) -> None:
+    def zeroed_module(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["module_zero_grad"] += 1
         self.recorder.module_zeroed = self.totals["backward"]
         self.recorder.taps.zeroed()
@@ -128,7 +131,7 @@ class _Counts:
     def clipped(self, key: str, setting: str) -> Callable[..., None]:
         """A clip, counted where it can clip: a ``max_norm`` of infinity (the gradient norm
         taken for a log) clips nothing."""
-        def count(args: Any, kwargs: Any, result: Any) -> None:
+        def count(args: Args, kwargs: Kwargs, result: object) -> None:
             value = kwargs.get(setting, args[1] if len(args) > 1 else None)
             if isinstance(value, (int, float)) and math.isinf(value):
                 return
@@ -139,13 +142,13 @@ class _Counts:
         return count
 
     def ema(self, kind: tuple[str, str]) -> Callable[..., None]:
-        def count(args: Any, kwargs: Any, result: Any) -> None:
+        def count(args: Args, kwargs: Kwargs, result: object) -> None:
             self.totals["ema_update"] += 1
             if args:
                 self.recorder.ema.updated(args[0], kind)
         return count
 
-    def zero_clipped(self, args: Any, kwargs: Any, result: Any) -> None:
+    def zero_clipped(self, args: Args, kwargs: Kwargs, result: object) -> None:
         """ZeRO 1/2's clipping of a flat partition (where ``clip_grad`` > 0: else it unscales
         only), its pre-clip norm the one given, unscaled."""
         optimizer = args[0]

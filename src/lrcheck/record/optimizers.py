@@ -1,14 +1,17 @@
 """What ``lrcheck record`` reads of an optimizer and its parameters, whatever wraps them: the
 tensors (a DTensor's local shard), the wrapper stepping it (DeepSpeed's, Accelerate's), the torch
-optimizer behind a wrapper, the state's own step counter."""
+optimizer behind a wrapper, the state's own step counter; and the numbers a line holds (a
+setting, a norm; a GradScaler's loss scale)."""
 
 from __future__ import annotations
 
 import sys
 from types import FrameType
-from typing import Any
+from typing import Any, SupportsFloat
 
 import torch
+
+from lrcheck.recorder import _number as json_number
 
 
 def state_step(optimizer: torch.optim.Optimizer, synced: bool) -> float | None:
@@ -52,21 +55,42 @@ def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for g in optimizer.param_groups for p in g["params"]]
 
 
-def local_tensor(t: Any) -> torch.Tensor:
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
     """A DTensor's shard on this rank; any other tensor itself."""
-    return t.to_local() if hasattr(t, "to_local") else t  # type: ignore[no-any-return]
+    local = getattr(t, "to_local", None)
+    found: torch.Tensor = local() if callable(local) else t
+    return found
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> float | list[float] | None:
     if isinstance(value, (tuple, list)):
         return [float(v) for v in value]
     return float(value) if isinstance(value, (int, float, torch.Tensor)) else None
 
 
-def torch_optimizer(optimizer: Any) -> Any:
+def torch_optimizer(optimizer: object) -> object:
     """The torch optimizer behind a wrapper (Accelerate's, DeepSpeed's: ``.optimizer``)."""
     for _ in range(4):
         if isinstance(optimizer, torch.optim.Optimizer) or optimizer is None:
             return optimizer
         optimizer = getattr(optimizer, "optimizer", None)
     return optimizer
+
+
+def number(value: object) -> float | str | None:
+    """A setting or norm as a Recorder line holds it (not finite: its string); None: not a
+    number."""
+    if not isinstance(value, SupportsFloat):
+        return None
+    try:
+        return json_number(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def scale(scaler: Any) -> float:
+    """The loss scale of the GradScaler that last stepped an optimizer (1: none, or disabled)."""
+    try:
+        return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
+    except (AttributeError, TypeError, RuntimeError):
+        return 1.0

@@ -47,9 +47,15 @@ from torch.optim.optimizer import (
 )
 
 from lrcheck.record import ema, lockstep, modules, optimizers, roles, taps
-from lrcheck.record.calls import Imported, count_calls, count_scheduler_steps, subclasses
+from lrcheck.record.calls import (
+    Args,
+    Imported,
+    Kwargs,
+    count_calls,
+    count_scheduler_steps,
+    subclasses,
+)
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
-from lrcheck.recorder import _number as json_number
 
 HPARAMS = ("momentum", "betas", "weight_decay")
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
@@ -159,7 +165,7 @@ class ProcessRecorder:
             "dropout_calls": modules.calls[0], "lockstep": self.role or None}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
-    def pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         self.stepped[id(optimizer)] = self.stepped.get(id(optimizer), 0) + 1
         st = self.state(optimizer)
         st.depth += 1
@@ -197,7 +203,7 @@ class ProcessRecorder:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
             self.follower.start(params, st.names, st.sharded, born)
 
-    def post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def post(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         st = self.optimizers.get(id(optimizer))
         if st is None:
             return
@@ -245,13 +251,13 @@ class ProcessRecorder:
         out["reached"] = totals["backward"] - max(at, self.module_zeroed, 0)
         st.seen = {**totals, "zero_grad": calls}
         if out["clip_grad_norm"] and "max_norm" in self.clip:
-            out["max_norm"] = _number(self.clip["max_norm"])
+            out["max_norm"] = optimizers.number(self.clip["max_norm"])
             norm = self.clip.pop("norm", None)
             if isinstance(norm, torch.Tensor) and (synced or norm.device.type == "cpu") \
                     and norm.numel() == 1:
-                out["clip_norm"] = _number(float(norm))
+                out["clip_norm"] = optimizers.number(float(norm))
         if out["clip_grad_value"] and "clip_value" in self.clip:
-            out["clip_value"] = _number(self.clip["clip_value"])
+            out["clip_value"] = optimizers.number(self.clip["clip_value"])
         step = optimizers.state_step(st.optimizer, synced)
         if step is not None:
             out["opt_step"] = step
@@ -260,7 +266,7 @@ class ProcessRecorder:
     def fed(self) -> dict[str, Any]:
         """The samples and loss weights of the micro-batches since the previous update
         (``record.taps``), as Recorder keys; none where no training forward was seen."""
-        fed = self.taps.take(_scale(self.scaler), self.world)
+        fed = self.taps.take(optimizers.scale(self.scaler), self.world)
         if not fed.ids:
             return {}
         out = pack_fed(fed.ids, fed.weights)
@@ -270,7 +276,7 @@ class ProcessRecorder:
             out["fed_dtype"] = fed.dtype
         return out
 
-    def zero_grad(self, optimizer: Any) -> None:
+    def zero_grad(self, optimizer: object) -> None:
         found = self.zeroed.setdefault(id(optimizer), [0, -1])
         found[0] += 1
         found[1] = self.totals["backward"]
@@ -278,7 +284,7 @@ class ProcessRecorder:
         if first is None or first.optimizer is optimizer:
             self.taps.zeroed()
 
-    def scheduler_stepped(self, optimizer: Any) -> None:
+    def scheduler_stepped(self, optimizer: object) -> None:
         self.pending.setdefault(id(optimizers.torch_optimizer(optimizer)), [0, 0])[0] += 1
 
     def scaler_step(self, step: Callable[..., Any], scaler: Any, optimizer: Any,
@@ -307,23 +313,6 @@ class ProcessRecorder:
             self.streamer.close()
         if self.follower is not None:
             self.follower.close()
-
-
-def _number(value: Any) -> float | str | None:
-    """A setting or norm as a Recorder line holds it (not finite: its string); None: not a
-    number."""
-    try:
-        return json_number(value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-
-
-def _scale(scaler: Any) -> float:
-    """The loss scale of the GradScaler that last stepped an optimizer (1: none, or disabled)."""
-    try:
-        return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
-    except (AttributeError, TypeError, RuntimeError):
-        return 1.0
 
 
 def _rank_and_world() -> tuple[int, int]:
