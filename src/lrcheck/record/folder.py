@@ -164,12 +164,12 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         record.pop("fed", None), record.pop("fed_weights", None)
         if all("fed" in line for line in lines):
-            record["fed"] = fed_window(lines)
+            record["fed"] = fed_rows(lines)
         merged.append(record)
     return merged, tuple(gaps) if gaps else None
 
 
-def fed_window(lines: list[dict[str, Any]]) -> list[list[Any]]:
+def fed_rows(lines: list[dict[str, Any]]) -> list[list[Any]]:
     """The micro-batches every rank fed one update (``record.taps``), as ``[rank, row
     identities, their weights or None]``, rank by rank in the order fed."""
     window: list[list[Any]] = []

@@ -19,7 +19,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.folder import (
     FolderRun,
     description,
-    fed_window,
+    fed_rows,
     read_ema,
     read_folder,
     whole_model,
@@ -85,7 +85,7 @@ def _numbered(sides: list[tuple[list[dict[str, Any]], FolderRun | None]]
             if "fed" not in record:
                 numbered.append(record)
                 continue
-            window = record["fed"] if run is not None else fed_window([record])
+            window = record["fed"] if run is not None else fed_rows([record])
             numbered.append({**record, "fed": [
                 [rank, [numbers.setdefault(int(h), len(numbers)) for h in ids], w]
                 for rank, ids, w in window]})
