@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl,logs]"
 	touch $(STAMP)
 
 venv-ludwig: $(LUDWIG_STAMP)

@@ -1,0 +1,104 @@
+"""What a run's own logs say (docs/logs.md): a log a framework or a user's loop wrote —
+TensorBoard events, the Transformers Trainer's ``trainer_state.json``, Lightning's ``metrics.csv``,
+an MLflow file store — read by ``logs.read`` into a ``LoggedRun``: its tags mapped to the
+quantities lrcheck knows (``Quantity``), at the steps they were logged, and what a step means
+(``StepMeaning``). Nothing here reads a file or judges: ``logs.read`` reads, ``logs.truth``
+holds a log against a recording, ``logs.pairs`` compares two logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lrcheck.words import Word
+
+
+class Quantity(Word):
+    """What a logged tag measures, as lrcheck names it."""
+
+    LR = "lr"
+    LOSS = "loss"
+    GRAD_NORM = "grad_norm"
+    SAMPLES = "samples"  # samples seen so far, where a log has them
+
+
+class LogFormat(Word):
+    """Which writer's files a log was read from."""
+
+    TENSORBOARD = "tensorboard"
+    TRAINER_STATE = "trainer_state"
+    LIGHTNING_CSV = "lightning_csv"
+    MLFLOW = "mlflow"
+
+
+class StepUnit(Word):
+    """What one logged step counts."""
+
+    UPDATE = "update"
+    MICRO_BATCH = "micro-batch"
+
+
+@dataclass(frozen=True)
+class Series:
+    """One tag as logged: ``steps`` as the log numbers them (not yet update indices) and the
+    ``values`` at them, in the order written; ``dtype``: the precision the format stores
+    (TensorBoard scalars are float32)."""
+
+    quantity: Quantity
+    tag: str
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    dtype: str = "float64"
+
+    def __post_init__(self) -> None:
+        if len(self.steps) != len(self.values):
+            raise ValueError(f"{self.tag}: {len(self.steps)} steps but {len(self.values)} values")
+
+
+@dataclass(frozen=True)
+class StepMeaning:
+    """How a logged step maps to lrcheck's update index ``k`` (counted from 0): ``unit`` an
+    update or a micro-batch (``per_update`` micro-batches each), ``first`` the logged step of
+    update 0's value (0 or 1); ``how`` says whether it was detected (and from what) or stated
+    by the user."""
+
+    unit: StepUnit = StepUnit.UPDATE
+    first: int = 0
+    per_update: int = 1
+    how: str = "assumed: steps count updates from 0"
+
+    def update(self, step: int) -> int:
+        """The update index ``k`` of logged ``step`` (a micro-batch step maps to the update it
+        is part of)."""
+        k = step - self.first
+        return k // self.per_update if self.unit is StepUnit.MICRO_BATCH else k
+
+
+@dataclass(frozen=True)
+class LoggedRun:
+    """One run's log: ``path`` the file or folder read, ``format`` its writer, ``series`` by
+    quantity, ``steps`` what a step means, ``unmapped`` the tags seen that map to no quantity
+    (shown as "incomparable" when only one side has them), ``every`` the logging interval in
+    steps where it is regular, and ``limits``: what this log cannot prove, each a sentence
+    ("values stored as float32", "logged every 10 updates", "the loss averaged over each
+    logging window")."""
+
+    path: Path
+    format: LogFormat
+    series: dict[Quantity, Series]
+    steps: StepMeaning = field(default_factory=StepMeaning)
+    unmapped: tuple[str, ...] = ()
+    every: int | None = None
+    limits: tuple[str, ...] = ()
+
+    def at_updates(self, quantity: Quantity) -> tuple[np.ndarray, np.ndarray]:
+        """The update indices (int64, 0-based) and values (float64) ``quantity`` was logged
+        at; empty arrays where it was not logged. A step logged twice keeps its last value."""
+        series = self.series.get(quantity)
+        if series is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        last = {self.steps.update(s): v for s, v in zip(series.steps, series.values, strict=True)}
+        ks = np.array(sorted(last), dtype=np.int64)
+        return ks, np.array([last[int(k)] for k in ks], dtype=np.float64)
