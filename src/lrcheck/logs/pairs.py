@@ -175,7 +175,7 @@ def _updates(ref: LoggedRun, cand: LoggedRun, pairs: Pairs, how: str,
 
 def _incomparable(ref: LoggedRun, cand: LoggedRun) -> CheckResult | None:
     """The tags only one run logged, and those neither maps (None where there are none)."""
-    tags = set(ref.tags()), set(cand.tags())
+    tags = _logged(ref), _logged(cand)
     parts = [f"only the {who} logged {', '.join(sorted(alone))}"
              for who, alone in (("reference", tags[0] - tags[1]),
                                 ("candidate", tags[1] - tags[0])) if alone]
@@ -184,6 +184,13 @@ def _incomparable(ref: LoggedRun, cand: LoggedRun) -> CheckResult | None:
         parts.append(f"both logged, not compared (no quantity lrcheck knows): "
                      f"{', '.join(common)}")
     return CheckResult("incomparable", SKIP, None, None, "; ".join(parts)) if parts else None
+
+
+def _logged(run: LoggedRun) -> set[str]:
+    """What ``run`` logged: the quantities lrcheck knows by name (an LR of several param
+    groups as ``lr (N param groups)``), the other tags as they are."""
+    lr = f"lr ({1 + len(run.lr_groups)} param groups)" if run.lr_groups else "lr"
+    return {lr if q is Quantity.LR else q.value for q in run.series} | set(run.unmapped)
 
 
 def _limits(ref: LoggedRun, cand: LoggedRun) -> CheckResult:
