@@ -171,10 +171,14 @@ def test_trainer_state_and_its_events(trainer_logs, tmp_path):
 def test_lightning_csv_and_events(lightning_logs):
     table = read_logs(lightning_logs)
     assert table.format is LogFormat.LIGHTNING_CSV and table.path.name == "metrics.csv"
-    assert table.series[LR].tag == "lr-SGD" and table.series[LOSS].tag == "train_loss"
+    assert table.series[LR].tag == "lr-SGD/pg1" and table.series[LOSS].tag == "train_loss"
+    assert [s.tag for s in table.lr_groups] == ["lr-SGD/pg2"]
     ks, lrs = table.at_updates(LR)
     assert ks.tolist() == list(range(8)) and table.steps.first == 0
     np.testing.assert_allclose(lrs, 0.2 * (1 - ks / 9), rtol=1e-15)
+    second = table.series_at_updates(table.lr_groups[0])
+    assert second[0].tolist() == ks.tolist()
+    np.testing.assert_allclose(second[1], lrs / 2, rtol=1e-15)
     assert any("last micro-batch" in s for s in table.limits)
     events = read_logs(lightning_logs / "tb")
     assert events.format is LogFormat.TENSORBOARD and events.steps.first == 0
