@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning
-from lrcheck.logs.pairs import log_checks, log_trace
+from lrcheck.logs.pairs import aligned, log_checks, log_trace
 from lrcheck.spec import Tolerances
 
 LR, LOSS = Quantity.LR, Quantity.LOSS
@@ -66,3 +66,14 @@ def test_param_groups_and_a_quantity_only_one_run_logged():
         "incomparable"].detail
     group = checked(run(a, groups=([0.02, 0.01],)), run(a, groups=([0.02, 0.011],)))["lr"]
     assert (group.first_divergence, "(param group 1)" in group.detail) == (1, True)
+
+
+def test_samples_align_only_where_both_logged_them():
+    lrs = [0.3, 0.2, 0.1]
+    counted = run(lrs)
+    counted.series[Quantity.SAMPLES] = Series(Quantity.SAMPLES, "samples", (0, 1, 2),
+                                              (16.0, 32.0, 48.0))
+    assert aligned(counted, run(lrs)) == ([(0, 0), (1, 1), (2, 2)], "by update index")
+    assert aligned(counted, counted)[1] == "by samples seen"
+    assert [u.samples_seen for u in log_trace(counted).updates] == [16, 32, 48]
+    assert [u.samples_seen for u in log_trace(counted, samples=False).updates] == [1, 2, 3]
