@@ -1,5 +1,5 @@
 """lrcheck's pytest plugin as a user's test suite meets it, through ``pytester`` (pytest's own
-fixture for testing plugins, in this process): the ``lrcheck_runs`` fixture, ``--lrcheck-reports``
+fixture for testing plugins): the ``lrcheck_runs`` fixture, ``--lrcheck-reports``
 and the report folders shown on failure; and its ``pytest11`` entry point, declared and
 installed. The runs themselves are ``lrcheck run``'s, of ``tests/fixtures/user_tiny.py`` (torch
 only: a pair records in about 5 s here, ``user_train.py``'s in 13)."""
@@ -20,6 +20,11 @@ from pathlib import Path
 
 import pytest
 
+# Imported here, before any inner session: pytester drops from sys.modules what an in-process
+# session imported first, which would leave the package's attributes on modules no longer there.
+import lrcheck
+import lrcheck.api  # noqa: F401
+import lrcheck.testing  # noqa: F401
 from lrcheck.pytest_plugin import folder_name
 from tests.helpers import HANG_S
 
@@ -38,6 +43,9 @@ PLUGIN = ("-p", "lrcheck.pytest_plugin", "-W", "ignore::pytest.PytestAssertRewri
 def inner(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.setenv("HOME", HOME)
+    # A pytest process of its own imports the lrcheck this one did (PYTHONPATH may be relative).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(Path(lrcheck.__file__).parents[1]), os.environ.get("PYTHONPATH")])))
     return pytester
 
 
@@ -91,6 +99,7 @@ def test_a_failing_test_shows_its_report_folders_and_an_unknown_keyword_is_named
     assert section.count(f"{own} (report.html") == 2
 
 
+@pytest.mark.slow
 def test_loading_the_plugin_imports_no_torch_nor_numpy():
     code = ("import sys, lrcheck.pytest_plugin; "
             "print(sorted(m for m in ('torch', 'numpy', 'rich') if m in sys.modules))")
@@ -118,11 +127,14 @@ USER_TESTS = """
 
 @pytest.mark.slow
 def test_a_correct_pair_passes_and_a_scheduler_stepped_per_micro_batch_fails_naming_lr(inner):
+    """In a pytest process of its own, as a user's suite runs (an in-process session would
+    import torch, numpy and matplotlib's modules into this one, then drop them)."""
     script = inner.path / "user_tiny.py"  # its own path: what is left running is ours
     shutil.copy(SCRIPT, script)
     inner.makepyfile(test_user=USER_TESTS.format(script=str(script)))
     try:
-        result = inner.runpytest_inprocess(*PLUGIN, f"--basetemp={inner.path / 'tmp'}")
+        result = inner.runpytest_subprocess(*PLUGIN, f"--basetemp={inner.path / 'tmp'}",
+                                            timeout=HANG_S)
         output = result.stdout.str()
         print(output)
         result.assert_outcomes(passed=1, failed=1)

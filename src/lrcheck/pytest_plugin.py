@@ -61,6 +61,7 @@ class RunsEquivalent:
     def __call__(self, reference: Command, candidate: Command, **options: object) -> Report:
         from lrcheck.testing import assert_runs_equivalent
 
+        __tracebackhide__ = True
         kwargs: dict[str, Any] = dict(options)
         if kwargs.get("out") is None:
             n = len(self.used) + 1

@@ -68,6 +68,7 @@ def assert_runs_equivalent(reference: Command, candidate: Command, *,
     ``RunError``, a bad option a ``SpecError`` (an unknown keyword named, as the api does)."""
     from lrcheck.api import run_commands, save_report, unknown_keywords
 
+    __tracebackhide__ = True  # pytest shows the test's line and this message, not this frame
     if unknown:
         own = tuple(p.name for p in inspect.signature(assert_runs_equivalent).parameters.values()
                     if p.kind is inspect.Parameter.KEYWORD_ONLY)
