@@ -33,7 +33,7 @@ def _step(name: str) -> dict:
 
 def test_a_composite_action_whose_shell_steps_say_their_shell():
     assert ACTION["runs"]["using"] == "composite"
-    assert {"suite", "ref-command", "command", "out", "python-version", "torch", "comment",
+    assert {"suite", "merge", "ref-command", "command", "out", "python-version", "torch", "comment",
             "github-token", "artifact-name", "args"} <= set(ACTION["inputs"])
     for step in STEPS:
         assert ("run" in step) != ("uses" in step), step["name"]
@@ -75,11 +75,10 @@ def test_the_exit_code_is_lrcheck_s_after_the_artifact_and_the_comment():
         "${{ steps.lrcheck.outputs.exit-code }}")
 
 
+# lrcheck, as far as the run step sees it: its arguments recorded, a summary written, an exit code.
 STUB = """#!/bin/sh
 printf '%s\\n' "$@" > "$STUB_ARGS"
-out=""; prev=""
-for a in "$@"; do [ "$prev" = "--out" ] && out="$a"; prev="$a"; done
-mkdir -p "$out" && echo "**Verdict: FAIL**" > "$out/$STUB_WRITES"
+mkdir -p lrcheck-report && echo "**Verdict: FAIL**" > "lrcheck-report/$STUB_WRITES"
 exit "$STUB_EXIT"
 """
 
@@ -110,7 +109,7 @@ def _outputs(tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines)
 
 
-RUN_ENV = {"SUITE": "", "REF": "", "CAND": "", "ARGS": "", "OUT": "lrcheck-report",
+RUN_ENV = {"SUITE": "", "MERGE": "", "REF": "", "CAND": "", "ARGS": "", "OUT": "lrcheck-report",
            "STUB_EXIT": "1", "STUB_WRITES": "summary.md"}
 
 
@@ -141,13 +140,27 @@ def test_the_run_step_runs_a_pair_and_writes_its_report_to_the_step_summary(tmp_
 
 
 @pytest.mark.slow
+def test_the_run_step_merges_shards_from_a_glob(tmp_path):
+    for k in (1, 2):
+        (tmp_path / "shards" / f"lrcheck-shard-{k}").mkdir(parents=True)
+    done = _run_step(tmp_path, "Run lrcheck", {**RUN_ENV, "MERGE": "shards/lrcheck-shard-*",
+                                               "STUB_EXIT": "3"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "args").read_text().split("\n")[:-1] == [
+        "suite", "merge", "lrcheck-report", "shards/lrcheck-shard-1", "shards/lrcheck-shard-2"]
+    assert _outputs(tmp_path)["exit-code"] == "3"
+    assert _outputs(tmp_path)["body"] == "lrcheck-report/summary.md"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("given", [{}, {"SUITE": "ci.toml", "REF": "python a.py"},
+                                   {"SUITE": "ci.toml", "MERGE": "shards/*"},
                                    {"REF": "python a.py"}])
 def test_the_run_step_refuses_neither_or_both_as_bad_input(tmp_path, given):
     done = _run_step(tmp_path, "Run lrcheck", {**RUN_ENV, **given})
     assert done.returncode == 0, done.stderr
-    assert "::error title=lrcheck::give the input suite, or ref-command and command" in (
-        done.stdout)
+    assert ("::error title=lrcheck::give one of the inputs suite, merge, or ref-command and "
+            "command") in done.stdout
     assert _outputs(tmp_path) == {"exit-code": "2", "report": "lrcheck-report", "body": ""}
     assert not (tmp_path / "args").exists()
 
@@ -184,3 +197,11 @@ def test_every_shell_step_parses(tmp_path):
             checked = subprocess.run(["bash", "-n", "-c", step["run"]], capture_output=True,
                                      text=True, timeout=HANG_S)
             assert checked.returncode == 0, (step["name"], checked.stderr)
+
+
+def test_the_example_workflow_merges_through_the_action_with_inputs_it_has():
+    example = yaml.safe_load((ROOT / "examples" / "github-workflow.yml").read_text())
+    steps = [s for s in example["jobs"]["merge"]["steps"] if s.get("uses") == "./"]
+    assert len(steps) == 1 and set(steps[0]["with"]) <= set(ACTION["inputs"])
+    assert steps[0]["with"]["merge"] == "shards/lrcheck-shard-*"
+    assert example["permissions"]["pull-requests"] == "write"
