@@ -2,7 +2,7 @@
 fixture for testing plugins): the ``lrcheck_runs`` fixture, ``--lrcheck-reports``
 and the report folders shown on failure; and its ``pytest11`` entry point, declared and
 installed. The runs themselves are ``lrcheck run``'s, of ``tests/fixtures/user_tiny.py`` (torch
-only: a pair records in about 5 s here, ``user_train.py``'s in 13)."""
+only: a pair of it recorded in 10-11 s of CPU here, of ``user_train.py`` in 13-15)."""
 
 from __future__ import annotations
 
