@@ -38,6 +38,9 @@ def test_a_correct_pair_passes(plain_logs, tmp_path):
     assert result.exit_code == 0
     saved = json.loads((tmp_path / "report" / "result.json").read_text())
     assert saved["verdict"] == "pass" and (tmp_path / "report" / "report.html").exists()
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "the runs' own logs, 12 updates logged by both, aligned by samples seen" in page
+    assert "Recorder files" not in page
     assert {c["name"] for c in saved["checks"]} >= {"lr", "loss", "grad-norm", "limits"}
     assert "float32" in next(c for c in saved["checks"] if c["name"] == "limits")["detail"]
 
