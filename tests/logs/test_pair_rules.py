@@ -9,7 +9,7 @@ import numpy as np
 
 from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning
 from lrcheck.logs.pairs import aligned, log_checks, log_trace
-from lrcheck.spec import Tolerances
+from lrcheck.spec import FilePair, Tolerances
 
 LR, LOSS = Quantity.LR, Quantity.LOSS
 
@@ -77,3 +77,9 @@ def test_samples_align_only_where_both_logged_them():
     assert aligned(counted, counted)[1] == "by samples seen"
     assert [u.samples_seen for u in log_trace(counted).updates] == [16, 32, 48]
     assert [u.samples_seen for u in log_trace(counted, samples=False).updates] == [1, 2, 3]
+
+
+def test_a_pair_of_logs_named_by_their_folders_where_their_names_match():
+    assert FilePair("runs/ref/tb", "runs/cand/tb").name == "cand-tb-vs-ref-tb"
+    assert FilePair("ref.jsonl", "cand.jsonl").name == "cand-vs-ref"
+    assert FilePair("run.jsonl", "run.jsonl").name == "run-vs-run"
