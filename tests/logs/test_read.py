@@ -203,3 +203,16 @@ def test_tensorboard_v2_summaries_written_as_tensors(tmp_path):
     assert ks.tolist() == [0, 1, 2]
     np.testing.assert_allclose(lrs, [0.3, 0.2, 0.1], rtol=2.0 ** -23)
     assert run.at_updates(LOSS)[1].tolist() == [2.0, 1.0, 0.0]
+
+
+@pytest.mark.slow
+def test_the_newest_mlflow_run(tmp_path, monkeypatch):
+    """Two runs logged by mlflow into one file store: the one that started last is read."""
+    from tests.fixtures.logs_plain import _mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    _mlflow(tmp_path, [("lr", 0.5, 0), ("lr", 0.4, 1)])
+    _mlflow(tmp_path, [("lr", 0.2, 0), ("lr", 0.1, 1)])
+    run = read_logs(tmp_path)
+    assert run.format is LogFormat.MLFLOW and run.at_updates(LR)[1].tolist() == [0.2, 0.1]
+    assert len(list((tmp_path / "mlruns").glob("*/*/meta.yaml"))) == 2
