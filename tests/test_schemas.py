@@ -188,3 +188,21 @@ def test_the_conftest_check_names_the_file_and_its_error(tmp_path):
     assert schema_files.files_under([tmp_path], skip=[tmp_path / "a"]) == files[1:]
     bad.unlink()
     (tmp_path / "b" / "suite.json").unlink()  # this test's own folder is checked after it
+
+
+def test_a_fields_type_becomes_its_schema_and_an_unknown_one_is_named():
+    from lrcheck.schemas.build import field_schema
+    from lrcheck.spec import Dtype
+
+    assert field_schema(int | None, {}) == {"type": ["integer", "null"]}
+    assert field_schema(tuple[float, ...], {}) == {"type": "array", "items": {"type": "number"}}
+    assert field_schema(dict[str, bool], {}) == {"type": "object",
+                                                 "additionalProperties": {"type": "boolean"}}
+    assert field_schema(Dtype | None, {}) == {"type": "string",
+                                              "enum": [d.value for d in Dtype] + [None]}
+    assert field_schema(Environment, {Environment: "environment"}) == {
+        "$ref": "#/$defs/environment"}
+    with pytest.raises(TypeError, match="no schema for the type <class 'complex'>"):
+        field_schema(complex, {})
+    with pytest.raises(TypeError, match="give the field an override"):
+        field_schema(int | str | None, {})

@@ -23,6 +23,8 @@ INTEGER: Schema = {"type": "integer"}
 NUMBER: Schema = {"type": "number"}
 BOOLEAN: Schema = {"type": "boolean"}
 NULL: Schema = {"type": "null"}
+# A field typed ``object``: any JSON value (give it an override to say more).
+ANY: Schema = {}
 # A float lrcheck measured: the writer turns a non-finite one (a run that diverged) into null
 # (``reports.files.to_json``).
 MEASURED: Schema = {"type": ["number", "null"],
@@ -90,7 +92,8 @@ def field_schema(hint: object, defs: Mapping[type, str]) -> Schema:
         return ref(defs[hint])
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return words(hint)
-    plain: dict[object, Schema] = {bool: BOOLEAN, int: INTEGER, float: NUMBER, str: STRING}
+    plain: dict[object, Schema] = {bool: BOOLEAN, int: INTEGER, float: NUMBER, str: STRING,
+                                   object: ANY}
     if hint in plain:
         return plain[hint]
     raise TypeError(f"no schema for the type {hint!r}")
