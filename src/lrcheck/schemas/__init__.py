@@ -7,8 +7,9 @@ files ship in this package (``lrcheck/schemas/NAME.schema.json``) and sit in the
 ``schemas/``; ``python -m lrcheck.schemas --write`` writes both, ``--check`` says whether they
 are what the code generates (tests/test_schemas.py holds them to it).
 
-Reading one needs nothing but the standard library (``load``); validating needs a JSON Schema
-validator, such as the ``jsonschema`` package (docs/schemas.md).
+Reading one needs nothing but the standard library (``load``; ``lrcheck schema NAME`` prints
+it); validating needs a JSON Schema validator, such as the ``jsonschema`` package
+(docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ from importlib import resources
 from pathlib import Path
 
 from lrcheck.schemas.build import Schema
+from lrcheck.words import Word
 
-NAMES = ("result", "suite", "run")
+
+class Document(Word):
+    """A file lrcheck writes for other tools, by its schema's name (``lrcheck schema NAME``)."""
+
+    RESULT = "result"
+    SUITE = "suite"
+    RUN = "run"
+
+
+NAMES = tuple(d.value for d in Document)
 # The file each schema describes, by the schema's name.
 FILES = {"result": "result.json", "suite": "suite.json", "run": "run.json"}
 
@@ -29,12 +40,16 @@ def file_name(name: str) -> str:
     return f"{name}.schema.json"
 
 
-def load(name: str) -> Schema:
-    """The shipped schema ``name`` (one of ``NAMES``), as a dict."""
+def load_text(name: str) -> str:
+    """The text of the shipped schema ``name`` (one of ``NAMES``)."""
     if name not in NAMES:
         raise ValueError(f"no schema {name!r}; choose one of: {', '.join(NAMES)}")
-    text = resources.files(__name__).joinpath(file_name(name)).read_text(encoding="utf-8")
-    found: Schema = json.loads(text)
+    return resources.files(__name__).joinpath(file_name(name)).read_text(encoding="utf-8")
+
+
+def load(name: str) -> Schema:
+    """The shipped schema ``name`` (one of ``NAMES``), as a dict."""
+    found: Schema = json.loads(load_text(name))
     return found
 
 
