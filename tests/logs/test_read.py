@@ -59,6 +59,7 @@ def _csv(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.invalid_files  # a stub run.json: a record folder is told by it being there
 def test_newest_run_and_the_most_precise_format(tmp_path):
     old = _csv(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", "step,lr-SGD\n0,0.1\n")
     new = _csv(tmp_path / "lightning_logs" / "version_1" / "metrics.csv", "step,lr-SGD\n0,0.2\n")
