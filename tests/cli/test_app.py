@@ -189,3 +189,9 @@ def test_a_sighup_to_the_process_group_ends_compare_cleanly_and_leaves_no_proces
         "lrcheck: terminated (SIGHUP) during the reference run; reference interrupted after ")
     assert json.loads((tmp_path / "out" / "result.json").read_text())["verdict"] == "incomplete"
     assert left == [], "processes left running"
+
+
+@pytest.mark.parametrize("command", ["compare", "run", "record", "suite"])
+def test_every_command_that_trains_has_the_deterministic_switch(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0 and "--deterministic" in result.stdout

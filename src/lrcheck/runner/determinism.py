@@ -13,7 +13,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from lrcheck.spec.determinism import ENV_VARIABLES, FLAGS, described
+from lrcheck.spec.determinism import DETERMINISM, ENV_VARIABLES, FLAGS, described
+
+# What only a process's start reads: set in the environment of the processes lrcheck starts.
+AT_START = {s.name for s in DETERMINISM if s.needs == "start"}
 
 _USE = "torch.use_deterministic_algorithms"
 _PRECISION = "torch.set_float32_matmul_precision"
@@ -109,8 +112,10 @@ def restore_flags(before: dict[str, object]) -> None:
 
 def set_environment() -> list[str]:
     """The environment variables this process does not set, set (for good: they are read when
-    a library starts, and a later run in this process finds them there); their names."""
-    added = [name for name in ENV_VARIABLES if name not in os.environ]
+    a library starts, and a later run in this process finds them there); their names. Not
+    ``PYTHONHASHSEED``: only a process's start reads it (the processes lrcheck starts have it
+    from theirs)."""
+    added = [name for name in ENV_VARIABLES if name not in os.environ and name not in AT_START]
     os.environ.update({name: ENV_VARIABLES[name] for name in added})
     return added
 
