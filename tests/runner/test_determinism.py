@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from lrcheck import compare
+from lrcheck.reports.kinds import run_settings
 from lrcheck.runner.determinism import applied, described_here, read
 from lrcheck.runner.local import run_local
 from lrcheck.spec import PairSpec, RunSpec
@@ -79,9 +80,11 @@ def test_compare_records_every_setting_in_the_environment(clean_environment):
     assert entry["torch.use_deterministic_algorithms"] is True
     assert entry["PYTHONHASHSEED"] == AT_START  # this process started without it
     assert report.to_dict()["runs"]["candidate"]["spec"]["deterministic"] is True
+    assert "--deterministic" in run_settings(report, "digits")[3]  # report.md says it
 
 
 @pytest.mark.slow
 def test_without_the_switch_the_environment_has_no_entry():
     report = compare(PairSpec.build(RunSpec(epochs=1)))
     assert report is not None and "deterministic" not in report.to_dict()["environment"]
+    assert "--deterministic" not in run_settings(report, "digits")[3]
