@@ -12,6 +12,7 @@ from lrcheck.runner.determinism import applied, described_here, read
 from lrcheck.runner.local import run_local
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.spec.determinism import AT_START, DETERMINISM, ENV_VARIABLES, FLAGS, NO_CUDA
+from tests.schema_files import errors
 
 
 @pytest.fixture
@@ -81,6 +82,11 @@ def test_compare_records_every_setting_in_the_environment(clean_environment):
     assert entry["PYTHONHASHSEED"] == AT_START  # this process started without it
     assert report.to_dict()["runs"]["candidate"]["spec"]["deterministic"] is True
     assert "--deterministic" in run_settings(report, "digits")[3]  # report.md says it
+    written = {**report.to_dict(), "files": ["result.json"]}  # as save_report adds them
+    assert errors("result", written) == []
+    wrong = {**report.to_dict(), "files": ["result.json"]}
+    wrong["environment"]["deterministic"]["torch.use_deterministic_algorithms"] = 1
+    assert errors("result", wrong) != []  # true, false or a string only
 
 
 @pytest.mark.slow
