@@ -12,13 +12,15 @@ from lrcheck.environment import Environment
 FULL = Environment(lrcheck="0.1.0", torch="2.13.0+cpu", device="cpu", world_size=2,
                    python="3.11.7", platform="Linux", threads=1,
                    frameworks={"transformers": "5.24.0"}, noise_floor="a twin ...",
-                   launch={"reference": "in-process", "candidate": "in-process"})
+                   launch={"reference": "in-process", "candidate": "in-process"},
+                   deterministic={"CUBLAS_WORKSPACE_CONFIG": "not applicable: no CUDA",
+                                  "torch.use_deterministic_algorithms": True})
 
 
 def test_the_keys_keep_result_json_s_order():
     assert list(FULL.to_dict()) == ["lrcheck", "torch", "device", "world_size", "python",
                                     "platform", "threads", "transformers", "noise_floor",
-                                    "launch"]
+                                    "launch", "deterministic"]
 
 
 def test_what_a_diff_does_not_know_is_left_out():
@@ -34,6 +36,8 @@ def test_a_record_reads_back_as_written():
     ({"device": "cpu"}, "lrcheck is None, not a string"),
     ({"lrcheck": "0.1.0", "device": "cpu", "threads": "2"}, "threads is '2', not a whole"),
     ({"lrcheck": "0.1.0", "device": "cpu", "launch": "x"}, "launch is 'x', not an object"),
+    ({"lrcheck": "0.1.0", "device": "cpu", "deterministic": True},
+     "deterministic is True, not an object"),
 ])
 def test_a_malformed_record_is_refused(data, match):
     with pytest.raises(ValueError, match=match):

@@ -145,7 +145,7 @@ def registries_reference() -> str:
         return getattr(item, field, "")
 
     lines = [
-        "# Tasks, schedulers, policies and frameworks",
+        "# Tasks, schedulers, policies, frameworks and deterministic settings",
         "",
         "Generated from the registries the CLI validates against (`lrcheck list` prints the "
         "same), when the site is built. What each one means: [What is checked and why]"
@@ -167,7 +167,25 @@ def registries_reference() -> str:
           f"`lrcheck[{f.module}]`" if get(f, "module") else "—",
           ", ".join(f"`{s}`" for s in settings_for(f.name)) or "—")
          for f in FRAMEWORKS.values()])
-    return "\n".join(lines)
+    return "\n".join([*lines, *_determinism()])
+
+
+def _determinism() -> list[str]:
+    """The settings of ``--deterministic`` (``spec.determinism.DETERMINISM``)."""
+    from lrcheck.spec.determinism import DETERMINISM
+
+    applies = {None: "everywhere", "cuda": "CUDA", "nccl": "CUDA, several processes",
+               "start": "a process lrcheck starts"}
+    lines = ["## Deterministic settings", "",
+             "What `--deterministic` applies, in this order (docs/checks.md, \"Deterministic "
+             "runs\"): `env`, in the environment before CUDA and NCCL start; `flag`, once torch "
+             "is imported.", "",
+             "| name | how | value | applies on | what it does, its cost | torchtitan |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| " + " | ".join(_cell(c) for c in (
+        f"`{s.name}`", s.how, f"`{s.value!r}`", applies[s.needs], s.does,
+        f"`{s.source}`" if s.source else "—")) + " |" for s in DETERMINISM]
+    return [*lines, ""]
 
 
 def _words(schema: dict[str, Any]) -> str:

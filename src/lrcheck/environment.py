@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 # The keys before the frameworks' versions and after them, in result.json's order.
 _HEAD = ("lrcheck", "torch", "device", "world_size", "python", "platform", "threads")
-_TAIL = ("noise_floor", "launch")
+_TAIL = ("noise_floor", "launch", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,9 @@ class Environment:
     ``threads`` training used; ``frameworks``: ``{module: version}`` of each framework the
     runs trained through (written as keys of their own: ``"transformers": "5.24.0"``);
     ``noise_floor``: how the noise floor was measured, when it was; ``launch``: where each role
-    ran (``{"reference": "in-process", ...}``)."""
+    ran (``{"reference": "in-process", ...}``); ``deterministic``: with ``--deterministic``,
+    each of its settings and the value in effect (``spec.determinism.described``), else
+    None, left out."""
 
     lrcheck: str
     device: str
@@ -35,6 +37,7 @@ class Environment:
     frameworks: dict[str, str] = field(default_factory=dict)
     noise_floor: str | None = None
     launch: dict[str, str] | None = None
+    deterministic: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         head = {name: getattr(self, name) for name in _HEAD}
@@ -46,9 +49,7 @@ class Environment:
     def from_dict(cls, data: Mapping[str, object]) -> Environment:
         """The record ``to_dict`` wrote: any other key with a string value is a framework's
         version."""
-        launch = data.get("launch")
-        if launch is not None and not isinstance(launch, dict):
-            raise ValueError(f"environment: launch is {launch!r}, not an object")
+        launch, deterministic = _object(data, "launch"), _object(data, "deterministic")
         return cls(
             lrcheck=_required(data, "lrcheck"), device=_required(data, "device"),
             torch=_str(data, "torch"), world_size=_int(data, "world_size"),
@@ -57,7 +58,15 @@ class Environment:
             frameworks={k: v for k, v in data.items()
                         if k not in _HEAD and k not in _TAIL and isinstance(v, str)},
             noise_floor=_str(data, "noise_floor"),
-            launch=None if launch is None else {str(k): str(v) for k, v in launch.items()})
+            launch=None if launch is None else {str(k): str(v) for k, v in launch.items()},
+            deterministic=deterministic)
+
+
+def _object(data: Mapping[str, object], name: str) -> dict[str, object] | None:
+    value = data.get(name)
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"environment: {name} is {value!r}, not an object")
+    return None if value is None else {str(k): v for k, v in value.items()}
 
 
 def _str(data: Mapping[str, object], name: str) -> str | None:

@@ -19,12 +19,15 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite
 
 
-def load_suite(path: str | Path) -> Suite:
+def load_suite(path: str | Path, *, deterministic: bool = False) -> Suite:
     """The suite file at ``path``, every pair checked as ``lrcheck compare`` checks its flags;
-    a ``SpecError`` naming the file and the entry otherwise."""
+    a ``SpecError`` naming the file and the entry otherwise. ``deterministic``: every pair with
+    ``--deterministic`` on, whatever the file says (``lrcheck suite --deterministic``)."""
+    from lrcheck.suite.spec import deterministic_suite
     from lrcheck.suite.spec import load_suite as load
 
-    return load(path)
+    suite = load(path)
+    return deterministic_suite(suite) if deterministic else suite
 
 
 def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,

@@ -201,3 +201,9 @@ def test_schema_prints_each_files_schema_and_an_unknown_name_is_bad_input():
     result = invoke("schema", "report")
     assert result.exit_code == 2
     assert "'report' is not known; choose one of: result, suite, run" in one_error_line(result)
+
+
+@pytest.mark.parametrize("command", ["compare", "run", "record", "suite"])
+def test_every_command_that_trains_has_the_deterministic_switch(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0 and "--deterministic" in result.stdout

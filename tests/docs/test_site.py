@@ -95,6 +95,14 @@ def test_the_registry_page_lists_every_task_scheduler_policy_and_framework():
             assert item.description in sections[title], (title, item.name)
 
 
+def test_the_registry_page_lists_every_deterministic_setting_in_order():
+    from lrcheck.spec.determinism import DETERMINISM
+
+    section = _sections(_generator().registries_reference(), "")["Deterministic settings"]
+    rows = re.findall(r"^\| `([^`]+)` \| (env|flag) \| `([^`]+)` \|", section, flags=re.MULTILINE)
+    assert rows == [(s.name, s.how, repr(s.value)) for s in DETERMINISM]
+
+
 def test_every_relative_link_of_the_readme_names_a_file_that_exists():
     readme = (ROOT / "README.md").read_text()
     links = [target.split("#")[0] for target in re.findall(r"\]\(([^)]+)\)", readme)

@@ -283,3 +283,40 @@ def test_commands_belong_in_a_pair_not_in_defaults_nor_a_grid(tmp_path):
         tmp_path, '[defaults]\ncommand = "python b.py"\n[[pair]]\naccum = 2')
     assert "[[grid]] #1, key 'ref_command': commands belong in a [[pair]]" in error(
         tmp_path, '[[grid]]\nref_command = "python a.py"\ncommand = ["python b.py"]')
+
+
+def test_deterministic_is_a_suite_key_for_every_pair_commands_included(tmp_path):
+    from lrcheck.spec import CommandPair
+    from lrcheck.suite.spec import deterministic_suite
+    from lrcheck.suite_api import load_suite as load_for_cli
+
+    s = suite(tmp_path, """
+        [defaults]
+        deterministic = true
+
+        [[pair]]
+        name = "on"
+
+        [[pair]]
+        name = "off"
+        deterministic = false
+
+        [[pair]]
+        name = "commands"
+        ref_command = "python train.py --bs 32"
+        command = "python train.py --bs 16 --accum 2"
+        """)
+    pairs = {e.name: e.pair for e in s.entries}
+    assert pairs["on"].reference.deterministic and pairs["on"].candidate.deterministic
+    assert not pairs["off"].candidate.deterministic
+    commands = pairs["commands"]
+    assert isinstance(commands, CommandPair) and commands.deterministic
+    assert CommandPair.from_dict(commands.to_dict()) == commands
+    forced = {e.name: e.pair for e in deterministic_suite(s).entries}
+    assert forced["off"].reference.deterministic and forced["off"].candidate.deterministic
+    assert [e.name for e in load_for_cli(tmp_path / "ci.toml", deterministic=True).entries] == \
+        ["on", "off", "commands"]
+    assert "expected true or false" in error(tmp_path, """
+        [[pair]]
+        deterministic = "yes"
+        """)

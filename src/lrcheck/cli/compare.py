@@ -11,6 +11,7 @@ import typer
 from lrcheck.cli.ending import noted, speaks
 from lrcheck.cli.options import (
     DEFAULT,
+    DeterministicOpt,
     JsonOpt,
     LrOpt,
     PolicyOpt,
@@ -107,6 +108,7 @@ class CompareOptions:
     resume_at: int | None
     resume_at_micro: int | None
     inject_overflow: str
+    deterministic: bool
     tol_lr: float | None
     tol_params: float | None
     tol_loss: float | None
@@ -160,6 +162,7 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     resume_at: Annotated[int | None, typer.Option(metavar="K", help="Stop the candidate after update K, save a checkpoint (state_dicts, RNG, data position), build everything again from scratch, load it and go on. --framework ludwig: stop Ludwig after update K as its Ctrl-C handler does, resume through its model_resume_path, against the same Ludwig run uninterrupted.")] = None,
     resume_at_micro: Annotated[int | None, typer.Option(metavar="M", help="The same after micro-batch M (counted over the run), in the middle of an accumulation window.")] = None,
     inject_overflow: Annotated[str, typer.Option(metavar="K[,K...]", help="Make the gradients of these updates (both runs) non-finite, so the GradScaler skips them; needs --amp fp16.")] = "",
+    deterministic: DeterministicOpt = DEFAULT.deterministic,
     tol_lr: TolLrOpt = None,
     tol_params: Annotated[float | None, typer.Option(help="params check: max|Δp| / max|p| after every update. [default: 1e-9 float64, 1e-4 float32]")] = None,
     tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update (below 1/100 of the first loss, relative to that). [default: 1e-9 float64, 1e-3 float32]")] = None,

@@ -29,6 +29,7 @@ PolicyOpt = Annotated[str, typer.Option(help=f"How lrcheck's own loop (--framewo
 TailOpt = Annotated[Tail, typer.Option(help=f"Samples left over at an epoch's end: {choices(Tail)}.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
 TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
+DeterministicOpt = Annotated[bool, typer.Option("--deterministic", help="Apply the settings GPU training needs to be repeatable, as torchtitan's set_determinism does: CUBLAS_WORKSPACE_CONFIG, NCCL's algorithm, protocol and channels fixed, PYTHONHASHSEED (in the environment, before CUDA and NCCL start), deterministic algorithms (warn only), cuDNN deterministic without benchmark, TF32 and reduced-precision reductions off (once torch is imported); each recorded in result.json's environment (on a CPU the CUDA ones say not applicable). See docs/checks.md, \"Deterministic runs\".")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")]
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from lrcheck.cli.ending import note
-from lrcheck.cli.options import JsonOpt, TolLrOpt, out_option
+from lrcheck.cli.options import DeterministicOpt, JsonOpt, TolLrOpt, out_option
 from lrcheck.cli.output import DEFAULT_REPORTS, Output
 from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
@@ -25,6 +25,7 @@ def record_command(
     out: Annotated[Path | None, out_option("Record folder. [default: ./lrcheck-records/<program>]")] = None,
     samples: SamplesOpt = None,
     fingerprint_every: EveryOpt = None,
+    deterministic: DeterministicOpt = False,
 ) -> None:
     """Run COMMAND with lrcheck's recording in every Python process it starts: per optimizer
     update the LR of every param group, the scheduler steps and GradScaler-skipped steps since
@@ -37,7 +38,8 @@ def record_command(
 
     command = command or []
     folder = out if out is not None else Path("lrcheck-records") / _name(command)
-    run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every)
+    run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every,
+                 deterministic=deterministic)
     ranks = len({name.split("-")[0] for name in run.updates})
     updates = max(run.updates.values(), default=0)
     note(f"recorded {updates} update(s) on {ranks} rank(s) into {folder} "
@@ -57,6 +59,7 @@ def run_command(
     free: Annotated[bool, typer.Option("--free", help="Run the commands one after the other, each free-running, instead of side by side in lockstep: parameters and gradient norms are then judged from fingerprints, as drift or jumps.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail where the effects could be judged only up to some update (free-running: the twin decorrelated there) instead of warning.")] = False,
     timeout: Annotated[float, typer.Option(metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
+    deterministic: DeterministicOpt = False,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -78,7 +81,8 @@ def run_command(
         report = run_commands(reference, candidate, folder, samples=samples,
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,
-                              timeout=timeout or None, strict=strict)
+                              timeout=timeout or None, strict=strict,
+                              deterministic=deterministic)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -30,6 +30,7 @@ def suite_command(
     jobs: Annotated[str, typer.Option(help="Run the pairs in this many worker processes (auto: the usable cores). A shared reference is trained once and handed to the workers of its other pairs; a multi-process pair counts for its processes. The results are those of a sequential run.")] = "1",
     shard: Annotated[str | None, typer.Option(help="Run only shard k of n (1-based, such as 2/3; also from $LRCHECK_SHARD): reference groups kept whole, split by their cost, the same on every machine. Merge the shards' folders with 'lrcheck suite merge'.", show_default=False)] = None,
     list_plan: Annotated[bool, typer.Option("--list", help="Print the reference groups (and with --shard, every shard's) with their costs, and exit without training.")] = False,
+    deterministic: Annotated[bool, typer.Option("--deterministic", help="Every pair with --deterministic on, as the key deterministic = true in each (see lrcheck compare --deterministic).")] = False,
 ) -> None:
     """Run every pair of a suite file and write a CI report.
 
@@ -39,7 +40,7 @@ def suite_command(
     """
     from lrcheck.api import load_suite, suite_jobs, suite_shard
 
-    suite = load_suite(file)
+    suite = load_suite(file, deterministic=deterministic)
     workers, part = suite_jobs(jobs), suite_shard(shard)
     if list_plan:
         _list(suite, part)

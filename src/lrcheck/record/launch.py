@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lrcheck.errors import RunError, SpecError
-from lrcheck.record.startup import ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
+from lrcheck.record.startup import ENV_DETERMINISTIC, ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
 from lrcheck.runner.ranks.procs import marked
+from lrcheck.spec import determinism
 
 BOOT = Path(__file__).with_name("boot")
 DESCRIPTION = "run.json"
@@ -110,10 +111,15 @@ def check_command(command: Sequence[str]) -> list[str]:
 
 
 def environment(folder: Path, samples: int | None, every: int,
-                base: dict[str, str] | None = None) -> dict[str, str]:
+                base: dict[str, str] | None = None, deterministic: bool = False) -> dict[str, str]:
     """The command's environment: ``base`` (default: this process's) with ``boot/`` first on
-    ``PYTHONPATH``, the recording's settings, and a token of its own (``ENV_RUN``)."""
+    ``PYTHONPATH``, the recording's settings, and a token of its own (``ENV_RUN``); with
+    ``deterministic``, ``--deterministic``'s environment variables where ``base`` does not set
+    them (one it sets is the user's, kept, and the description says so) and the switch for its
+    flags (``ENV_DETERMINISTIC``)."""
     env = dict(os.environ if base is None else base)
+    if deterministic:
+        env = {**determinism.environment(env), ENV_DETERMINISTIC: "1"}
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([str(BOOT), *([path] if path else [])])
     env[ENV_DIR] = str(folder.resolve())
@@ -142,18 +148,20 @@ def prepare_folder(out: Path) -> Path:
 
 def record_command(command: Sequence[str], out: Path, *, samples: int | None = None,
                    every: int = DEFAULT_EVERY, echo: TextIO | None = None,
-                   capture: bool = False, extra: dict[str, str] | None = None) -> RecordedRun:
+                   capture: bool = False, extra: dict[str, str] | None = None,
+                   deterministic: bool = False) -> RecordedRun:
     """Run ``command`` recorded into ``out``. ``capture``: read its output (stdout and stderr
     together) to keep the last lines and ``output.log``, passing it on to ``echo`` (None:
     silent); otherwise it writes to this process's terminal. Ctrl-C (or SIGTERM) while it runs
-    is passed on to the command, which is given time to end; what was recorded is kept."""
+    is passed on to the command, which is given time to end; what was recorded is kept.
+    ``deterministic``: with ``--deterministic``'s settings (``environment``)."""
     if samples is not None and samples < 1:
         raise SpecError(f"--samples must be a whole number >= 1, got {samples!r}")
     if every < 0:
         raise SpecError(f"--fingerprint-every must be >= 0 (0: none), got {every!r}")
     argv = check_command(command)
     folder = prepare_folder(out)
-    env = {**environment(folder, samples, every), **(extra or {})}
+    env = {**environment(folder, samples, every, deterministic=deterministic), **(extra or {})}
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     interrupted = False
@@ -168,7 +176,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
         interrupted = True
         code = _stop(proc, env[ENV_RUN])
     run = finish_folder(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
-                  samples, every)
+                  samples, every, deterministic)
     if interrupted:
         raise KeyboardInterrupt
     return run
@@ -253,8 +261,10 @@ def _wait_ended(proc: subprocess.Popen[Any], token: str, seconds: float) -> None
 
 
 def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: float,
-            tail: deque[str], interrupted: bool, samples: int | None, every: int) -> RecordedRun:
-    """The folder's ``run.json``, written from what the processes left."""
+            tail: deque[str], interrupted: bool, samples: int | None, every: int,
+            deterministic: bool = False) -> RecordedRun:
+    """The folder's ``run.json``, written from what the processes left (``deterministic``:
+    whether ``--deterministic`` was on; each process's description says what was in effect)."""
     processes = []
     for path in sorted(folder.glob("rank*.json")):
         try:
@@ -269,7 +279,8 @@ def finish_folder(folder: Path, command: tuple[str, ...], code: int, seconds: fl
         "kind": "lrcheck-record", "schema_version": 1, "command": list(command),
         "exit_code": code, "ended": run.how_it_ended, "interrupted": interrupted,
         "seconds": round(seconds, 3), "samples_per_update": samples,
-        "fingerprint_every": every, "world_size": max(worlds, default=1),
+        "fingerprint_every": every, "deterministic": deterministic,
+        "world_size": max(worlds, default=1),
         "updates": updates, "torch_processes": run.torch_processes, "processes": processes,
         "versions": {"python": sys.version.split()[0], "lrcheck": _version(),
                      "torch": next((p["torch"] for p in processes if "torch" in p), None)}}

@@ -4,9 +4,11 @@ a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -48,17 +50,30 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                              read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
+    environment = replace(environment, deterministic=_deterministic(Path(candidate)))
     return Report(pair, ref, cand, checks, environment, kind=Kind.DIFF)
+
+
+def _deterministic(folder: Path) -> dict[str, object] | None:
+    """What ``--deterministic`` set in the first process of a record folder (its rank 0's
+    description; every process's is in ``run.json``), where it was on."""
+    try:
+        found = json.loads((folder / "rank0.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    entry = found.get("deterministic") if isinstance(found, dict) else None
+    return entry if isinstance(entry, dict) else None
 
 
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
                fingerprint_every: int | None = None, echo: TextIO | None = None,
-               capture: bool = False) -> RecordedRun:
-    """``lrcheck.record``: ``command`` recorded into ``out``; a command that ended well but
-    made no optimizer update is a ``SpecError`` saying what it saw."""
+               capture: bool = False, deterministic: bool = False) -> RecordedRun:
+    """``lrcheck.record``: ``command`` recorded into ``out`` (``deterministic``: with
+    ``--deterministic``'s settings); a command that ended well but made no optimizer update is
+    a ``SpecError`` saying what it saw."""
     run = record_command(command, Path(out), samples=samples,
                          every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
-                         echo=echo, capture=capture)
+                         echo=echo, capture=capture, deterministic=deterministic)
     return _stepped(run)
 
 
@@ -88,7 +103,7 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False) -> Report:
+                 strict: bool = False, deterministic: bool = False) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
     the reference (``record.together``; ``timeout``: seconds without an update before both are
@@ -97,7 +112,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     tolerance is judged against a twin: the reference command run again into ``out``/twin,
     its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
     the update where the twin decorrelated fail there). A command that fails is a
-    ``RunError`` with its exit code and last lines."""
+    ``RunError`` with its exit code and last lines. ``deterministic``: every command with
+    ``--deterministic``'s settings."""
     if timeout is not None and not timeout >= 0:
         raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
                         f"{timeout!r}")
@@ -107,10 +123,12 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
     if free:
         for side, argv in commands.items():
-            _record_alone(side, argv, folders[side], samples, every, echo)
+            _record_alone(side, argv, folders[side], samples, every, echo,
+                          deterministic=deterministic)
     else:
         for run in record_together(commands, Path(out), samples=samples, every=every,
-                                   echo=echo, timeout=timeout).values():
+                                   echo=echo, timeout=timeout,
+                                   deterministic=deterministic).values():
             _stepped(run)
     report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                        strict=strict)
@@ -119,16 +137,17 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
             shutil.rmtree(folders["twin"], ignore_errors=True)
         return report
     _record_alone("twin of the reference", commands["reference"], folders["twin"], samples,
-                  every, echo, {ENV_NUDGE: "1"})
+                  every, echo, {ENV_NUDGE: "1"}, deterministic)
     return diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                      twin=folders["twin"], strict=strict)
 
 
 def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None, every: int,
-                  echo: TextIO | None, extra: dict[str, str] | None = None) -> RecordedRun:
+                  echo: TextIO | None, extra: dict[str, str] | None = None,
+                  deterministic: bool = False) -> RecordedRun:
     """One command recorded on its own; a ``RunError`` where it fails."""
     run = _stepped(record_command(argv, folder, samples=samples, every=every, echo=echo,
-                                  capture=True, extra=extra))
+                                  capture=True, extra=extra, deterministic=deterministic))
     if run.exit_code != 0:
         raise command_failed(side, argv, run.how_it_ended, run.tail)
     return run

@@ -56,6 +56,7 @@ from lrcheck.record.calls import (
     subclasses,
 )
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
+from lrcheck.runner.determinism import in_effect
 
 HPARAMS = ("momentum", "betas", "weight_decay")
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
@@ -99,8 +100,10 @@ class ProcessRecorder:
     (its first optimizer) or ``rank{R}-opt{I}.jsonl``, with ``rank{R}.json`` describing the
     process. ``samples``: samples per update (None: updates are counted, 1 each)."""
 
-    def __init__(self, folder: Path, samples: int | None, every: int) -> None:
+    def __init__(self, folder: Path, samples: int | None, every: int,
+                 deterministic: bool = False) -> None:
         self.folder, self.samples, self.every = folder, samples, every
+        self.deterministic = deterministic
         self.optimizers: dict[int, _Optimizer] = {}
         self.pending: dict[int, list[int]] = {}  # id(optimizer) → [scheduler steps, skipped]
         self.stepped: dict[int, int] = {}  # id(optimizer) → pre-hooks seen, for GradScaler
@@ -162,7 +165,8 @@ class ProcessRecorder:
                             "updates": o.recorder.step, "phantom_steps": o.phantom,
                             "dtype": o.dtype, "stochastic": o.stochastic}
                            for o in self.optimizers.values()],
-            "dropout_calls": modules.calls[0], "lockstep": self.role or None}, indent=1)
+            "dropout_calls": modules.calls[0], "lockstep": self.role or None,
+            "deterministic": in_effect(self.world) if self.deterministic else None}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
@@ -351,9 +355,11 @@ def _fingerprint_at_birth() -> None:
     torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
 
 
-def install_hooks(folder: str, *, samples: int | None, every: int) -> ProcessRecorder:
-    """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``)."""
-    recorder = ProcessRecorder(Path(folder), samples, every)
+def install_hooks(folder: str, *, samples: int | None, every: int,
+                  deterministic: bool = False) -> ProcessRecorder:
+    """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``;
+    ``deterministic``: its description says what ``--deterministic`` set, as in effect)."""
+    recorder = ProcessRecorder(Path(folder), samples, every, deterministic)
     modules.count_dropout()
     if recorder.role:
         _fingerprint_at_birth()

@@ -17,6 +17,9 @@ ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
 ENV_SAMPLES = "PYTHON_LRCHECK_RECORD_SAMPLES"
 ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
 ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
+# ``lrcheck record --deterministic``: its flags set at torch's import (spec.determinism).
+ENV_DETERMINISTIC = "PYTHON_LRCHECK_RECORD_DETERMINISTIC"
+
 class _TorchWatch(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``torch`` is being imported it takes the spec the other
     finders give and runs ``_torch_ready`` once the module has executed. It stays on
@@ -60,11 +63,19 @@ class _TorchWatch(importlib.abc.MetaPathFinder):
 
 
 def _torch_ready() -> None:
+    """The recording's hooks; first, with ``ENV_DETERMINISTIC``, ``--deterministic``'s flags,
+    before the user's code runs a CUDA operation (its environment variables are in the
+    command's environment already: ``record.launch.environment``)."""
+    deterministic = bool(os.environ.get(ENV_DETERMINISTIC))
     try:
+        if deterministic:
+            from lrcheck.runner.determinism import apply_flags
+
+            apply_flags()
         from lrcheck.record.process import install_hooks
 
         install_hooks(os.environ[ENV_DIR], samples=_number(ENV_SAMPLES),
-                      every=_number(ENV_EVERY) or 0)
+                      every=_number(ENV_EVERY) or 0, deterministic=deterministic)
     except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens
         print(f"lrcheck: warning: recording is off in process {os.getpid()}: {exc!r}",
               file=sys.stderr)
@@ -76,7 +87,17 @@ def _number(name: str) -> int | None:
 
 
 def install() -> None:
-    """Watch for torch's import (or install at once where torch is already imported)."""
+    """Watch for torch's import (or install at once where torch is already imported). With
+    ``ENV_DETERMINISTIC``, first ``--deterministic``'s environment variables this process
+    lacks (but ``PYTHONHASHSEED``, which only a process's start reads), before any library
+    starts: a launcher that passes on only ``PYTHON*`` variables (DeepSpeed's multi-node
+    runner) still gives every process the switch."""
+    if os.environ.get(ENV_DETERMINISTIC):
+        from lrcheck.spec.determinism import ENV_VARIABLES
+
+        for name, value in ENV_VARIABLES.items():
+            if name != "PYTHONHASHSEED":
+                os.environ.setdefault(name, value)
     if "torch" in sys.modules:
         _torch_ready()
     elif not any(isinstance(f, _TorchWatch) for f in sys.meta_path):

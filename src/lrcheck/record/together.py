@@ -97,11 +97,13 @@ class _Side:
 
 def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples: int | None,
                     every: int, echo: TextIO | None = None,
-                    timeout: float | None = RUN_STALL_S) -> dict[str, RecordedRun]:
+                    timeout: float | None = RUN_STALL_S,
+                    deterministic: bool = False) -> dict[str, RecordedRun]:
     """Record ``commands`` (``{"reference": argv, "candidate": argv}``) side by side into
     ``out/<side>``, the candidate in lockstep with the reference; their ``RecordedRun``s. A
     command that fails or stalls is a ``RunError`` (the other stopped); Ctrl-C stops both,
-    keeps their records and raises ``KeyboardInterrupt``."""
+    keeps their records and raises ``KeyboardInterrupt``. ``deterministic``: both with
+    ``--deterministic``'s settings (``record.launch.environment``)."""
     argvs = {side: check_command(command) for side, command in commands.items()}
     exchange = Path(tempfile.mkdtemp(prefix="lrcheck-lockstep-", dir=scratch()))
     lock = threading.Lock()
@@ -112,7 +114,7 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
     try:
         for name, argv in argvs.items():
             folder = prepare_folder(out / name)
-            env = environment(folder, samples, every)
+            env = environment(folder, samples, every, deterministic=deterministic)
             env[ENV_EXCHANGE], env[ENV_ROLE] = str(exchange), name
             sides[name] = _Side(name, argv, commands[name], folder, env, echo, lock)
         problem = _watch(sides, exchange, timeout)
@@ -126,7 +128,7 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
         shutil.rmtree(exchange, ignore_errors=True)
     seconds = time.monotonic() - started
     runs = {name: finish_folder(side.folder, side.command, side.proc.wait(), seconds,
-                                side.tail, interrupted, samples, every)
+                                side.tail, interrupted, samples, every, deterministic)
             for name, side in sides.items()}
     if interrupted:
         raise KeyboardInterrupt

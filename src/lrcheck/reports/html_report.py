@@ -154,6 +154,8 @@ def _checks(report: Report) -> Html:
 def _value(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(str(v) for v in value) or "—"
+    if isinstance(value, dict):  # launch, deterministic: a setting and its value each
+        return "; ".join(f"{k}: {v}" for k, v in value.items()) or "—"
     return "—" if value is None else str(value)
 
 

@@ -141,7 +141,9 @@ def run_settings(report: Report, subject: str) -> list[str]:
         f"tail `{cand.tail}`, loss-norm `{cand.loss_norm}`, {cand.dtype}, seed {cand.seed}",
         f"- environment: torch {report.environment.torch}"
         + "".join(f", {name} {version}" for name, version in framework_versions(report))
-        + f" on {report.environment.device}",
+        + f" on {report.environment.device}"
+        + (", --deterministic (its settings: result.json's environment)"
+           if report.environment.deterministic else ""),
         *(f"- note: {note.text}" for note in report.notes),
     ]
 

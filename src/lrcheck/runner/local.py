@@ -16,6 +16,7 @@ from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.plan.frameworks import PLAIN
 from lrcheck.runner import plain
+from lrcheck.runner.determinism import applied
 from lrcheck.runner.frameworks import adapter
 from lrcheck.runner.lockstep import Lockstep
 from lrcheck.runner.ranks.fault import fault_hook
@@ -90,11 +91,21 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int,
     if spec.framework != PLAIN:
         # A framework sets up (or finds) the process group itself.
         train = adapter(spec.framework)
-        return guarded(f"the {role} run{where}", lambda: train(
-            spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start))
-    return guarded(f"the {role} run{where}", lambda: plain.train(
+        return guarded(f"the {role} run{where}", _deterministic(spec, lambda: train(
+            spec, data, device=device, rank=rank, on_update=on_update, on_start=on_start)))
+    return guarded(f"the {role} run{where}", _deterministic(spec, lambda: plain.train(
         spec, data, device=device, rank=rank, group=group, on_update=on_update,
-        on_start=on_start, keep_states=keep_states, lockstep=lockstep))
+        on_start=on_start, keep_states=keep_states, lockstep=lockstep)))
+
+
+def _deterministic(spec: RunSpec, run: Callable[[], RunTrace]) -> Callable[[], RunTrace]:
+    """``run`` with ``--deterministic``'s settings applied around it where the spec asks
+    (``runner.determinism.applied``: inside ``guarded``, which keeps their warnings)."""
+    def within() -> RunTrace:
+        with applied(spec.deterministic):
+            return run()
+
+    return within
 
 
 def environment(device: str, world: int) -> Environment:

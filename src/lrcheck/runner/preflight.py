@@ -13,6 +13,7 @@ from lrcheck.experiments.tasks import Dataset, load_data
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context
+from lrcheck.runner.determinism import described_here
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.recording import recording_bytes
 from lrcheck.runner.resume import resume_point
@@ -49,7 +50,8 @@ def preflight(runs: Sequence[tuple[RunSpec, Step]]) -> tuple[str, Environment]:
     the run, a resume point, injected overflows), the memory their recordings need together
     (each with what its step of the run order keeps: ``Step.keep_states``), the device of the
     first run (the candidate, whose flags are the ones typed) and the extras their frameworks
-    need. Returns the device and the environment a report states."""
+    need. Returns the device and the environment a report states (with ``--deterministic``,
+    its settings as this process applies them, read back)."""
     from lrcheck.runner.device import resolve_device
     from lrcheck.runner.local import environment
 
@@ -63,4 +65,6 @@ def preflight(runs: Sequence[tuple[RunSpec, Step]]) -> tuple[str, Environment]:
     frameworks: dict[str, str] = {}
     for spec, _ in (*runs[1:], runs[0]):  # a missing extra is bad input: say so now
         frameworks.update(require_framework(spec.framework))
-    return device, replace(environment(device, first.world), frameworks=frameworks)
+    deterministic = described_here(device, first.world) if first.deterministic else None
+    return device, replace(environment(device, first.world), frameworks=frameworks,
+                           deterministic=deterministic)

@@ -132,7 +132,8 @@ def _process() -> Schema:
     })
     return closed({"pid": INTEGER, "rank": INTEGER, "world": INTEGER, "argv": array(STRING),
                    "torch": STRING, "optimizers": array(optimizer), "dropout_calls": INTEGER,
-                   "lockstep": nullable(STRING)})
+                   "lockstep": nullable(STRING)},
+                  {"deterministic": nullable(ref("deterministic"))})
 
 
 def run() -> Schema:
@@ -154,10 +155,10 @@ def run() -> Schema:
         "torch_processes": INTEGER,
         "processes": array({"anyOf": [ref("process"), unreadable]}),
         "versions": closed({"python": STRING, "lrcheck": STRING, "torch": nullable(STRING)}),
-    })
+    }, {"deterministic": {**BOOLEAN, "description": "whether --deterministic was on"}})
     return document("lrcheck run.json", "A record folder's description: what `lrcheck record` "
                     "ran and what its processes left, schema_version 1 (docs/own-training.md).",
-                    body, {"process": _process()})
+                    body, {"process": _process(), "deterministic": parts.deterministic()})
 
 
 DOCUMENTS = {"result": result, "suite": suite, "run": run}

@@ -11,6 +11,7 @@ from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.plan.policies import POLICIES
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.schemas.build import (
+    BOOLEAN,
     INTEGER,
     MEASURED,
     NUMBER,
@@ -24,6 +25,7 @@ from lrcheck.schemas.build import (
     words,
 )
 from lrcheck.spec import Note, RunSpec, Tolerances
+from lrcheck.spec.determinism import DETERMINISM
 from lrcheck.trace import EpochMetrics, Metrics, RecordedCommand, Resumed, SkippedStep, UpdateRecord
 
 EMPTY: Schema = {"type": "object", "maxProperties": 0}
@@ -50,6 +52,17 @@ COMMAND_PAIR_KEYS: dict[str, Schema] = {"kind": {"const": "commands"}, "ref_comm
                                         "tolerances": ref("tolerances")}
 
 
+def deterministic() -> Schema:
+    """``--deterministic``'s entry (``spec.determinism.described``): every setting of
+    ``DETERMINISM``, always, each the value in effect (true or false for most flags) or a
+    string (an environment variable's value, ``not applicable: ...``, or a value that is not
+    lrcheck's with lrcheck's beside it)."""
+    return closed({s.name: {"type": ["boolean", "string"], "description": s.does}
+                   for s in DETERMINISM},
+                  description="each setting of --deterministic as in effect "
+                              "(docs/checks.md, \"Deterministic runs\")")
+
+
 def environment() -> Schema:
     """``Environment.to_dict()``: lrcheck's version and the device always, the other fields
     where known (never null), and each framework's version under its module's name."""
@@ -57,6 +70,7 @@ def environment() -> Schema:
     modules = {f.module: {**STRING, "description": f"the version of {f.module}"}
                for f in FRAMEWORKS.values() if f.module is not None}
     required = {name: known.pop(name) for name in ("lrcheck", "device")}
+    known["deterministic"] = ref("deterministic")
     return closed(required, {**known, **modules},
                   description="where a comparison ran (environment.py)")
 
@@ -102,7 +116,8 @@ def shared() -> dict[str, Schema]:
             description="CheckResult (checks/status.py)"),
         "metrics": closed(fields_of(Metrics)),
         "environment": environment(),
-        "command_pair": closed(COMMAND_PAIR_KEYS,
+        "deterministic": deterministic(),
+        "command_pair": closed(COMMAND_PAIR_KEYS, {"deterministic": BOOLEAN},
                                description="a suite's pair of a user's own commands"),
     }
 

@@ -82,7 +82,7 @@ class PairSpec:
                                 f"order: compare it with itself, not with {other.framework} "
                                 f"(--ref-framework {one.framework})")
         shared = ["task", "epochs", "scheduler", "warmup", "lr", "optimizer", "seed", "dtype",
-                  "device", "samples", "loss_norm", "amp", "inject_overflow"]
+                  "device", "samples", "loss_norm", "amp", "inject_overflow", "deterministic"]
         if ref.framework == cand.framework:  # else each has its own end of epoch
             shared += ["tail", *(setting.name for setting in SETTINGS)]
         for name in shared:
@@ -202,23 +202,26 @@ class FilePair:
 class CommandPair:
     """A suite's pair of a user's own commands (``ref_command`` and ``command``), each a quoted
     command line that ``lrcheck run`` records and diffs; ``samples``: samples per update, where
-    known. It has no noise floor: the commands run as they are, not in lockstep."""
+    known; ``deterministic``: both recorded with ``--deterministic``'s settings. It has no noise
+    floor: the commands run as they are, not in lockstep."""
 
     reference: str
     candidate: str
     tolerances: Tolerances = field(default_factory=lambda: Tolerances.for_dtype(DIFF_DTYPE))
     samples: int | None = None
+    deterministic: bool = False
 
     noise_floor = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "commands", "ref_command": self.reference, "command": self.candidate,
-                "samples": self.samples, "tolerances": asdict(self.tolerances)}
+                "samples": self.samples, "tolerances": asdict(self.tolerances),
+                "deterministic": self.deterministic}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandPair:
         return cls(data["ref_command"], data["command"], Tolerances(**data["tolerances"]),
-                   data.get("samples"))
+                   data.get("samples"), bool(data.get("deterministic", False)))
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:

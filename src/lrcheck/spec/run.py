@@ -78,6 +78,9 @@ class RunSpec:
     resume_at: int | None = None
     resume_at_micro: int | None = None
     framework: str = PLAIN
+    # ``--deterministic``: the settings of spec/determinism.py applied while the run trains, and
+    # recorded in result.json's environment.
+    deterministic: bool = False
     # The settings only some frameworks have: declared, with their defaults, in spec/settings.py
     # (``SETTINGS``; tests/spec/test_settings.py holds these fields to it).
     drop_last: bool = declared.DROP_LAST.default
@@ -120,6 +123,8 @@ class RunSpec:
                               ("amp", Amp)):
             self._choose(name, choices)
         self._check_amp_and_resume()
+        if not isinstance(self.deterministic, bool):
+            raise SpecError(f"--deterministic is on or off, got {self.deterministic!r}")
 
     def _choose(self, name: str, choices: type[Choice]) -> None:
         """Field ``name`` as the member of ``choices`` it names (a string is accepted)."""

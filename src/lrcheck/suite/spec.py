@@ -20,7 +20,7 @@ import itertools
 import re
 import shlex
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,9 @@ NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "a
 # Values that need more than their key does: bf16 is DeepSpeed's alone.
 NEEDS_FOR_VALUE = {("amp", "bf16"): {"framework": "deepspeed"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("fast", *(s.name for s in SETTINGS if s.switch))
+BOOL_KEYS = ("fast", "deterministic", *(s.name for s in SETTINGS if s.switch))
+# The run keys a pair of commands takes too (from [defaults] or its own [[pair]]).
+COMMAND_RUN_KEYS = ("deterministic",)
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -104,6 +106,18 @@ def load_suite(path: str | Path) -> Suite:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     return parse_suite(data, str(path))
+
+
+def deterministic_suite(suite: Suite) -> Suite:
+    """``suite`` with ``--deterministic`` on in every pair (``lrcheck suite --deterministic``:
+    as ``deterministic = true`` in each)."""
+    def on(pair: PairSpec | CommandPair) -> PairSpec | CommandPair:
+        if isinstance(pair, CommandPair):
+            return replace(pair, deterministic=True)
+        return replace(pair, reference=pair.reference.replace(deterministic=True),
+                       candidate=pair.candidate.replace(deterministic=True))
+
+    return replace(suite, entries=tuple(replace(e, pair=on(e.pair)) for e in suite.entries))
 
 
 def parse_suite(data: dict[str, Any], source: str) -> Suite:
@@ -173,7 +187,8 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
 def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
                    item: dict[str, Any]) -> SuiteEntry:
     """The entry of a [[pair]] of two commands. The run keys of [defaults] do not apply to it
-    (lrcheck does not train it); its tolerances, ``expect`` and the defaults' tolerances do."""
+    (lrcheck does not train it), but for ``deterministic``; its tolerances, ``expect`` and the
+    defaults' tolerances do."""
     if kind != "pair":
         key = next(k for k in COMMAND_KEYS if k in item)
         raise SpecError(f"{source}: {where}, key {key!r}: commands belong in a [[pair]], "
@@ -183,14 +198,15 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
             raise SpecError(f"{source}: {where}: a pair of commands needs both 'ref_command' "
                             f"and 'command'; {key!r} is missing")
     for key in item:
-        if key in RUN_KEYS or key in PAIR_KEYS:
+        if (key in RUN_KEYS or key in PAIR_KEYS) and key not in COMMAND_RUN_KEYS:
             raise SpecError(f"{source}: {where}, key {key!r}: a pair of commands runs the "
                             "commands as they are; it takes no run key (only name, expect, "
-                            "samples_per_update and tol_*)")
+                            "samples_per_update, deterministic and tol_*)")
     values = {**defaults, **item}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
     pair = CommandPair(item["ref_command"], item["command"],
-                       Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"))
+                       Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"),
+                       values.get("deterministic", False))
     name = item.get("name", "commands")
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "

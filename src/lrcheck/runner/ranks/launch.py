@@ -23,7 +23,7 @@ from lrcheck.plan.judging import Step
 from lrcheck.runner.ranks import handoff, procs
 from lrcheck.runner.ranks.torchrun import torchrun_argv
 from lrcheck.runner.startup import release
-from lrcheck.spec import RunSpec
+from lrcheck.spec import RunSpec, determinism
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
 
 if TYPE_CHECKING:
@@ -76,7 +76,9 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
         handoff.write_lockstep(folder, lockstep)
     token = uuid.uuid4().hex
     argv = torchrun_argv(sys.executable, spec.world, [str(folder)], run_id=token)
-    env = {**os.environ, procs.MARKER_ENV: token}
+    # --deterministic's environment variables from the ranks' start (spec.determinism).
+    base = determinism.environment(os.environ) if spec.deterministic else dict(os.environ)
+    env = {**base, procs.MARKER_ENV: token}
     with open(folder / handoff.TORCHRUN_LOG, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
