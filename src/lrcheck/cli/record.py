@@ -17,6 +17,11 @@ from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
+LogsHelp = ("its own log (TensorBoard events, trainer_state.json, Lightning's metrics.csv, an "
+            "MLflow store: a file, or a folder holding one) held against what was recorded "
+            "(docs/logs.md); the verdict is the training's alone. [default: where its Trainer "
+            "logged (transformers' logging_dir/output_dir, Lightning's log_dir), when one ran]")
+LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help=f"The candidate's log: {LogsHelp}")]
 EveryOpt = Annotated[int | None, typer.Option("--fingerprint-every", min=0, metavar="K", help="A parameter fingerprint and the gradient norm every K updates (0: none, LR only). [default: 50]")]
 
 
@@ -25,6 +30,7 @@ def record_command(
     out: Annotated[Path | None, out_option("Record folder. [default: ./lrcheck-records/<program>]")] = None,
     samples: SamplesOpt = None,
     fingerprint_every: EveryOpt = None,
+    logs: Annotated[Path | None, typer.Option("--logs", metavar="DIR", help=f"The command's log: {LogsHelp}; the findings are printed and written into the folder's logs.json.")] = None,
 ) -> None:
     """Run COMMAND with lrcheck's recording in every Python process it starts: per optimizer
     update the LR of every param group, the scheduler steps and GradScaler-skipped steps since
@@ -37,9 +43,15 @@ def record_command(
 
     command = command or []
     folder = out if out is not None else Path("lrcheck-records") / _name(command)
-    run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every)
+    run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every,
+                 logs=logs)
     ranks = len({name.split("-")[0] for name in run.updates})
     updates = max(run.updates.values(), default=0)
+    if run.logs:
+        from lrcheck.cli.output import stdout_console
+        from lrcheck.reports.logs import findings_table
+
+        stdout_console().print(findings_table(run.logs))
     note(f"recorded {updates} update(s) on {ranks} rank(s) into {folder} "
          f"(the command: {run.how_it_ended})")
     raise typer.Exit(run.exit_code if run.exit_code >= 0 else 128 - run.exit_code)
@@ -57,6 +69,8 @@ def run_command(
     free: Annotated[bool, typer.Option("--free", help="Run the commands one after the other, each free-running, instead of side by side in lockstep: parameters and gradient norms are then judged from fingerprints, as drift or jumps.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Fail where the effects could be judged only up to some update (free-running: the twin decorrelated there) instead of warning.")] = False,
     timeout: Annotated[float, typer.Option(metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
+    ref_logs: Annotated[Path | None, typer.Option("--ref-logs", metavar="DIR", help=f"The reference's log: {LogsHelp}")] = None,
+    logs: LogsOpt = None,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -78,7 +92,8 @@ def run_command(
         report = run_commands(reference, candidate, folder, samples=samples,
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,
-                              timeout=timeout or None, strict=strict)
+                              timeout=timeout or None, strict=strict, ref_logs=ref_logs,
+                              logs=logs)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

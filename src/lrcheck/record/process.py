@@ -127,6 +127,7 @@ class ProcessRecorder:
         # once their modules are imported (``record.calls.IMPORTED``).
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
+        self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -165,7 +166,8 @@ class ProcessRecorder:
                             "updates": o.recorder.step, "phantom_steps": o.phantom,
                             "dtype": o.dtype, "stochastic": o.stochastic}
                            for o in self.optimizers.values()],
-            "dropout_calls": modules.calls[0], "lockstep": self.role or None}, indent=1)
+            "dropout_calls": modules.calls[0], "lockstep": self.role or None,
+            "logs": self.logs}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
@@ -192,6 +194,8 @@ class ProcessRecorder:
         in a lockstep pair (the first optimizer only), the start of the exchange."""
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
+        if st.index == 0:
+            self.logs = modules.log_folders()
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             _nudge(params)
