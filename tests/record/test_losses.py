@@ -80,3 +80,50 @@ def test_the_ranks_losses_merge_as_their_mean():
     (record,), _ = merge([[lines[0]], [lines[1]]], sharded=False)
     assert record["loss_backward"] == 2.0
     assert record["loss_micro"] == [0.625, None]
+
+
+def test_the_log_folders_of_a_trainer_alive_are_noted(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    from lrcheck.record import modules
+
+    for name in ("transformers.trainer", "lightning.pytorch.trainer.trainer",
+                 "pytorch_lightning.trainer.trainer"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert modules.log_folders() == []  # no trainer's module imported: nothing looked at
+
+    class Args:
+        logging_dir = str(tmp_path / "runs" / "x")
+        output_dir = "out"
+
+    class Trainer:
+        args = Args()
+
+    class LightningTrainer:
+        default_root_dir = str(tmp_path)
+
+        @property
+        def log_dir(self):
+            raise RuntimeError("no logger yet")
+
+    fake = types.ModuleType("transformers.trainer")
+    fake.Trainer = Trainer
+    light = types.ModuleType("lightning.pytorch.trainer.trainer")
+    light.Trainer = LightningTrainer
+    monkeypatch.setitem(sys.modules, "transformers.trainer", fake)
+    monkeypatch.setitem(sys.modules, "lightning.pytorch.trainer.trainer", light)
+    monkeypatch.chdir(tmp_path)
+
+    class Mine(Trainer):  # a subclass, as users' and TRL's trainers are
+        pass
+
+    alive = [Mine(), LightningTrainer()]
+    found = modules.log_folders()
+    assert sorted((f["framework"], f["folder"]) for f in found) == [
+        ("lightning", str(tmp_path)), ("transformers", str(tmp_path / "out")),
+        ("transformers", str(tmp_path / "runs" / "x"))]
+    # the logging_dir before the output_dir: the more precise first
+    mine = [f["folder"] for f in found if f["framework"] == "transformers"]
+    assert mine == [str(tmp_path / "runs" / "x"), str(tmp_path / "out")]
+    del alive
