@@ -132,3 +132,11 @@ def test_values_logged_past_the_recording_are_left_out_and_said():
     found = _one(_log(Quantity.LR, [*LRS, 1.0, 1.0]))
     assert found.status == MATCHES
     assert "2 logged values at updates the recording does not have" in found.says
+
+
+def test_an_lr_stepped_within_updates_is_said_to_be_the_trainings():
+    records = [{**r, "scheduler_steps": 2, "lr": [LRS[k] * 0.9]} for k, r in enumerate(_records())]
+    found = _one(_log(Quantity.LR, LRS), records)
+    assert (found.status, found.first_update) == (DIFFERS, 0)
+    assert "the scheduler stepped up to 2 times between two updates" in found.says
+    assert "a difference of the training (the lr check judges it)" in found.says

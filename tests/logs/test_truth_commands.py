@@ -1,7 +1,7 @@
 """Logs against the recording for real: the plain fixture (tests/fixtures/logs_plain.py,
 TensorBoard events) recorded by ``lrcheck run`` and ``lrcheck record --logs``. A correct
-reference's log matches its record; each injected logging bug is named in the logs section
-while the training verdict stays PASS; a scheduler stepped per micro-batch fails ``lr`` as
+log matches its record; each injected logging bug is named in the logs section while the
+training verdict stays PASS; a scheduler stepped per micro-batch fails ``lr`` as
 training, and the logs section says so apart."""
 
 import json
@@ -33,12 +33,17 @@ def _run(tmp_path, ref_args, cand_args):
     return report, logs, json.loads((api.save_report(report, out) / "result.json").read_text())
 
 
-def test_a_correct_log_matches_and_a_loss_times_ga_is_named_while_the_training_passes(tmp_path):
-    report, logs, data = _run(tmp_path, [], ["--accum", "2", "--bug", "loss-x-ga"])
+def test_a_pre_clip_norm_and_a_loss_times_ga_are_named_while_the_training_passes(tmp_path):
+    report, logs, data = _run(tmp_path, ["--bug", "preclip-norm"],
+                              ["--accum", "2", "--bug", "loss-x-ga"])
     assert report.ok and report.exit_code == 0
-    assert all(logs["reference", q].status == "matches" for q in ("lr", "loss", "grad_norm"))
+    norm = logs["reference", "grad_norm"]
+    assert (norm.status, norm.first_update) == ("differs", 0)
+    assert norm.says.startswith("the logged grad norm is the pre-clip norm: clipping to "
+                                "max_norm 0.5 did happen")
     assert logs["reference", "lr"].says == ("the logged LR is the LR each update used, at the "
                                             "12 updates logged")
+    assert logs["reference", "loss"].status == "matches"
     loss = logs["candidate", "loss"]
     assert (loss.status, loss.first_update) == ("differs", 0)
     assert loss.says.startswith("the logged loss is 2.000× the loss that was differentiated")
@@ -57,14 +62,15 @@ def test_a_scheduler_per_micro_batch_fails_lr_and_is_not_put_down_to_the_logs(tm
     assert (lr.status, lr.first_update) == ("differs", 0)
     assert lr.says.startswith("the logged LR is the next update's (off by one from update 0)")
     assert apart(report).startswith("The training checks failed on their own (lr")
+    cand = logs["candidate", "lr"]
+    assert "a difference of the training (the lr check judges it)" in cand.says, cand.says
 
 
-def test_record_logs_names_the_pre_clip_norm_and_writes_logs_json(tmp_path):
-    run = api.record(shlex.split(_line(tmp_path / "log", "--bug", "preclip-norm")),
-                     tmp_path / "rec", logs=tmp_path / "log", capture=True)
-    norm = next(f for f in run.logs if f.quantity.value == "grad_norm")
-    assert (norm.status, norm.first_update) == ("differs", 0)
-    assert norm.says.startswith("the logged grad norm is the pre-clip norm: clipping to "
-                                "max_norm 0.5 did happen")
+def test_record_logs_of_a_correct_log_matches_and_writes_logs_json(tmp_path):
+    run = api.record(shlex.split(_line(tmp_path / "log", "--accum", "2")), tmp_path / "rec",
+                     logs=tmp_path / "log", capture=True)
+    assert [(f.quantity.value, f.status.value) for f in run.logs] == [
+        ("lr", "matches"), ("loss", "matches"), ("grad_norm", "matches")]
+    assert run.logs[2].says.startswith("the logged grad norm is the post-clip norm")
     written = json.loads((tmp_path / "rec" / "logs.json").read_text())["logs"]
     assert written == [f.to_dict() for f in run.logs]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,7 @@ class Truth:
     pre_clip: np.ndarray
     max_norm: np.ndarray
     stepped: np.ndarray
+    scheduler_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def from_records(cls, records: Sequence[dict[str, Any]]) -> Truth:
@@ -83,7 +84,8 @@ class Truth:
         return cls(lr=numbers(lambda r: r["lr"][0]),
                    loss=numbers(lambda r: r.get("loss_backward")), micro=micro,
                    pre_clip=pre, max_norm=top,
-                   stepped=np.where(np.isnan(measured), np.where(unclipped, pre, after), measured))
+                   stepped=np.where(np.isnan(measured), np.where(unclipped, pre, after), measured),
+                   scheduler_steps=numbers(lambda r: r.get("scheduler_steps")))
 
 
 def tolerance(series: Series, relative: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -147,8 +149,14 @@ def _lr(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series) -> Jud
                              f"{first}): logged {values[ks == first][0]:.6g} where update "
                              f"{first} used {truth.lr[first]:.6g}"), first
     first = _first(same, ks)
-    return DIFFERS, (f"the logged LR differs from the LR the update used from update {first}: "
-                     f"logged {values[ks == first][0]:.6g}, used {truth.lr[first]:.6g}"), first
+    says = (f"the logged LR differs from the LR the update used from update {first}: logged "
+            f"{values[ks == first][0]:.6g}, used {truth.lr[first]:.6g}")
+    steps = truth.scheduler_steps[ks] if len(truth.scheduler_steps) else np.zeros(0)
+    if len(steps) and np.nanmax(steps, initial=0) > 1:
+        says += (f"; the scheduler stepped up to {int(np.nanmax(steps))} times between two "
+                 "updates, so the LR changed within them: a difference of the training (the "
+                 "lr check judges it), which a log of one LR per update cannot show")
+    return DIFFERS, says, first
 
 
 def _n(ks: np.ndarray) -> str:
