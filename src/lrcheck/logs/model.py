@@ -92,6 +92,14 @@ class LoggedRun:
     unmapped: tuple[str, ...] = ()
     every: int | None = None
     limits: tuple[str, ...] = ()
+    # The LR of the param groups after the first (Lightning's ``lr-<Optimizer>/pg2``, ...);
+    # ``series[Quantity.LR]`` is group 0's.
+    lr_groups: tuple[Series, ...] = ()
+
+    def tags(self) -> tuple[str, ...]:
+        """Every tag read: the mapped ones' and the unmapped."""
+        return (*(s.tag for s in self.series.values()), *(s.tag for s in self.lr_groups),
+                *self.unmapped)
 
     def at_updates(self, quantity: Quantity) -> tuple[np.ndarray, np.ndarray]:
         """The update indices (int64, 0-based) and values (float64) ``quantity`` was logged
@@ -99,6 +107,10 @@ class LoggedRun:
         series = self.series.get(quantity)
         if series is None:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return self.series_at_updates(series)
+
+    def series_at_updates(self, series: Series) -> tuple[np.ndarray, np.ndarray]:
+        """``at_updates`` of one series (a param group's LR, say)."""
         last = {self.steps.update(s): v for s, v in zip(series.steps, series.values, strict=True)}
         ks = np.array(sorted(last), dtype=np.int64)
         return ks, np.array([last[int(k)] for k in ks], dtype=np.float64)

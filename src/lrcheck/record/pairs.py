@@ -24,17 +24,24 @@ from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 def diff_runs(reference: str | Path, candidate: str | Path, *,
               tolerances: Tolerances | None = None, twin: Path | None = None,
               strict: bool = False) -> Report:
-    """``lrcheck.diff``'s report of the two runs (files or record folders); ``twin``: the
-    record folder of the reference command's twin, the floor of free-running effects;
-    ``strict``: effects judged only up to some update fail there (``checks.strictly``)."""
+    """``lrcheck.diff``'s report of the two runs (files, record folders, or two runs' own
+    logs: ``logs.pairs``); ``twin``: the record folder of the reference command's twin, the
+    floor of free-running effects; ``strict``: effects judged only up to some update fail
+    there (``checks.strictly``)."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
+    from lrcheck.logs.pairs import logs_pair, read_pair
     from lrcheck.record.sides import read_emas, read_facts, read_sides
     from lrcheck.result import Kind
     from lrcheck.version import __version__
 
     pair = FilePair(str(reference), str(candidate),
                     **({} if tolerances is None else {"tolerances": tolerances}))
+    environment = Environment(lrcheck=__version__, device="none")
+    if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
+        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances)
+        return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
+                      kind=Kind.DIFF)
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
                                              pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
@@ -43,8 +50,7 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                              read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
-    return Report(pair, ref, cand, checks, Environment(lrcheck=__version__, device="none"),
-                  kind=Kind.DIFF)
+    return Report(pair, ref, cand, checks, environment, kind=Kind.DIFF)
 
 
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,

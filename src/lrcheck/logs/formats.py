@@ -1,0 +1,198 @@
+"""Each writer's files read as they are (docs/logs.md, "What is read"): every tag's logged
+steps and values, and what the file says of its run, before any tag is mapped or any step
+given a meaning (``logs.read``). A file that cannot be read is a ``SpecError`` naming it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lrcheck.errors import SpecError
+from lrcheck.logs.model import LogFormat
+
+# Keys of the Trainer's log_history that say when, not what.
+TRAINER_KEYS = ("step",)
+# A log_history entry with one of these is the run's summary or an evaluation, not a step.
+TRAINER_SUMMARY = ("train_runtime",)
+
+
+@dataclass
+class Raw:
+    """One log as written: per tag, its (step, value) pairs in the order written; ``dtype``
+    the precision the format stores; ``about``: what the writer saved of the run's settings
+    (the Trainer's ``logging_steps``, ``gradient_accumulation_steps``, ...), where it did."""
+
+    format: LogFormat
+    path: Path
+    tags: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    dtype: str = "float64"
+    about: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, tag: str, step: int, value: float) -> None:
+        self.tags.setdefault(tag, []).append((step, value))
+
+
+def read_tensorboard(path: Path) -> Raw:
+    """Event files (one file, or a run's folder of them) through tensorboard's own
+    ``EventAccumulator``: scalars (``SummaryWriter.add_scalar``), tensors written by TB v2
+    scalar summaries, and the Transformers Trainer's ``args/text_summary`` (its
+    ``TrainingArguments``, as JSON) into ``about``."""
+    try:
+        from tensorboard.backend.event_processing import event_accumulator as ea
+        from tensorboard.util import tensor_util
+    except ImportError:
+        raise SpecError(f"{path}: TensorBoard event files need the tensorboard package: "
+                        "pip install 'lrcheck[logs]'") from None
+    raw = Raw(LogFormat.TENSORBOARD, path, dtype="float32")
+    events = ea.EventAccumulator(str(path), size_guidance={ea.SCALARS: 0, ea.TENSORS: 0})
+    try:
+        events.Reload()
+    except Exception as exc:  # tensorboard raises its own and protobuf's errors
+        raise SpecError(f"{path}: not readable as TensorBoard events ({exc})") from None
+    tags = events.Tags()
+    for tag in tags.get("scalars", []):
+        for event in events.Scalars(tag):
+            raw.add(tag, int(event.step), float(event.value))
+    for tag in tags.get("tensors", []):
+        plugin = events.SummaryMetadata(tag).plugin_data.plugin_name
+        for event in events.Tensors(tag):
+            value = tensor_util.make_ndarray(event.tensor_proto)
+            if plugin == "scalars" and value.size == 1:
+                raw.add(tag, int(event.step), float(value.reshape(-1)[0]))
+            elif tag == "args/text_summary" and value.size == 1:
+                raw.about.update(_json(value.reshape(-1)[0]))
+    if not raw.tags:
+        raise SpecError(f"{path}: no scalars in these TensorBoard events (not an event file, "
+                        "or one cut short before its first scalar)")
+    return raw
+
+
+def _json(text: bytes | str) -> dict[str, Any]:
+    try:
+        found = json.loads(text.decode() if isinstance(text, bytes) else text)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def read_trainer_state(path: Path) -> Raw:
+    """The Trainer's ``trainer_state.json``: ``log_history``'s entries at their ``step``
+    (its summary entry left out), and its ``logging_steps``, ``global_step``, ``max_steps``
+    and ``train_batch_size``."""
+    state = _load(path)
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise SpecError(f"{path}: not a Trainer state: no log_history list")
+    raw = Raw(LogFormat.TRAINER_STATE, path, about={
+        key: state[key] for key in ("logging_steps", "global_step", "max_steps",
+                                    "train_batch_size") if key in state})
+    for n, entry in enumerate(history):
+        if not isinstance(entry, dict) or not isinstance(entry.get("step"), int):
+            raise SpecError(f"{path}: log_history entry {n} has no integer step: {entry!r:.80}")
+        if any(key in entry for key in TRAINER_SUMMARY):
+            continue
+        for key, value in entry.items():
+            if key not in TRAINER_KEYS and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool):
+                raw.add(key, entry["step"], float(value))
+    return raw
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"{path}: cannot be read as JSON ({exc})") from None
+
+
+def read_lightning_csv(path: Path) -> Raw:
+    """Lightning's CSVLogger ``metrics.csv``: a row per log call, its ``step`` column and
+    a column per metric, empty where that call did not log it."""
+    raw = Raw(LogFormat.LIGHTNING_CSV, path)
+    try:
+        with path.open(newline="", encoding="utf-8") as file:
+            rows = csv.DictReader(file)
+            if rows.fieldnames is None or "step" not in rows.fieldnames:
+                raise SpecError(f"{path}: not a Lightning metrics.csv: no step column "
+                                f"(columns {rows.fieldnames})")
+            for line, row in enumerate(rows, start=2):
+                step = _number(path, line, "step", row.get("step"))
+                for key, cell in row.items():
+                    if key != "step" and key is not None and cell not in (None, ""):
+                        raw.add(key, int(step), _number(path, line, key, cell))
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot be read ({exc})") from None
+    return raw
+
+
+def _number(path: Path, line: int, key: str, cell: str | None) -> float:
+    try:
+        return float(cell or "")
+    except ValueError:
+        raise SpecError(f"{path}, line {line}: {key} is {cell!r}, not a number") from None
+
+
+def read_mlflow_run(path: Path) -> Raw:
+    """One run of MLflow's file store (``mlruns/<experiment>/<run>/``): each file under
+    ``metrics/`` (a tag with ``/`` in it is a folder) holds lines ``timestamp value step``."""
+    raw = Raw(LogFormat.MLFLOW, path)
+    metrics = path / "metrics"
+    for file in sorted(p for p in metrics.rglob("*") if p.is_file()):
+        tag = file.relative_to(metrics).as_posix()
+        for line, text in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            words = text.split()
+            if not words:
+                continue
+            try:
+                value, step = float(words[1]), int(words[2]) if len(words) > 2 else 0
+            except (IndexError, ValueError):
+                raise SpecError(f"{file}, line {line}: {text!r} is not 'timestamp value "
+                                "step'") from None
+            raw.add(tag, step, value)
+    if not raw.tags:
+        raise SpecError(f"{path}: this MLflow run logged no metrics")
+    return raw
+
+
+def mlflow_started(run: Path) -> int:
+    """When an MLflow file store's run started (its ``meta.yaml``'s ``start_time``, ms); -1
+    where it does not say, or the run was deleted."""
+    try:
+        meta = (run / "meta.yaml").read_text(encoding="utf-8")
+    except OSError:
+        return -1
+    found = dict(line.split(":", 1) for line in meta.splitlines() if ":" in line)
+    if found.get("lifecycle_stage", "active").strip() != "active":
+        return -1
+    try:
+        return int(found.get("start_time", "-1").strip())
+    except ValueError:
+        return -1
+
+
+def read_mlflow_db(path: Path) -> Raw:
+    """The newest active run of MLflow's SQLite store (``mlflow.db``, the default tracking
+    store of mlflow 3), read with Python's ``sqlite3`` (the ``runs`` and ``metrics`` tables),
+    not through mlflow: mlflow-skinny has no SQLAlchemy to open it."""
+    raw = Raw(LogFormat.MLFLOW, path)
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            run = db.execute("SELECT run_uuid FROM runs WHERE lifecycle_stage = 'active' "
+                             "ORDER BY start_time DESC LIMIT 1").fetchone()
+            if run is None:
+                raise SpecError(f"{path}: this MLflow store has no active run")
+            rows = db.execute("SELECT key, value, step, is_nan FROM metrics WHERE run_uuid = ? "
+                              "ORDER BY timestamp, step", run).fetchall()
+    except sqlite3.Error as exc:
+        raise SpecError(f"{path}: not readable as an MLflow store ({exc})") from None
+    for key, value, step, is_nan in rows:
+        raw.add(str(key), int(step), math.nan if is_nan else float(value))
+    raw.about["run"] = run[0]
+    if not raw.tags:
+        raise SpecError(f"{path}: MLflow run {run[0]} logged no metrics")
+    return raw

@@ -1,0 +1,242 @@
+"""A run's own logs read into a ``LoggedRun`` (docs/logs.md): the newest run under a folder
+found (``find_logs``), its files read (``logs.formats``), its tags mapped (``logs.tags``), what
+its steps mean detected or stated, and what it cannot prove said."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from lrcheck.errors import SpecError
+from lrcheck.logs import formats
+from lrcheck.logs.formats import Raw
+from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning, StepUnit
+from lrcheck.logs.tags import NOT, preference, quantity
+
+EVENTS = "events.out.tfevents."
+# Formats by preference where a folder holds several: full precision first; a Trainer
+# checkpoint's state that stopped before max_steps after the events (it may be partial).
+PRIORITY = {"state": 0, "csv": 1, "mlflow": 2, "events": 3, "checkpoint": 4}
+READERS: dict[str, Callable[[Path], Raw]] = {
+    "state": formats.read_trainer_state, "checkpoint": formats.read_trainer_state,
+    "csv": formats.read_lightning_csv, "mlflow": formats.read_mlflow_run,
+    "db": formats.read_mlflow_db, "events": formats.read_tensorboard}
+DEPTH = 6
+
+
+def _kind(path: Path) -> str | None:
+    """Which reader a file or folder is for, by its name (None: none)."""
+    if path.is_dir():
+        if (path / "meta.yaml").is_file() and (path / "metrics").is_dir():
+            return "mlflow"
+        return "events" if any(p.name.startswith(EVENTS) for p in path.iterdir()) else None
+    name = path.name
+    if name == "trainer_state.json":
+        return "checkpoint" if path.parent.name.startswith("checkpoint-") else "state"
+    return {"metrics.csv": "csv", "mlflow.db": "db"}.get(
+        name, "events" if name.startswith(EVENTS) else None)
+
+
+def _walk(folder: Path) -> Iterator[tuple[str, Path]]:
+    """Every log under ``folder`` (``DEPTH`` folders deep at most, hidden ones skipped)."""
+    top = len(folder.parts)
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "artifacts"
+                         and len(here.parts) - top < DEPTH)
+        kind = _kind(here)
+        if kind is not None:
+            yield kind, here
+        for name in files:
+            kind = _kind(here / name)
+            if kind is not None and kind != "events":
+                yield kind, here / name
+
+
+def _when(kind: str, path: Path) -> float:
+    """When the run of a log started or last wrote, to tell the newest."""
+    if kind == "mlflow":
+        return formats.mlflow_started(path) / 1000
+    if kind == "events":
+        stamps = [p.name[len(EVENTS):].split(".", 1)[0] for p in path.iterdir()
+                  if p.name.startswith(EVENTS)]
+        return max((float(s) for s in stamps if s.isdigit()), default=path.stat().st_mtime)
+    return path.stat().st_mtime
+
+
+def _partial(kind: str, path: Path) -> str:
+    """A Trainer checkpoint's state of a run that went on after it: ``checkpoint``."""
+    if kind != "checkpoint":
+        return kind
+    state = formats.read_trainer_state(path).about
+    return "state" if state.get("global_step") == state.get("max_steps") else kind
+
+
+def find_logs(folder: Path) -> Path:
+    """The log to read in ``folder`` (itself where it is one): of the formats found, the most
+    precise (``PRIORITY``), and of its runs the newest (the Trainer's ``runs/<date>_<host>/``,
+    Lightning's ``lightning_logs/version_N/``, MLflow's runs by their start). A folder with
+    none, or only a W&B offline run, is a ``SpecError``."""
+    if not folder.exists():
+        raise SpecError(f"{folder}: no such file or folder")
+    if _kind(folder) is not None:
+        return folder
+    found = [(PRIORITY.get(_partial(kind, path), 2), -_when(kind, path), str(path))
+             for kind, path in _walk(folder)]
+    if found:
+        return Path(min(found)[2])
+    wandb = next((p for p in folder.rglob("offline-run-*") if p.is_dir()), None)
+    if wandb is not None:
+        raise SpecError(f"{wandb}: a W&B offline run, not readable here: its .wandb file is "
+                        "read by the wandb package (pip install wandb; wandb sync uploads it), "
+                        "which lrcheck does not depend on; log to TensorBoard or CSV as well")
+    raise SpecError(f"{folder}: no log found (TensorBoard events, trainer_state.json, "
+                    "metrics.csv, an MLflow store) within it, {DEPTH} folders deep")
+
+
+def is_log_folder(path: Path) -> bool:
+    """Whether ``path`` is a log or holds one (a W&B offline run too, so that it is said not
+    readable): not a record folder (``run.json``) nor a Recorder file."""
+    if path.is_file():
+        return _kind(path) is not None
+    if not path.is_dir() or (path / "run.json").exists():
+        return False
+    return _kind(path) is not None or next(_walk(path), None) is not None or any(
+        p.is_dir() for p in path.rglob("offline-run-*"))
+
+
+def read_logs(path: Path, *, accum: int | None = None,
+              first_step: int | None = None) -> LoggedRun:
+    """The log at ``path`` (a file, or the newest under a folder: ``find_logs``) as a
+    ``LoggedRun``. ``accum``: the log's steps count micro-batches, ``accum`` per update;
+    ``first_step``: the logged step of update 0 (0 or 1); both stated override what is
+    detected."""
+    if accum is not None and accum < 1 or first_step is not None and first_step < 0:
+        raise SpecError(f"accum must be >= 1 and first_step >= 0, got {accum}, {first_step}")
+    found = find_logs(path)
+    kind = _kind(found)
+    assert kind is not None
+    raw = READERS[kind](found)
+    series, groups, unmapped = _mapped(raw)
+    steps = _meaning(raw, series, accum, first_step)
+    every = _every(raw, series)
+    run = LoggedRun(found, raw.format, series, steps, unmapped, every, (), groups)
+    return LoggedRun(found, raw.format, series, steps, unmapped, every, _limits(raw, run),
+                     groups)
+
+
+def _mapped(raw: Raw) -> tuple[dict[Quantity, Series], tuple[Series, ...], tuple[str, ...]]:
+    """The tags as series by quantity (the preferred tag where several map to one), the LR's
+    param groups after the first, and the tags left unmapped."""
+    chosen: dict[tuple[Quantity, int], str] = {}
+    for tag in sorted(raw.tags, key=preference):
+        found = quantity(tag)
+        if found is not None:
+            chosen.setdefault(found, tag)
+    taken = set(chosen.values())
+
+    def series(q: Quantity, tag: str) -> Series:
+        points = raw.tags[tag]
+        return Series(q, tag, tuple(s for s, _ in points), tuple(v for _, v in points),
+                      raw.dtype)
+
+    mapped = {q: series(q, tag) for (q, group), tag in chosen.items() if group == 0}
+    groups = []
+    for group in range(1, len(chosen) + 1):
+        if (Quantity.LR, group) not in chosen:
+            break
+        groups.append(series(Quantity.LR, chosen[Quantity.LR, group]))
+    return mapped, tuple(groups), tuple(t for t in raw.tags if t not in taken)
+
+
+def _meaning(raw: Raw, series: dict[Quantity, Series], accum: int | None,
+             first_step: int | None) -> StepMeaning:
+    """What a logged step means: as stated, else as the writer's files say, else from the
+    samples logged, else assumed."""
+    if accum is not None and accum > 1:
+        first = 0 if first_step is None else first_step
+        return StepMeaning(StepUnit.MICRO_BATCH, first, accum,
+                           f"stated: steps count micro-batches, {accum} per update, the first "
+                           f"logged as {first}")
+    if first_step is not None:
+        return StepMeaning(StepUnit.UPDATE, first_step, 1,
+                           f"stated: steps count updates, update 0 logged as {first_step}")
+    trainer = raw.format is LogFormat.TRAINER_STATE or "gradient_accumulation_steps" in raw.about
+    if trainer:
+        where = ("trainer_state.json" if raw.format is LogFormat.TRAINER_STATE
+                 else "the Trainer's TrainingArguments in args/text_summary")
+        return StepMeaning(StepUnit.UPDATE, 1, 1,
+                           f"detected ({where}): steps are the Trainer's global_step, "
+                           "1 after the first update")
+    if raw.format is LogFormat.LIGHTNING_CSV or "lightning_logs" in raw.path.parts:
+        return StepMeaning(StepUnit.UPDATE, 0, 1,
+                           "detected (Lightning's logs): steps are trainer.global_step, the "
+                           "updates made before the log call, 0 at the first update")
+    return _from_samples(series.get(Quantity.SAMPLES)) or StepMeaning(
+        how="assumed: steps count updates from 0, as a loop's add_scalar(tag, value, k) "
+            "does; a log does not say it (state it with first_step, accum)")
+
+
+def _from_samples(samples: Series | None) -> StepMeaning | None:
+    """Steps counting updates from ``first``, where the samples logged grow by the same number
+    at every step and step ``s`` has ``(s - first + 1)`` times it (first 0 or 1)."""
+    if samples is None or len(samples.steps) < 2:
+        return None
+    steps, seen = np.array(samples.steps), np.array(samples.values)
+    per = np.diff(seen) / np.maximum(np.diff(steps), 1)
+    if not (np.all(np.diff(steps) > 0) and np.all(per == per[0]) and per[0] > 0):
+        return None
+    first = steps[0] + 1 - seen[0] / per[0]
+    if first not in (0, 1):
+        return None
+    return StepMeaning(StepUnit.UPDATE, int(first), 1,
+                       f"detected from the samples logged ({per[0]:g} per step, "
+                       f"{seen[0]:g} at step {steps[0]}): steps count updates from {int(first)}")
+
+
+def _every(raw: Raw, series: dict[Quantity, Series]) -> int | None:
+    """The logging interval in steps, where regular (the Trainer's ``logging_steps``)."""
+    if isinstance(raw.about.get("logging_steps"), int):
+        return int(raw.about["logging_steps"])
+    main = series.get(Quantity.LR) or series.get(Quantity.LOSS)
+    if main is None or len(set(main.steps)) < 2:
+        return None
+    gaps = set(np.diff(sorted(set(main.steps))).tolist())
+    return int(gaps.pop()) if len(gaps) == 1 else None
+
+
+def _limits(raw: Raw, run: LoggedRun) -> tuple[str, ...]:
+    """What this log cannot prove, a sentence each."""
+    found = []
+    if raw.dtype == "float32":
+        found.append("values stored as float32 (TensorBoard scalars): about 7 significant "
+                     "digits, a gap smaller than a float32 step is not seen")
+    if run.every is not None and run.every > 1:
+        found.append(f"logged every {run.every} steps: the updates between two logs are "
+                     "not seen")
+    elif run.every is None:
+        found.append("logged at irregular steps: only the updates both runs logged are "
+                     "compared")
+    trainer = raw.format is LogFormat.TRAINER_STATE or "gradient_accumulation_steps" in raw.about
+    if trainer and (run.every or 1) > 1 and Quantity.LOSS in run.series:
+        found.append(f"the Trainer's loss is the mean over each logging window of {run.every} "
+                     "updates, not one update's")
+    if trainer and Quantity.GRAD_NORM in run.series:
+        found.append("the Trainer logs as grad_norm what clip_grad_norm_ returns: the norm "
+                     "before clipping, not the one applied")
+    if raw.format is LogFormat.LIGHTNING_CSV or "lightning_logs" in raw.path.parts:
+        found.append("a loss logged by self.log on a step is that batch's: with "
+                     "accumulate_grad_batches > 1, the update's last micro-batch's")
+    if run.steps.unit is StepUnit.MICRO_BATCH:
+        found.append(f"logged per micro-batch: an update's value is the last of its "
+                     f"{run.steps.per_update} micro-batches'")
+    if run.steps.how.startswith("assumed"):
+        found.append("what a step means is assumed (updates from 0): the log does not say")
+    found += [f"no {name} logged" for q, name in ((Quantity.LR, "LR"), (Quantity.LOSS, "loss"),
+                                                  (Quantity.GRAD_NORM, "gradient norm"))
+              if q not in run.series]
+    found += [f"{tag} is {why}: not read as one" for tag, why in NOT.items() if tag in raw.tags]
+    return tuple(found)
