@@ -140,3 +140,9 @@ def test_an_lr_stepped_within_updates_is_said_to_be_the_trainings():
     assert (found.status, found.first_update) == (DIFFERS, 0)
     assert "the scheduler stepped up to 2 times between two updates" in found.says
     assert "a difference of the training (the lr check judges it)" in found.says
+
+
+def test_a_loss_stored_as_float64_but_summed_in_float32_matches():
+    losses = [float(np.float32(sum(m)) * (1 + 3e-7)) for m in MICRO]  # trainer_state.json's
+    found = _one(_log(Quantity.LOSS, losses, dtype="float64"))
+    assert found.status == MATCHES, found.says

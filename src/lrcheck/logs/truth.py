@@ -88,11 +88,13 @@ class Truth:
                    scheduler_steps=numbers(lambda r: r.get("scheduler_steps")))
 
 
-def tolerance(series: Series, relative: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def tolerance(series: Series, relative: float, computed: bool = False
+              ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """Whether logged values equal expected ones within what the log keeps: ``relative`` (of
-    float32 where the log stores it; 1e-12 otherwise) or half the last decimal where every
-    value is rounded to 6 decimals or fewer."""
-    rel = relative if series.dtype == "float32" else 1e-12
+    float32 where the log stores it, or where the value was ``computed`` in float32 whatever
+    the log stores: a loss summed on the device, a norm; 1e-12 otherwise) or half the last
+    decimal where every value is rounded to 6 decimals or fewer."""
+    rel = relative if computed or series.dtype == "float32" else 1e-12
     values = np.asarray(series.values, dtype=np.float64)
     decimals = next((d for d in range(1, 7)
                      if len(values) and np.all(np.round(values, d) == values)), None)
@@ -197,12 +199,12 @@ def _loss(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series) -> J
         return UNKNOWN, ("the recording has no loss differentiated at the updates logged "
                          "(backward was not called on a scalar, or the record is a Recorder "
                          "file)"), None
-    close = tolerance(series, 1e-5)
+    close = tolerance(series, 1e-5, computed=True)
     window = _windows(ks, truth.loss)
     averaged = bool(np.any(np.diff(np.concatenate([[-1], ks])) > 1))
     forms = [("", truth.loss[ks])]
     if averaged:
-        forms.append((" averaged over each logging window (the updates since the previous "
+        forms.append((", averaged over each logging window (the updates since the previous "
                       "value logged)", window))
     for how, expected in forms:
         if close(values, expected).all():
@@ -248,7 +250,7 @@ def _grad_norm(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series)
     if not len(ks) or np.isnan(truth.stepped[ks]).any() and np.isnan(truth.pre_clip[ks]).any():
         return UNKNOWN, ("the recording has no gradient norm at the updates logged (no "
                          "clip_grad_norm_ at each update, and no fingerprint there)"), None
-    close = tolerance(series, 1e-5)
+    close = tolerance(series, 1e-5, computed=True)
     pre, used, top = truth.pre_clip[ks], truth.stepped[ks], truth.max_norm[ks]
     clipped = ~np.isnan(top) & (pre > top)
     if close(values, used).all():
