@@ -96,6 +96,15 @@ def test_a_micro_batchs_loss_is_named():
                                  "last of each update's 2 micro-batches")
 
 
+@pytest.mark.parametrize("times, words", [(1, "as differentiated (÷ GA)"),
+                                          (GA, "its own loss (before ÷ GA)"),
+                                          (2 * GA, "2.000× its own loss")])
+def test_a_micro_batchs_loss_is_named_with_its_scale(times, words):
+    found = _one(_log(Quantity.LOSS, [times * m[-1] for m in MICRO]))
+    assert found.says.endswith(f"the last of each update's 2 micro-batches, {words}, from "
+                               "update 0"), found.says
+
+
 def test_a_loss_that_parts_is_named_at_its_update():
     losses = [sum(m) for m in MICRO]
     losses[6] += 0.1

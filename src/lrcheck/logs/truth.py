@@ -88,13 +88,13 @@ class Truth:
                    scheduler_steps=numbers(lambda r: r.get("scheduler_steps")))
 
 
-def tolerance(series: Series, relative: float, computed: bool = False
-              ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """Whether logged values equal expected ones within what the log keeps: ``relative`` (of
-    float32 where the log stores it, or where the value was ``computed`` in float32 whatever
-    the log stores: a loss summed on the device, a norm; 1e-12 otherwise) or half the last
-    decimal where every value is rounded to 6 decimals or fewer."""
-    rel = relative if computed or series.dtype == "float32" else 1e-12
+def tolerance(series: Series, relative: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Whether logged values equal expected ones within what the log keeps: ``relative``, of
+    float32, whatever the file stores (TensorBoard stores float32; a CSV or JSON file holds the
+    float of a value that was a float32 tensor: Lightning's ``self.log``, the Trainer's loss
+    summed on the device), or half the last decimal where every value is rounded to 6
+    decimals or fewer."""
+    rel = relative
     values = np.asarray(series.values, dtype=np.float64)
     decimals = next((d for d in range(1, 7)
                      if len(values) and np.all(np.round(values, d) == values)), None)
@@ -199,7 +199,7 @@ def _loss(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series) -> J
         return UNKNOWN, ("the recording has no loss differentiated at the updates logged "
                          "(backward was not called on a scalar, or the record is a Recorder "
                          "file)"), None
-    close = tolerance(series, 1e-5, computed=True)
+    close = tolerance(series, 1e-5)
     window = _windows(ks, truth.loss)
     averaged = bool(np.any(np.diff(np.concatenate([[-1], ks])) > 1))
     forms = [("", truth.loss[ks])]
@@ -229,20 +229,23 @@ def _loss(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series) -> J
 
 def _micro(ks: np.ndarray, values: np.ndarray, truth: Truth,
            close: Callable[..., np.ndarray]) -> Judged | None:
-    """A log of one micro-batch's value (the first or the last, as differentiated or times the
-    micro-batches: before ÷ GA) rather than the update's."""
+    """A log of one micro-batch's value (the first or the last: its own loss, before ÷ GA, as
+    differentiated, or a scale of it) rather than the update's."""
     counts = [len(truth.micro[k]) for k in ks]
     if min(counts) < 2:
         return None
     for index, which in ((-1, "last"), (0, "first")):
         value = np.array([truth.micro[k][index] for k in ks])
-        for times, how in ((np.ones(len(ks)), ""), (np.array(counts, dtype=float),
-                                                    " times the micro-batches (before ÷ GA)")):
-            if close(values, value * times).all():
-                return DIFFERS, (f"the logged loss is a micro-batch's, not the update's: the "
-                                 f"{which} of each update's "
-                                 f"{plural(counts[0], 'micro-batch', 'micro-batches')}"
-                                 f"{how}, from update {int(ks[0])}"), int(ks[0])
+        factor = _scale(values, value, close)
+        if factor is None or len(set(counts)) > 1:
+            continue
+        own = factor / counts[0]
+        how = (", as differentiated (÷ GA)" if math.isclose(factor, 1.0, rel_tol=1e-6) else
+               ", its own loss (before ÷ GA)" if math.isclose(own, 1.0, rel_tol=1e-6) else
+               f", {own:.3f}× its own loss")
+        return DIFFERS, (f"the logged loss is a micro-batch's, not the update's: the {which} "
+                         f"of each update's {plural(counts[0], 'micro-batch', 'micro-batches')}"
+                         f"{how}, from update {int(ks[0])}"), int(ks[0])
     return None
 
 
@@ -250,7 +253,7 @@ def _grad_norm(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series)
     if not len(ks) or np.isnan(truth.stepped[ks]).any() and np.isnan(truth.pre_clip[ks]).any():
         return UNKNOWN, ("the recording has no gradient norm at the updates logged (no "
                          "clip_grad_norm_ at each update, and no fingerprint there)"), None
-    close = tolerance(series, 1e-5, computed=True)
+    close = tolerance(series, 1e-5)
     pre, used, top = truth.pre_clip[ks], truth.stepped[ks], truth.max_norm[ks]
     clipped = ~np.isnan(top) & (pre > top)
     if close(values, used).all():
