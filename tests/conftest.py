@@ -68,3 +68,13 @@ def fake_report(lr_shift: float = 0.0, accuracy: float = 0.9, f1: float = 0.88,
 @pytest.fixture
 def make_report():
     return fake_report
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The test files this session collected, before ``-m``/``-k`` deselect any
+    (tests/test_collection.py reads them where the session collected the whole suite)."""
+    files = item.config.stash.setdefault(COLLECTED_FILES, set())
+    files.add(item.path.relative_to(item.config.rootpath).as_posix())
+
+
+COLLECTED_FILES = pytest.StashKey[set[str]]()

@@ -376,7 +376,7 @@ def test_a_framework_trains_alike_inside_torchrun_and_against_a_two_process_refe
     torchrun (the candidate on both ranks, the reference on rank 0 alone, in the framework), and
     a one-process candidate against a reference launched on two."""
     pytest.importorskip(framework, reason=f"the {framework} extra is not installed")
-    common = ["--framework", framework, "--task", "synthetic", "--samples", "1600", "--epochs",
+    common = ["--framework", framework, "--task", "synthetic", "--samples", "640", "--epochs",
               "1"]
     inside = Run(TORCHRUN + ["--nproc-per-node", "2", "-m", "lrcheck", "compare", *common,
                              "--bs", "8", "--accum", "2", "--ref-bs", "32", "--out", "inside"],

@@ -242,6 +242,9 @@ def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
     return SpecError(f"lrcheck.{name}: unknown {words}{hint}; {takes}")
 
 
+# The error for unknown keywords, for the other calls that check theirs (lrcheck.testing).
+unknown_keywords = _unknown
+
 # The names these had before they were the functions themselves, kept for callers of them.
 starting = hold
 leave = exit_now
