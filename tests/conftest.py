@@ -1,9 +1,11 @@
-"""Shared fixtures: the user-schedule fixtures file, and reports built by hand (no training)
-for the unit tests of suites and their writers."""
+"""Shared fixtures: the user-schedule fixtures file, reports built by hand (no training) for the
+unit tests of suites and their writers, and every result.json, suite.json and run.json a test
+writes validated against its schema (tests/schema_files.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,7 @@ from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.result import Report
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
+from tests import schema_files
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -23,6 +26,37 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # make test-ludwig runs it there): an environment without Ludwig leaves the folder out rather
 # than skipping its tests (tests/test_collection.py checks that the Makefile runs it).
 collect_ignore = [] if importlib.util.find_spec("ludwig") else ["ludwig"]
+
+
+# The tmp folders validated after their test, or left out by its marker: the end of the
+# session validates the rest of pytest's temporary folder.
+_SEEN: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _valid_files(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that has a ``tmp_path``, the files with a schema in it validated (not
+    for a test marked ``invalid_files``, which writes them broken on purpose)."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    _SEEN.append(tmp)
+    if request.node.get_closest_marker(schema_files.MARKER) is None:
+        found = schema_files.report(schema_files.files_under([tmp]))
+        if found:
+            pytest.fail(found, pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _valid_shared_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the session, the files with a schema in pytest's temporary folder that no
+    test's own check saw (a shared fixture's ``tmp_path_factory.mktemp``) validated."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    found = schema_files.report(schema_files.files_under([base], skip=_SEEN))
+    if found:
+        pytest.fail("files written under a shared fixture's folder:\n" + found, pytrace=False)
 
 
 @pytest.fixture

@@ -114,11 +114,12 @@ def test_plan_imports_neither_spec_nor_runner():
 
 
 # What the command line may import of lrcheck (docs/design.md, "Module map"): the library's
-# calls and specs, its errors, the registries its choices come from, and the report writers; besides
-# itself, and ``lrcheck``, whose public names are the api's.
+# calls and specs, its errors, the registries its choices come from, the report writers and the
+# schemas of the files they write; besides itself, and ``lrcheck``, whose public names are the
+# api's.
 CLI_MAY_IMPORT = ("lrcheck.api", "lrcheck.spec", "lrcheck.errors", "lrcheck.experiments.tasks",
                   "lrcheck.experiments.schedulers", "lrcheck.plan.frameworks",
-                  "lrcheck.plan.policies", "lrcheck.reports", "lrcheck.cli")
+                  "lrcheck.plan.policies", "lrcheck.reports", "lrcheck.schemas", "lrcheck.cli")
 
 
 def _cli_imports() -> dict[str, set[str]]:

@@ -24,6 +24,7 @@ def test_incomplete_result_json(tmp_path):
     assert path.name == "result.json"
     assert {"schema_version", "verdict", "checks", "runs", "environment"} <= set(data)
     assert (data["schema_version"], data["verdict"], data["checks"]) == (1, "incomplete", [])
+    assert data["mode"] == "compare"  # what was being compared, as a finished report says
     cand = data["runs"]["candidate"]
     assert {"spec", "updates", "metrics"} <= set(cand)
     assert cand["spec"]["world"] == 2 and cand["metrics"] is None

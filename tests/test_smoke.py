@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import schema_files
 from tests.helpers import HANG_S
 
 pytestmark = pytest.mark.slow  # each test starts the console script
@@ -23,6 +24,7 @@ def test_console_script_compare_exits_0_and_writes_result_json(tmp_path):
     assert "verdict: PASS" in done.stdout
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["verdict"] == "pass"
+    assert schema_files.problems(tmp_path / "result.json") == []  # a compare's, trained
 
 
 def test_python_dash_m_bad_input_exits_2_without_traceback():

@@ -1,10 +1,13 @@
 """The reference pages of the docs site, generated from the code at build time.
 
 mkdocs runs this file as a hook (``hooks:`` in mkdocs.yml): ``on_files`` adds
-``reference/cli.md`` (every command of the Typer app, every option with its default and help)
-and ``reference/registries.md`` (the tasks, schedulers, policies and frameworks, read from the
-registries the CLI validates against). Nothing generated is committed, so the pages cannot drift
-from the code; tests/docs/ checks that every flag and every registry entry is on them.
+``reference/cli.md`` (every command of the Typer app, every option with its default and help),
+``reference/registries.md`` (the tasks, schedulers, policies and frameworks, read from the
+registries the CLI validates against), ``reference/schemas.md`` (the keys of result.json,
+suite.json and run.json, read from their JSON Schemas) and the schemas themselves,
+``schemas/NAME.schema.json``, as ``lrcheck.schemas`` generates them. Nothing generated here is
+committed, so the pages cannot drift from the code; tests/docs/ checks that every flag, every
+registry entry and every key of a schema is on them.
 
 Only stable public entry points are used: ``lrcheck.cli.app`` turned into a click command by
 ``typer.main.get_command``, the four registries (plain dicts of dataclasses) and
@@ -13,11 +16,13 @@ Only stable public entry points are used: ``lrcheck.cli.app`` turned into a clic
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 CLI_PAGE = "reference/cli.md"
 REGISTRIES_PAGE = "reference/registries.md"
+SCHEMAS_PAGE = "reference/schemas.md"
 
 # What --help adds after an option's help: "[default: 2]", "[required]".
 _SUFFIX = re.compile(r"\s*\[(?P<key>default|required)(?::\s*(?P<value>[^\]]*))?\]\s*$")
@@ -165,10 +170,64 @@ def registries_reference() -> str:
     return "\n".join(lines)
 
 
+def _words(schema: dict[str, Any]) -> str:
+    """A property's type in a table cell: its words, its constant, its type or its definition."""
+    if "enum" in schema:
+        return " or ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    if "anyOf" in schema:
+        return " or ".join(_words(s) for s in schema["anyOf"])
+    if schema.get("maxProperties") == 0:
+        return "`{}`"
+    kind = schema.get("type", "any")
+    kinds = " or ".join(kind) if isinstance(kind, list) else kind
+    if kind == "array":
+        return f"array of {_words(schema.get('items', {}))}"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return f"object of {_words(schema['additionalProperties'])}"
+    return kinds
+
+
+def _keys_table(schema: dict[str, Any]) -> list[str]:
+    rows = ["| key | always written | type | meaning |", "| --- | --- | --- | --- |"]
+    required = set(schema.get("required", []))
+    for key, prop in schema.get("properties", {}).items():
+        rows.append(f"| `{key}` | {'yes' if key in required else 'no'} | {_cell(_words(prop))} "
+                    f"| {_cell(prop.get('description', ''))} |")
+    return rows
+
+
+def schemas_reference() -> str:
+    """The keys of each file lrcheck writes, read from its JSON Schema: the top level's, then
+    each definition's."""
+    from lrcheck.schemas import FILES, NAMES, file_name
+    from lrcheck.schemas.documents import DOCUMENTS
+
+    lines = ["# File schemas", "",
+             "Generated from `lrcheck.schemas` when the site is built; how to validate a file "
+             "and what may change: [Schemas](../schemas.md).", ""]
+    for name in NAMES:
+        schema = DOCUMENTS[name]()
+        lines += [f"## `{FILES[name]}`", "", schema["description"], "",
+                  f"The whole schema: [{file_name(name)}](../schemas/{file_name(name)}).", "",
+                  *_keys_table(schema), ""]
+        for part, definition in schema["$defs"].items():
+            if "properties" in definition:
+                lines += [f"### `{FILES[name]}`: {part}", "", *_keys_table(definition), ""]
+    return "\n".join(lines)
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """mkdocs hook: add the generated reference pages to the site."""
+    """mkdocs hook: add the generated reference pages and the schemas to the site."""
     from mkdocs.structure.files import File
 
-    for uri, content in ((CLI_PAGE, cli_reference()), (REGISTRIES_PAGE, registries_reference())):
+    from lrcheck.schemas import file_name, generate
+
+    for uri, content in ((CLI_PAGE, cli_reference()), (REGISTRIES_PAGE, registries_reference()),
+                         (SCHEMAS_PAGE, schemas_reference()),
+                         *((f"schemas/{file_name(n)}", text) for n, text in generate().items())):
         files.append(File.generated(config, uri, content=content))
     return files

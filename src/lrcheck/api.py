@@ -145,8 +145,9 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 def diff(reference: str | Path, candidate: str | Path, *,
          tolerances: Tolerances | None = None, **unknown: object) -> Report:
     """``lrcheck diff``: read two runs — each a file written by ``lrcheck.Recorder`` or a folder
-    ``lrcheck record`` wrote — align their updates by ``samples_seen`` (by update index where a
-    folder does not know its samples per update) and run the checks that apply (``updates``,
+    ``lrcheck record`` wrote, or two runs' own logs (``logs.pairs``, docs/logs.md) — align
+    their updates by ``samples_seen`` (by update index where a folder does not know its
+    samples per update) and run the checks that apply (``updates``,
     ``lr``, ``loss``, and ``params`` where both carry parameter fingerprints; a recorded folder
     adds ``scaler-skips``, ``grad-norm`` and its replicas' agreement). Trains nothing. A
     missing or malformed file is a ``SpecError`` naming it (and the line). Default tolerances

@@ -104,7 +104,7 @@ class Report:
 class IncompleteResult:
     """What an interrupted comparison had recorded: each run's updates so far (a finished run's
     whole trace), no checks, verdict ``incomplete``. ``to_dict`` keeps the keys of result.json
-    and adds ``incomplete``, the reason."""
+    (``mode`` among them) and adds ``incomplete``, the reason."""
 
     pair: PairSpec
     reference: RunTrace
@@ -113,6 +113,8 @@ class IncompleteResult:
     environment: Environment | None
     reason: str
     judging: Judging | None = None
+    # What was being compared: a pair's training, or its schedules stepped without a model.
+    kind: Kind = Kind.COMPARE
 
     verdict = INCOMPLETE
     exit_code = 130
@@ -120,7 +122,7 @@ class IncompleteResult:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, [], self.reference, self.candidate,
                           self.environment),
-                **_judging(self.judging), "incomplete": self.reason}
+                "mode": self.kind.value, **_judging(self.judging), "incomplete": self.reason}
 
 
 def _judging(judging: Judging | None) -> dict[str, str]:

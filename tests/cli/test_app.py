@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.cli.helpers import FAST, invoke
+from tests.cli.helpers import FAST, invoke, one_error_line
 from tests.helpers import HANG_S, wait_for
 
 MARKING_FACTORY = '''
@@ -189,3 +189,15 @@ def test_a_sighup_to_the_process_group_ends_compare_cleanly_and_leaves_no_proces
         "lrcheck: terminated (SIGHUP) during the reference run; reference interrupted after ")
     assert json.loads((tmp_path / "out" / "result.json").read_text())["verdict"] == "incomplete"
     assert left == [], "processes left running"
+
+
+def test_schema_prints_each_files_schema_and_an_unknown_name_is_bad_input():
+    from lrcheck import schemas
+
+    for name in schemas.NAMES:
+        result = invoke("schema", name)
+        assert result.exit_code == 0
+        assert json.loads(result.stdout) == schemas.load(name)
+    result = invoke("schema", "report")
+    assert result.exit_code == 2
+    assert "'report' is not known; choose one of: result, suite, run" in one_error_line(result)

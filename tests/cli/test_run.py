@@ -25,6 +25,7 @@ def test_an_empty_command_line_is_run_s_own_error_before_anything_runs(
     assert not (tmp_path / "ran").exists() and not (tmp_path / "r").exists()
 
 
+@pytest.mark.invalid_files  # an earlier run's result.json, a stub of one key
 def test_a_second_run_of_the_same_script_gets_a_new_folder_and_says_so(tmp_path, monkeypatch):
     """The default folder, lrcheck-reports/run-<candidate program>, is never replaced: a second
     run goes into run-train-2 (a third into run-train-3) and a note says so; --out reuses the

@@ -19,6 +19,7 @@ import lrcheck
 from lrcheck import comparison
 from lrcheck.cli import app
 from lrcheck.runner import pair as pair_module
+from tests import schema_files
 from tests.helpers import HANG_S, default_sigint, hanging_suite, wait_for
 
 SUITE = """
@@ -81,6 +82,7 @@ def test_suite_writes_the_report_and_exits_0_when_every_expectation_is_met(first
             "bug"} <= {p.name for p in out.iterdir()}
     assert {p.name for p in (out / "bug").iterdir()} >= {"result.json", "lr.png", "report.html"}
     data = json.loads((out / "suite.json").read_text())
+    assert schema_files.problems(out / "suite.json") == []  # as a real suite wrote it
     assert [(p["name"], p["verdict"], p["status"], p["shared_reference"])
             for p in data["pairs"]] == [("accum", "pass", "ok", False),
                                         ("bug", "fail", "ok", True)]

@@ -5,6 +5,7 @@ own walk), the README's links resolve, and a broken link fails the strict build.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import subprocess
@@ -124,3 +125,41 @@ def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path):
     assert broken.returncode == 1
     assert "'no-such-page.md', but the target is not found" in broken.stderr
     assert "does not contain an anchor '#no-such'" in broken.stderr
+
+
+def test_the_schema_page_lists_every_key_of_each_file_and_the_site_has_the_schemas():
+    from lrcheck import schemas
+
+    sections = _sections(_generator().schemas_reference(), "")
+    for name in schemas.NAMES:
+        schema = schemas.load(name)
+        top = sections[schemas.FILES[name]].split("\n### ")[0]  # before its definitions'
+        rows = re.findall(r"^\| `([^`]+)` \| (yes|no) \|", top, flags=re.MULTILINE)
+        required = set(schema["required"])
+        assert rows == [(key, "yes" if key in required else "no")
+                        for key in schema["properties"]], name
+        assert f"](../schemas/{schemas.file_name(name)})" in sections[schemas.FILES[name]]
+    uris = dict(_generator_files())
+    for name in schemas.NAMES:
+        assert json.loads(uris[f"schemas/{schemas.file_name(name)}"]) == schemas.load(name)
+
+
+def _generator_files() -> list[tuple[str, str]]:
+    """What the hook adds to the site, as (uri, content), with mkdocs' File stood in for."""
+    import mkdocs.structure.files
+
+    added: list[tuple[str, str]] = []
+
+    class Files(list):
+        def append(self, file):
+            added.append((file.src_uri, file.content_string))
+
+    original = mkdocs.structure.files.File.generated
+    try:
+        mkdocs.structure.files.File.generated = staticmethod(
+            lambda config, uri, content: type("F", (), {"src_uri": uri,
+                                                         "content_string": content})())
+        _generator().on_files(Files(), None)
+    finally:
+        mkdocs.structure.files.File.generated = original
+    return added

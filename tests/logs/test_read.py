@@ -23,9 +23,10 @@ LR, LOSS, NORM, SAMPLES = Quantity.LR, Quantity.LOSS, Quantity.GRAD_NORM, Quanti
 
 
 def plain_lr(k: np.ndarray, updates: int = 12, per_update: int = 1) -> np.ndarray:
-    """The plain fixture's LR at update k: LambdaLR 1 - s / (steps + 1) from 0.2."""
+    """The plain fixture's LR at update k: LambdaLR 1 - s / (steps + 1) from 0.2, ``s`` the
+    scheduler steps before update k's optimizer step (``per_update`` of them per update)."""
     steps = updates * per_update
-    return 0.2 * (1 - k * per_update / (steps + 1))
+    return 0.2 * (1 - (k * per_update + per_update - 1) / (steps + 1))
 
 
 @pytest.mark.parametrize(("tag", "expected"), [
@@ -58,6 +59,7 @@ def _csv(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.invalid_files  # a stub run.json: a record folder is told by it being there
 def test_newest_run_and_the_most_precise_format(tmp_path):
     old = _csv(tmp_path / "lightning_logs" / "version_0" / "metrics.csv", "step,lr-SGD\n0,0.1\n")
     new = _csv(tmp_path / "lightning_logs" / "version_1" / "metrics.csv", "step,lr-SGD\n0,0.2\n")
@@ -157,7 +159,7 @@ def test_trainer_state_and_its_events(trainer_logs, tmp_path):
     assert "epoch" in state.unmapped and LOSS in state.series and NORM in state.series
     events = read_logs(trainer_logs / "runs")
     assert events.format is LogFormat.TENSORBOARD and events.steps.first == 1
-    assert "args/text_summary" in events.steps.how
+    assert "args/text_summary, gradient_accumulation_steps 2, logging_steps 1" in events.steps.how
     assert events.at_updates(LR)[1].tolist() == lrs.astype(np.float32).tolist()
     assert "train/train_loss" in events.unmapped and events.series[LOSS].tag == "train/loss"
     assert any("before clipping" in s for s in events.limits)
@@ -171,12 +173,47 @@ def test_trainer_state_and_its_events(trainer_logs, tmp_path):
 def test_lightning_csv_and_events(lightning_logs):
     table = read_logs(lightning_logs)
     assert table.format is LogFormat.LIGHTNING_CSV and table.path.name == "metrics.csv"
-    assert table.series[LR].tag == "lr-SGD" and table.series[LOSS].tag == "train_loss"
+    assert table.series[LR].tag == "lr-SGD/pg1" and table.series[LOSS].tag == "train_loss"
+    assert [s.tag for s in table.lr_groups] == ["lr-SGD/pg2"]
     ks, lrs = table.at_updates(LR)
     assert ks.tolist() == list(range(8)) and table.steps.first == 0
     np.testing.assert_allclose(lrs, 0.2 * (1 - ks / 9), rtol=1e-15)
+    second = table.series_at_updates(table.lr_groups[0])
+    assert second[0].tolist() == ks.tolist()
+    np.testing.assert_allclose(second[1], lrs / 2, rtol=1e-15)
     assert any("last micro-batch" in s for s in table.limits)
     events = read_logs(lightning_logs / "tb")
     assert events.format is LogFormat.TENSORBOARD and events.steps.first == 0
     assert events.at_updates(LR)[1].tolist() == lrs.astype(np.float32).tolist()
     assert events.at_updates(NORM)[0].tolist() == table.at_updates(NORM)[0].tolist()
+
+
+def test_tensorboard_v2_summaries_written_as_tensors(tmp_path):
+    """tensorboard's own ``Writer`` (TB v2 summaries, as ``tf.summary.scalar`` writes them)
+    stores scalars as tensors of the scalars plugin: read as scalars."""
+    from tensorboard.summary import Writer
+
+    writer = Writer(str(tmp_path / "run"))
+    for k, lr in enumerate((0.3, 0.2, 0.1)):
+        writer.add_scalar("train/learning_rate", lr, step=k + 1)
+        writer.add_scalar("train/loss", 2.0 - k, step=k + 1)
+    writer.close()
+    run = read_logs(tmp_path)
+    assert run.format is LogFormat.TENSORBOARD and run.path == tmp_path / "run"
+    ks, lrs = read_logs(tmp_path, first_step=1).at_updates(LR)
+    assert ks.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(lrs, [0.3, 0.2, 0.1], rtol=2.0 ** -23)
+    assert run.at_updates(LOSS)[1].tolist() == [2.0, 1.0, 0.0]
+
+
+@pytest.mark.slow
+def test_the_newest_mlflow_run(tmp_path, monkeypatch):
+    """Two runs logged by mlflow into one file store: the one that started last is read."""
+    from tests.fixtures.logs_plain import _mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    _mlflow(tmp_path, [("lr", 0.5, 0), ("lr", 0.4, 1)])
+    _mlflow(tmp_path, [("lr", 0.2, 0), ("lr", 0.1, 1)])
+    run = read_logs(tmp_path)
+    assert run.format is LogFormat.MLFLOW and run.at_updates(LR)[1].tolist() == [0.2, 0.1]
+    assert len(list((tmp_path / "mlruns").glob("*/*/meta.yaml"))) == 2

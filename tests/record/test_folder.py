@@ -7,6 +7,7 @@ import pytest
 
 from lrcheck.errors import SpecError
 from lrcheck.record.folder import merge, rank_schedules, read_folder
+from tests.schema_files import optimizer_json, process_json, run_json
 
 
 def _line(k, fp):
@@ -41,10 +42,8 @@ def test_a_partitioned_run_is_compared_with_the_other_runs_whole_model(tmp_path)
                                   ("zero", [4.0, 2.0], True)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "rank0.jsonl").write_text(json.dumps(_line(0, fp)) + "\n")
-        (tmp_path / name / "run.json").write_text(json.dumps({
-            "kind": "lrcheck-record", "samples_per_update": None,
-            "processes": [{"optimizers": [{"index": 0, "sharded": partitioned,
-                                           "partitioned": partitioned}]}]}))
+        (tmp_path / name / "run.json").write_text(json.dumps(run_json(processes=[process_json(
+            optimizers=[optimizer_json(sharded=partitioned, partitioned=partitioned)])])))
     ref, cand, _, _ = read_sides(tmp_path / "ref", tmp_path / "zero", 1e-4)
     assert ref.fingerprints[0].tolist() == cand.fingerprints[0].tolist() == [[4.0, 2.0]]
 
@@ -93,9 +92,8 @@ def test_a_folder_whose_rank_1_did_not_step_its_scheduler_fails_ranks(tmp_path):
         for rank, lines in enumerate((warmup, rank1)):
             (folder / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n"
                                                               for x in lines))
-        (folder / "run.json").write_text(json.dumps({
-            "kind": "lrcheck-record", "samples_per_update": None, "exit_code": 0,
-            "world_size": 2, "updates": {"rank0.jsonl": 4, "rank1.jsonl": 4}}))
+        (folder / "run.json").write_text(json.dumps(run_json(
+            world_size=2, updates={"rank0.jsonl": 4, "rank1.jsonl": 4})))
     checks = {c.name: c for c in diff_runs(tmp_path / "ref", tmp_path / "bug").checks}
     assert checks["ranks (reference)"].status == "pass"
     assert checks["lr"].status == "pass"  # rank 0's LR is the reference's
@@ -108,8 +106,7 @@ def test_a_folder_whose_rank_1_did_not_step_its_scheduler_fails_ranks(tmp_path):
 def test_a_folder_without_run_json_or_updates_is_bad_input(tmp_path):
     with pytest.raises(SpecError, match="not a record folder"):
         read_folder(tmp_path)
-    (tmp_path / "run.json").write_text(json.dumps({"kind": "lrcheck-record",
-                                                   "ended": "exit code 0"}))
+    (tmp_path / "run.json").write_text(json.dumps(run_json()))
     with pytest.raises(SpecError, match=r"the command \(exit code 0\) made no optimizer update"):
         read_folder(tmp_path)
 
@@ -118,10 +115,8 @@ def _record(folder, updates, **about):
     folder.mkdir()
     lines = [{"step": k, "samples_seen": k + 1, "lr": [0.1], "loss": 1.0} for k in range(updates)]
     (folder / "rank0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    (folder / "run.json").write_text(json.dumps({
-        "kind": "lrcheck-record", "samples_per_update": None, "exit_code": 0,
-        "ended": "exit code 0", "interrupted": False, "updates": {"rank0.jsonl": updates},
-        **about}))
+    (folder / "run.json").write_text(json.dumps(run_json(updates={"rank0.jsonl": updates},
+                                                         **about)))
 
 
 @pytest.mark.parametrize(("about", "words"), [

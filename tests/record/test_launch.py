@@ -17,6 +17,7 @@ from lrcheck.record.launch import (
     prepare_folder,
     record_command,
 )
+from tests import schema_files
 
 
 @pytest.mark.parametrize(("command", "words"), [
@@ -77,6 +78,7 @@ def test_the_torch_markers_are_counted_into_run_json_and_removed(tmp_path):
     assert run.torch_processes == 1 and "1 Python process(es) imported torch" in (
         run.nothing_recorded())
     assert json.loads((tmp_path / "r" / "run.json").read_text())["torch_processes"] == 1
+    assert schema_files.problems(tmp_path / "r" / "run.json") == []  # as lrcheck record wrote it
     left = sorted(p.name for p in (tmp_path / "r").iterdir())
     assert left == ["run.json"], left
 

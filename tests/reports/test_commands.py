@@ -13,6 +13,7 @@ from rich.console import Console
 import lrcheck
 from lrcheck.reports.files import write_report
 from lrcheck.reports.kinds import render
+from tests.schema_files import optimizer_json, process_json, run_json
 
 REF = ["python", "train.py", "--bs", "32"]
 CAND = ["torchrun", "--nproc-per-node", "2", "train.py", "--bs", "8", "--accum", "2"]
@@ -28,11 +29,10 @@ def record_folder(path: Path, command: list[str], world: int, losses: bool = Tru
              for k in range(8)]
     for rank in range(world):
         (path / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (path / "run.json").write_text(json.dumps({
-        "kind": "lrcheck-record", "schema_version": 1, "command": command, "exit_code": 0,
-        "ended": "exit code 0", "samples_per_update": 32, "world_size": world,
-        "updates": {f"rank{r}.jsonl": 8 for r in range(world)},
-        "processes": [{"optimizers": [{"index": 0}]}]}))
+    (path / "run.json").write_text(json.dumps(run_json(
+        command=command, samples_per_update=32, world_size=world,
+        updates={f"rank{r}.jsonl": 8 for r in range(world)},
+        processes=[process_json(optimizers=[optimizer_json(updates=8)])])))
     return path
 
 

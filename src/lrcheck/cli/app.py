@@ -17,6 +17,7 @@ from lrcheck.cli.diff import diff_command
 from lrcheck.cli.ending import Commands, exit_status, stop_on_signals
 from lrcheck.cli.list import list_command
 from lrcheck.cli.record import PASS_ON, record_command, run_command
+from lrcheck.cli.schema import schema_command
 from lrcheck.cli.suite import merge_command, suite_command
 from lrcheck.cli.trace import trace_command
 
@@ -56,6 +57,7 @@ app.command("run")(run_command)
 app.command("suite")(suite_command)
 app.command("suite-merge")(merge_command)
 app.command("list")(list_command)
+app.command("schema")(schema_command)
 
 
 def main() -> None:

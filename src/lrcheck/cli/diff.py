@@ -1,4 +1,5 @@
-"""``lrcheck diff``: check your own training from two files written by ``lrcheck.Recorder``."""
+"""``lrcheck diff``: check your own training from two files written by ``lrcheck.Recorder``,
+two record folders, or two runs' own logs (docs/logs.md)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from lrcheck.spec import DIFF_DTYPE, Tolerances
 
 
 def diff_command(
-    reference: Annotated[Path, typer.Argument(help="The reference run's file, written by lrcheck.Recorder.", show_default=False)],
-    candidate: Annotated[Path, typer.Argument(help="The candidate run's file, written by lrcheck.Recorder.", show_default=False)],
+    reference: Annotated[Path, typer.Argument(help="The reference run: a file written by lrcheck.Recorder, a record folder, or its logs (a TensorBoard, Trainer, Lightning or MLflow log, or a folder holding one).", show_default=False)],
+    candidate: Annotated[Path, typer.Argument(help="The candidate run, as the reference.", show_default=False)],
     tol_lr: TolLrOpt = None,
     tol_loss: Annotated[float | None, typer.Option(help="loss check: |Δloss| / |loss| per update. [default: 1e-3, float32's; a file does not say its dtype]")] = None,
     out: Annotated[Path | None, out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
@@ -22,7 +23,14 @@ def diff_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
 ) -> None:
     """Check your own training: compare two files written by lrcheck.Recorder (one JSON line per
-    optimizer update), aligned by samples seen, and check `updates`, `lr` and `loss`.
+    optimizer update) or two record folders, aligned by samples seen, and check `updates`, `lr`
+    and `loss`.
+
+    Two runs' own logs compare too (told apart by their content): TensorBoard events, a Trainer's
+    trainer_state.json, Lightning's metrics.csv, an MLflow store, or a folder holding one (its
+    newest run is read). The LR is checked exactly at every update both logged, the loss and
+    the gradient norm as drift or a jump; tags only one run logged and what a log cannot prove
+    are listed (docs/logs.md).
 
     Exit codes: 0 the runs match, 1 they do not, 2 bad input (a missing file, a malformed line).
     """

@@ -43,22 +43,35 @@ def read_pair(reference: Path, candidate: Path, tol: Tolerances
               ) -> tuple[RunTrace, RunTrace, list[CheckResult]]:
     """Both logs as traces and the checks of the updates both logged."""
     logs = read_logs(reference), read_logs(candidate)
-    traces = log_trace(logs[0]), log_trace(logs[1])
+    samples = all(_samples_known(run) for run in logs)  # else both by update index
+    traces = log_trace(logs[0], samples), log_trace(logs[1], samples)
     return traces[0], traces[1], log_checks(*logs, traces, tol)
 
 
-def log_trace(run: LoggedRun) -> RunTrace:
+def _by_update(run: LoggedRun) -> dict[Quantity, dict[int, float]]:
+    return {q: dict(zip(*(a.tolist() for a in run.at_updates(q)), strict=True)) for q in Quantity}
+
+
+def _samples_known(run: LoggedRun) -> bool:
+    """Whether ``run`` logged its samples seen at every update it logged anything at."""
+    at = _by_update(run)
+    ks = {k for values in at.values() for k in values}
+    return bool(ks) and ks <= set(at[Quantity.SAMPLES])
+
+
+def log_trace(run: LoggedRun, samples: bool = True) -> RunTrace:
     """The updates ``run`` logged anything at, in order, as a trace: each with its LR per
     param group (NaN where not logged at that update), its loss and gradient norm (None where
-    not), and its samples seen where the log has them at every such update (else ``k + 1``)."""
-    at = {q: dict(zip(*(a.tolist() for a in run.at_updates(q)), strict=True)) for q in Quantity}
+    not), and its samples seen where ``samples`` and the log has them at every such update
+    (else ``k + 1``: the report's plots align the runs by it)."""
+    at = _by_update(run)
     groups = [dict(zip(*(a.tolist() for a in run.series_at_updates(s)), strict=True))
               for s in run.lr_groups]
     ks = sorted({k for values in at.values() for k in values})
-    samples = at[Quantity.SAMPLES]
-    known = bool(ks) and all(k in samples for k in ks)
+    known = samples and _samples_known(run)
+    samples_at = at[Quantity.SAMPLES]
     updates = [UpdateRecord(k, tuple(g.get(k, np.nan) for g in (at[Quantity.LR], *groups)),
-                            at[Quantity.LOSS].get(k), int(samples[k]) if known else k + 1,
+                            at[Quantity.LOSS].get(k), int(samples_at[k]) if known else k + 1,
                             None, None) for k in ks]
     norms = at[Quantity.GRAD_NORM]
     return RunTrace(spec=None, updates=updates, epochs=[], params=np.empty((0, 0)),

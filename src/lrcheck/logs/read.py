@@ -168,8 +168,10 @@ def _meaning(raw: Raw, series: dict[Quantity, Series], accum: int | None,
     if trainer:
         where = ("trainer_state.json" if raw.format is LogFormat.TRAINER_STATE
                  else "the Trainer's TrainingArguments in args/text_summary")
+        said = "".join(f", {key} {raw.about[key]}" for key in (
+            "gradient_accumulation_steps", "logging_steps", "max_steps") if key in raw.about)
         return StepMeaning(StepUnit.UPDATE, 1, 1,
-                           f"detected ({where}): steps are the Trainer's global_step, "
+                           f"detected ({where}{said}): steps are the Trainer's global_step, "
                            "1 after the first update")
     if raw.format is LogFormat.LIGHTNING_CSV or "lightning_logs" in raw.path.parts:
         return StepMeaning(StepUnit.UPDATE, 0, 1,

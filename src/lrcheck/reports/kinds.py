@@ -24,6 +24,7 @@ from lrcheck.reports.table import (
     files_table,
     files_title,
     framework_versions,
+    from_logs,
     metrics_table,
     pair_title,
     trace_table,
@@ -90,6 +91,12 @@ def file_settings(report: Report, subject: str) -> list[str]:
     """The bullet list of what was compared: two Recorder files, or two recorded commands (their
     command lines and world sizes, and the folders they were recorded into)."""
     pair, commands = report.pair, report.commands()
+    if from_logs(report):
+        return [*(f"- {role}: `{run.source}`, {plural(len(run.updates), 'update')} logged"
+                  for role, run in (("candidate", report.candidate),
+                                    ("reference", report.reference))),
+                f"- the runs' own logs, {report.check('updates').detail.split('; ')[0]}; "
+                f"lrcheck {report.environment.lrcheck}"]
     if commands is None:
         return [f"- candidate: `{pair.candidate}`, "
                 f"{plural(len(report.candidate.updates), 'update')}",

@@ -45,8 +45,14 @@ def files_title(report: Report, subject: str) -> str:
     if commands is not None:
         return (f"lrcheck: candidate {commands[1].label()} vs reference {commands[0].label()} · "
                 "aligned by samples_seen")
-    return (f"lrcheck diff: candidate {pair.candidate} vs reference {pair.reference} · "
-            "aligned by samples_seen")
+    how = "from their logs" if from_logs(report) else "aligned by samples_seen"
+    return f"lrcheck diff: candidate {pair.candidate} vs reference {pair.reference} · {how}"
+
+
+def from_logs(report: Report) -> bool:
+    """Whether a diff compared two runs' own logs (``logs.pairs``, whose ``limits`` check says
+    what they cannot prove)."""
+    return any(c.name == "limits" for c in report.checks)
 
 
 def checks_table(report: Report, title: str) -> Table:
@@ -127,6 +133,8 @@ def files_table(report: Report) -> Table:
     table.add_column("candidate", justify="right")
     runs = (report.reference, report.candidate)
     losses = [[u.loss for u in t.updates if u.loss is not None] for t in runs]
+    if from_logs(report):
+        return _logs_table(report, table, losses)
     rows = [
         ("file", [str(t.source) for t in runs]),
         *([("command", [c.line for c in commands]),
@@ -142,3 +150,20 @@ def files_table(report: Report) -> Table:
         table.add_row(label, ref, cand)
     return table
 
+
+
+def _logs_table(report: Report, table: Table, losses: list[list[float]]) -> Table:
+    """``files_table`` of two logs: the updates each logged, and the samples seen only where
+    the updates were aligned by them."""
+    runs = (report.reference, report.candidate)
+    table.title = "logged runs"
+    seen = "aligned by samples seen" in report.check("updates").detail
+    rows = [("log", [str(t.source) for t in runs]),
+            ("updates logged", [f"{len(t.updates):,}" for t in runs]),
+            *([("samples seen", [f"{t.updates[-1].samples_seen:,}" for t in runs])]
+              if seen else []),
+            ("final LR (group 0)", [f"{t.updates[-1].lr[0]:.4g}" for t in runs]),
+            ("final loss", [f"{v[-1]:.6f}" if v else "not logged" for v in losses])]
+    for label, (ref, cand) in rows:
+        table.add_row(label, ref, cand)
+    return table

@@ -186,7 +186,7 @@ def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: RunTrace | 
                  planned: dict[str, int], env: Environment) -> Interrupted:
     """``Interrupted`` carrying what the simulation had recorded when Ctrl-C came: the runs
     finished, the one in progress (``partial``), and the one not begun."""
-    from lrcheck.result import IncompleteResult
+    from lrcheck.result import IncompleteResult, Kind
 
     running = next(role for role in ROLES if role not in done)
     traces = dict(done)
@@ -199,4 +199,4 @@ def _interrupted(pair: PairSpec, done: dict[str, RunTrace], partial: RunTrace | 
               f"reference {traces['reference'].stopped or 'finished'}, "
               f"candidate {traces['candidate'].stopped or 'finished'}")
     return Interrupted(reason, IncompleteResult(pair, traces["reference"], traces["candidate"],
-                                                env, reason))
+                                                env, reason, kind=Kind.TRACE))

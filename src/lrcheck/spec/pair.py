@@ -184,8 +184,13 @@ class FilePair:
 
     @property
     def name(self) -> str:
-        """E.g. ``cand-vs-ref`` for ``ref.jsonl`` and ``cand.jsonl``."""
-        stems = (_safe(Path(p).stem) for p in (self.candidate, self.reference))
+        """E.g. ``cand-vs-ref`` for ``ref.jsonl`` and ``cand.jsonl``; ``cand-tb-vs-ref-tb`` for
+        ``ref/tb`` and ``cand/tb`` (where the names are the same, their folders')."""
+        paths = [Path(p) for p in (self.candidate, self.reference)]
+        stems = [_safe(p.stem) for p in paths]
+        if stems[0] == stems[1]:
+            stems = [_safe(f"{p.parent.name}-{p.stem}") if p.parent.name else stem
+                     for p, stem in zip(paths, stems, strict=True)]
         return "-vs-".join(stems)
 
     def to_dict(self) -> dict[str, Any]:
