@@ -155,3 +155,13 @@ def test_a_loss_stored_as_float64_but_summed_in_float32_matches():
     losses = [float(np.float32(sum(m)) * (1 + 3e-7)) for m in MICRO]  # trainer_state.json's
     found = _one(_log(Quantity.LOSS, losses, dtype="float64"))
     assert found.status == MATCHES, found.says
+
+
+def test_a_log_given_that_cannot_be_read_is_one_unknown_finding_not_an_error(tmp_path):
+    from lrcheck.record.logged import findings
+
+    (found,) = findings(tmp_path, "candidate", tmp_path / "no-such-log")
+    assert (found.quantity, found.status, found.first_update) == (None, UNKNOWN, None)
+    assert found.says.startswith("the log given could not be read: ")
+    assert "no-such-log" in found.says and found.to_dict()["quantity"] is None
+    assert found.what == "—"

@@ -40,18 +40,25 @@ MATCHES, DIFFERS, UNKNOWN = Agreement.MATCHES, Agreement.DIFFERS, Agreement.UNKN
 class LogFinding:
     """One quantity of one run's log against its recording: ``side`` the run (reference,
     candidate, or the recorded command), ``says`` the sentence, ``first_update`` where what it
-    names starts (None: everywhere it was logged, or nowhere), ``path`` the log read."""
+    names starts (None: everywhere it was logged, or nowhere), ``path`` the log read. A log
+    given that could not be read is one finding, ``unknown``, of no quantity (None)."""
 
     side: str
-    quantity: Quantity
+    quantity: Quantity | None
     status: Agreement
     says: str
     first_update: int | None
     path: str
 
+    @property
+    def what(self) -> str:
+        """The quantity's word, or "—" where the log could not be read."""
+        return "—" if self.quantity is None else self.quantity.value
+
     def to_dict(self) -> dict[str, Any]:
-        return {"side": self.side, "quantity": self.quantity.value, "status": self.status.value,
-                "says": self.says, "first_update": self.first_update, "path": self.path}
+        return {"side": self.side, "quantity": None if self.quantity is None else
+                self.quantity.value, "status": self.status.value, "says": self.says,
+                "first_update": self.first_update, "path": self.path}
 
 
 @dataclass(frozen=True)

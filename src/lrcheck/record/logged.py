@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from lrcheck.errors import SpecError
 from lrcheck.record.folder import description, read_folder
-from lrcheck.words import plural
 
 if TYPE_CHECKING:
     from lrcheck.logs.truth import LogFinding
@@ -47,20 +46,23 @@ def _found(folder: Path) -> Path | None:
 
 def findings(folder: Path, side: str, given: Path | None = None) -> list[LogFinding]:
     """The findings of ``side``'s log (``given``, else the one its frameworks noted) against
-    the record in ``folder``: none where no log is given nor noted. A log given that cannot
-    be read is a ``SpecError``."""
+    the record in ``folder``: none where no log is given nor noted; one ``unknown`` finding
+    that says why where the log given cannot be read."""
     from lrcheck.logs.read import read_logs
-    from lrcheck.logs.truth import hold
+    from lrcheck.logs.truth import UNKNOWN, LogFinding, hold
 
     path = given if given is not None else _found(folder)
     if path is None:
         return []
     try:
         log = read_logs(Path(path))
-    except SpecError:
-        if given is not None:
-            raise
-        return []  # a folder a trainer named, holding nothing this reads
+    except SpecError as exc:
+        if given is None:
+            return []  # a folder a trainer named, holding nothing this reads
+        # Said in the logs section rather than raised: the runs are recorded by now, and a
+        # log never decides the verdict.
+        return [LogFinding(side, None, UNKNOWN, f"the log given could not be read: {exc}",
+                           None, str(path))]
     return hold(log, read_folder(folder).records, side)
 
 
@@ -70,12 +72,3 @@ def write_findings(folder: Path, found: Sequence[LogFinding]) -> Path:
     path.write_text(json.dumps({"logs": [f.to_dict() for f in found]}, indent=1) + "\n",
                     encoding="utf-8")
     return path
-
-
-def summary(found: Sequence[LogFinding]) -> str:
-    """One line: how many quantities logged match their recording."""
-    words = {status: [f.quantity.value for f in found if f.status.value == status]
-             for status in ("matches", "differs", "unknown")}
-    return (f"logs: {plural(len(found), 'quantity', 'quantities')} logged, held against the "
-            "recording: " + "; ".join(f"{status} {', '.join(names)}"
-                                      for status, names in words.items() if names))

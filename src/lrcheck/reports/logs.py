@@ -48,7 +48,7 @@ def findings_table(found: Sequence[LogFinding]) -> Table:
     for column in ("run", "quantity", "log", "from", "says"):
         table.add_column(column, overflow="fold")
     for f in found:
-        table.add_row(f.side, f.quantity.value, Text(f.status.value, style=STYLE[f.status.value]),
+        table.add_row(f.side, f.what, Text(f.status.value, style=STYLE[f.status.value]),
                       _first(f.first_update), f.says)
     return table
 
@@ -67,7 +67,7 @@ def logs_markdown(report: Report, markdown_cell: Callable[[str], str]) -> list[s
     lines = ["", "## Logs against the recording", "", f"_{apart(report)}_", "",
              "| run | quantity | log | from | says | log read |",
              "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {f.side} | {f.quantity.value} | {f.status.value} | {_first(f.first_update)} | "
+    lines += [f"| {f.side} | {f.what} | {f.status.value} | {_first(f.first_update)} | "
               f"{markdown_cell(f.says)} | `{markdown_cell(f.path)}` |" for f in report.logs]
     return lines
 
@@ -76,7 +76,7 @@ def logs_html(report: Report) -> Html:
     """report.html's section."""
     if not report.logs:
         return Html("")
-    rows = [[f.side, tag("code", f.quantity.value),
+    rows = [[f.side, tag("code", f.what),
              (f.status.value, status(AS_CHECK[f.status.value])[1]),
              (_first(f.first_update), "num"), (f.says, "detail"), tag("code", f.path)]
             for f in report.logs]

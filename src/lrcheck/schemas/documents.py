@@ -78,7 +78,8 @@ def log_finding() -> Schema:
     from lrcheck.logs.model import Quantity
     from lrcheck.logs.truth import Agreement
 
-    return closed({"side": STRING, "quantity": words(Quantity), "status": words(Agreement),
+    return closed({"side": STRING, "quantity": nullable(words(Quantity)),
+                   "status": words(Agreement),
                    "says": STRING, "first_update": nullable(INTEGER), "path": STRING},
                   description="LogFinding: what one quantity of a run's log holds against "
                               "its record (docs/logs.md)")
