@@ -10,7 +10,9 @@ the figure: it is the same few milliseconds for any command.
 The recorded modes count the cadence's calls too (``count_calls``: the loop's backward and
 zero_grad go through its wrappers); their cost is outside the hooks, so it is measured apart:
 ``counted_call_us``, what one counted call adds (a wrapped no-op against the bare one), and
-``counted_overhead``, that × the loop's 2 counted calls per update over the bare update.
+``counted_overhead``, that × the loop's 2 counted calls per update over the bare update; and
+``losses_us`` / ``losses_overhead``, what keeping and reading the loss each backward was called
+on (``record.losses``) costs an update of one micro-batch.
 
 ``all`` records everything issue 29 adds as well: the default fingerprint, the cadence and
 the taps of ``record.taps`` (every module call through the wrapped ``Module.__call__``, each
@@ -125,6 +127,25 @@ def counted_call_us(calls: int = 200_000) -> float:
     return statistics.median(gaps)
 
 
+def losses_us(updates: int = 20_000) -> float:
+    """What ``record.losses`` adds to an update of one micro-batch, in µs: keeping the loss
+    backward was called on (in the backward's counter, outside the hooks) and reading it at the
+    update (inside the post-hook, in the modes' figures already), medians."""
+    from lrcheck.record.losses import Losses
+
+    losses = Losses()
+    loss = torch.nn.Linear(4, 1)(torch.ones(2, 4)).pow(2).mean()
+
+    def per_update() -> float:
+        started = time.perf_counter()
+        for _ in range(updates):
+            losses.backward((loss,), {})
+            losses.take(1.0)
+        return (time.perf_counter() - started) / updates * 1e6
+
+    return statistics.median(per_update() for _ in range(5))
+
+
 def main(runs: int, updates: int) -> None:
     torch.set_num_threads(1)
     modes = ("bare", "lr", "fingerprint", "all")
@@ -140,11 +161,12 @@ def main(runs: int, updates: int) -> None:
                 walls[mode].append(got[mode])
             for mode in ratios:
                 ratios[mode].append(got[mode] / got["bare"] - 1)
-    call_us = counted_call_us()
+    call_us, loss_us = counted_call_us(), losses_us()
     per_update_us = statistics.median(walls["bare"]) / updates * 1e6
     print(json.dumps({"updates": updates, "every": DEFAULT_EVERY,
                       "counted_call_us": call_us,
                       "counted_overhead": 2 * call_us / per_update_us,
+                      "losses_us": loss_us, "losses_overhead": loss_us / per_update_us,
                       **{f"{m}_s": statistics.median(walls[m]) for m in modes},
                       **{f"{m}_ab": statistics.median(r) for m, r in ratios.items()},
                       **{f"{m}_overhead": statistics.median(inside[m]) for m in ratios}}))

@@ -163,7 +163,8 @@ def diff(reference: str | Path, candidate: str | Path, *,
 
 def record(command: Sequence[str], out: str | Path, *, samples: int | None = None,
            fingerprint_every: int | None = None, echo: TextIO | None = None,
-           capture: bool = False, deterministic: bool = False) -> RecordedRun:
+           capture: bool = False, deterministic: bool = False,
+           logs: str | Path | None = None) -> RecordedRun:
     """``lrcheck record``: run ``command`` (a list of arguments) with lrcheck's recording in
     every Python process it starts, into the folder ``out`` (``record.launch.record_command``).
     ``samples``: samples per update, where known (else updates align by index);
@@ -171,30 +172,38 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
     default ``DEFAULT_EVERY``). A command that cannot run, a Python flag that keeps the
     recording out and an unwritable ``out`` are ``SpecError``s; so is a command that ended well
     but made no optimizer update (saying what it saw). ``deterministic``: with
-    ``--deterministic``'s settings (docs/checks.md, "Deterministic runs")."""
+    ``--deterministic``'s settings (docs/checks.md, "Deterministic runs"). ``logs``: the
+    command's own log (a file or a folder; default: where its Trainer logged), held against
+    the record: the run's ``logs`` findings, written into the folder's logs.json
+    (docs/logs.md)."""
     from lrcheck.record.pairs import record_run
 
     return record_run(command, out, samples=samples, fingerprint_every=fingerprint_every,
-                      echo=echo, capture=capture, deterministic=deterministic)
+                      echo=echo, capture=capture, deterministic=deterministic, logs=logs)
 
 
 def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False, deterministic: bool = False) -> Report:
+                 strict: bool = False, deterministic: bool = False,
+                 ref_logs: str | Path | None = None,
+                 logs: str | Path | None = None) -> Report:
     """``lrcheck run``: record the two command lines (each split as a shell would, not run
     through one) into ``out``/reference and ``out``/candidate, side by side with the
     candidate in lockstep (``free``: one after the other, each free-running), then ``diff``
     them; ``strict``: effects that could be judged only up to some update (a twin that
-    decorrelated) fail there. A command that fails, or makes no update for ``timeout``
-    seconds in lockstep, is a ``RunError`` with its exit code and last lines; Ctrl-C keeps
-    what was recorded. ``deterministic``: both with ``--deterministic``'s settings."""
+    decorrelated) fail there. ``ref_logs`` and ``logs``: each run's own log (a file or a
+    folder; default: where its Trainer logged), held against its record in the report's
+    ``logs`` (docs/logs.md), which never changes the verdict. A command that fails, or makes
+    no update for ``timeout`` seconds in lockstep, is a ``RunError`` with its exit code and
+    last lines; Ctrl-C keeps what was recorded. ``deterministic``: both with
+    ``--deterministic``'s settings."""
     from lrcheck.record.pairs import run_commands as run
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
                echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict,
-               deterministic=deterministic)
+               deterministic=deterministic, ref_logs=ref_logs, logs=logs)
 
 
 def save_report(report: Report, out: str | Path) -> Path:

@@ -27,7 +27,8 @@ REQUIRED = ("step", "samples_seen", "lr")
 # cadence (``record.process.count_calls``): the calls since the previous update of backward,
 # zero_grad, the clipping, GradScaler.update and the EMA, the backward passes since the last
 # zero_grad (``reached``: those whose gradients reach the update), and the numbers: the last
-# clip's max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter.
+# clip's max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter. And
+# (``record.losses``) ``loss_backward`` and ``loss_micro``: the loss the update differentiated.
 COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
           "clip_grad_value", "scaler_update", "ema_update")
 NUMBERS = ("max_norm", "clip_value", "clip_norm", "opt_step")
@@ -272,7 +273,30 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
         record["grad_sq"] = grad_sq
     if "fed" in item:
         record.update(_fed(item, where))
+    record.update(_losses(item, where))
     return record
+
+
+def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:
+    """A line's losses differentiated (``record.losses``): ``loss_backward``, a number, and
+    ``loss_micro``, a list of numbers or nulls."""
+    out: dict[str, Any] = {}
+    if "loss_backward" in item:
+        value = _read_number(item["loss_backward"])
+        if value is None:
+            raise SpecError(f"{where}: 'loss_backward' must be a number, got "
+                            f"{item['loss_backward']!r}")
+        out["loss_backward"] = value
+    if "loss_micro" in item:
+        micro = item["loss_micro"]
+        read = ([None if v is None else _read_number(v) for v in micro]
+                if isinstance(micro, list) else None)
+        if read is None or any(v is not None and r is None
+                               for v, r in zip(micro, read, strict=True)):
+            raise SpecError(f"{where}: 'loss_micro' must be a list of numbers or nulls, got "
+                            f"{micro!r}")
+        out["loss_micro"] = read
+    return out
 
 
 def pack_fed(ids: Sequence[Sequence[int]], weights: Sequence[Sequence[float] | None]

@@ -6,8 +6,8 @@ its keys stable and add beside them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.environment import Environment
@@ -15,6 +15,9 @@ from lrcheck.plan.judging import Judging
 from lrcheck.spec import FilePair, Note, PairSpec, RunSpec
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import Word
+
+if TYPE_CHECKING:
+    from lrcheck.logs.truth import LogFinding
 
 SCHEMA_VERSION = 1
 
@@ -53,6 +56,9 @@ class Report:
     # How the effects were judged (``plan.judging.judging_mode``): result.json's ``judging``, for
     # the pairs lrcheck trains (None: a schedule's trace, or a diff of records).
     judging: Judging | None = None
+    # What each run's own logs hold against its recording (``logs.truth``): a section of its
+    # own, which the verdict does not read.
+    logs: list[LogFinding] = field(default_factory=list)
 
     @property
     def verdict(self) -> Verdict:
@@ -90,7 +96,8 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
-                "mode": self.kind.value, **_judging(self.judging)}
+                "mode": self.kind.value, **_judging(self.judging),
+                **({"logs": [f.to_dict() for f in self.logs]} if self.logs else {})}
 
 
 @dataclass

@@ -17,6 +17,11 @@ from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
+LogsHelp = ("its own log (TensorBoard events, trainer_state.json, Lightning's metrics.csv, an "
+            "MLflow store: a file, or a folder holding one) held against what was recorded "
+            "(docs/logs.md); the verdict is the training's alone. [default: where its Trainer "
+            "logged (transformers' logging_dir/output_dir, Lightning's log_dir), when one ran]")
+LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help=f"The candidate's log: {LogsHelp}")]
 EveryOpt = Annotated[int | None, typer.Option("--fingerprint-every", min=0, metavar="K", help="A parameter fingerprint and the gradient norm every K updates (0: none, LR only). [default: 50]")]
 
 
@@ -26,6 +31,7 @@ def record_command(
     samples: SamplesOpt = None,
     fingerprint_every: EveryOpt = None,
     deterministic: DeterministicOpt = False,
+    logs: Annotated[Path | None, typer.Option("--logs", metavar="DIR", help=f"The command's log: {LogsHelp}; the findings are printed and written into the folder's logs.json.")] = None,
 ) -> None:
     """Run COMMAND with lrcheck's recording in every Python process it starts: per optimizer
     update the LR of every param group, the scheduler steps and GradScaler-skipped steps since
@@ -39,9 +45,14 @@ def record_command(
     command = command or []
     folder = out if out is not None else Path("lrcheck-records") / _name(command)
     run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every,
-                 deterministic=deterministic)
+                 deterministic=deterministic, logs=logs)
     ranks = len({name.split("-")[0] for name in run.updates})
     updates = max(run.updates.values(), default=0)
+    if run.logs:
+        from lrcheck.cli.output import stdout_console
+        from lrcheck.reports.logs import findings_table
+
+        stdout_console().print(findings_table(run.logs))
     note(f"recorded {updates} update(s) on {ranks} rank(s) into {folder} "
          f"(the command: {run.how_it_ended})")
     raise typer.Exit(run.exit_code if run.exit_code >= 0 else 128 - run.exit_code)
@@ -60,6 +71,8 @@ def run_command(
     strict: Annotated[bool, typer.Option("--strict", help="Fail where the effects could be judged only up to some update (free-running: the twin decorrelated there) instead of warning.")] = False,
     timeout: Annotated[float, typer.Option(metavar="SECONDS", help="In lockstep, once updates have begun: seconds without a new update in either command before both are stopped as hung, exit 3 (0: wait for ever).")] = RUN_STALL_S,
     deterministic: DeterministicOpt = False,
+    ref_logs: Annotated[Path | None, typer.Option("--ref-logs", metavar="DIR", help=f"The reference's log: {LogsHelp}")] = None,
+    logs: LogsOpt = None,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -82,7 +95,7 @@ def run_command(
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,
                               timeout=timeout or None, strict=strict,
-                              deterministic=deterministic)
+                              deterministic=deterministic, ref_logs=ref_logs, logs=logs)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

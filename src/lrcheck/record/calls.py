@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from lrcheck.record.ema import KINDS, EmaWatch
+from lrcheck.record.losses import Losses
 from lrcheck.record.taps import Taps
 
 _local = threading.local()
@@ -44,6 +45,7 @@ class Counter(Protocol):
     module_zeroed: int
     clip: dict[str, Any]
     taps: Taps
+    losses: Losses
     ema: EmaWatch
     imported: Imported | None
 
@@ -120,6 +122,7 @@ class _Counts:
 
     def backward(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["backward"] += 1
+        self.recorder.losses.backward(args, kwargs)
         if self.recorder.imported is not None:
             self.recorder.imported.look()
 
@@ -127,6 +130,7 @@ class _Counts:
         self.totals["module_zero_grad"] += 1
         self.recorder.module_zeroed = self.totals["backward"]
         self.recorder.taps.zeroed()
+        self.recorder.losses.zeroed()
 
     def clipped(self, key: str, setting: str) -> Callable[..., None]:
         """A clip, counted where it can clip: a ``max_norm`` of infinity (the gradient norm

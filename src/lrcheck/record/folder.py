@@ -162,11 +162,26 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
                 gaps.append(_replica_gap(arrays, k))
         if sharded and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
+        record.update(rank_mean_losses(lines))
         record.pop("fed", None), record.pop("fed_weights", None)
         if all("fed" in line for line in lines):
             record["fed"] = fed_rows(lines)
         merged.append(record)
     return merged, tuple(gaps) if gaps else None
+
+
+def rank_mean_losses(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loss one update differentiated (``record.losses``) as the whole run's: each rank's
+    mean over the ranks (DDP averages the ranks' gradients), per micro-batch where every rank
+    ran as many; rank 0's where the ranks did not all measure it."""
+    out: dict[str, Any] = {}
+    if len(lines) > 1 and all("loss_backward" in line for line in lines):
+        out["loss_backward"] = float(np.mean([line["loss_backward"] for line in lines]))
+    micro = [line.get("loss_micro") or [] for line in lines]
+    if len(lines) > 1 and micro[0] and all(len(m) == len(micro[0]) for m in micro):
+        out["loss_micro"] = [None if any(v is None for v in column) else float(np.mean(column))
+                             for column in zip(*micro, strict=True)]
+    return out
 
 
 def fed_rows(lines: list[dict[str, Any]]) -> list[list[Any]]:

@@ -24,12 +24,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lrcheck.errors import RunError, SpecError
 from lrcheck.record.startup import ENV_DETERMINISTIC, ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
 from lrcheck.runner.ranks.procs import marked
 from lrcheck.spec import determinism
+
+if TYPE_CHECKING:
+    from lrcheck.logs.truth import LogFinding
 
 BOOT = Path(__file__).with_name("boot")
 DESCRIPTION = "run.json"
@@ -56,7 +59,8 @@ _OURS = re.compile(r"^(rank\d+(-p\d+)?(-opt\d+)?\.jsonl?|(lockstep|ema)-rank\d+(
 class RecordedRun:
     """What one recorded command left: its folder, its exit code (negative: ended by that
     signal), the updates of each Recorder file, the last lines it printed (where captured), and
-    whether lrcheck was interrupted while it ran."""
+    whether lrcheck was interrupted while it ran; ``logs``: its own log held against the
+    record (``record.logged``)."""
 
     folder: Path
     command: tuple[str, ...]
@@ -67,6 +71,7 @@ class RecordedRun:
     interrupted: bool = False
     torch_processes: int = 0
     processes: list[dict[str, Any]] = field(default_factory=list)
+    logs: tuple[LogFinding, ...] = ()
 
     @property
     def how_it_ended(self) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,14 @@ _DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
              "feature_alpha_dropout")
 # Dropout calls that drew a mask, in this process, since it started.
 calls = [0]
+# The trainers whose log folders a recorded process notes (``log_folders``): the module that
+# defines the class, the class, and the attributes that name the folders, the first the more
+# precise (the Trainer's ``logging_dir`` holds its TensorBoard events, its ``output_dir`` the
+# ``trainer_state.json`` of each checkpoint; Lightning's ``log_dir`` is its logger's version
+# folder, under ``default_root_dir``).
+TRAINERS = (("transformers.trainer", "Trainer", ("args.logging_dir", "args.output_dir")),
+            ("lightning.pytorch.trainer.trainer", "Trainer", ("log_dir", "default_root_dir")),
+            ("pytorch_lightning.trainer.trainer", "Trainer", ("log_dir", "default_root_dir")))
 
 
 def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -81,3 +91,29 @@ def stochastic(model: nn.Module | None) -> list[dict[str, Any]]:
             found.append({"module": path or type(model).__name__,
                           "kind": type(module).__name__, "p": float(p)})
     return found
+
+
+def log_folders() -> list[dict[str, str]]:
+    """The folders the trainers of ``TRAINERS`` alive in this process log into, made absolute,
+    each with its framework; nothing to look for (and no time spent) where none is imported."""
+    classes = [(module, found, attrs) for module, name, attrs in TRAINERS
+               if (found := getattr(sys.modules.get(module), name, None)) is not None]
+    if not classes:
+        return []
+    folders: list[dict[str, str]] = []
+    for obj in gc.get_objects():
+        for module, cls, attrs in classes:
+            if not (isinstance(cls, type) and issubclass(type(obj), cls)):
+                continue
+            for attr in attrs:
+                value: object = obj
+                try:
+                    for part in attr.split("."):
+                        value = getattr(value, part)
+                except Exception:  # noqa: BLE001 - a property of a trainer not yet set up
+                    continue
+                if isinstance(value, (str, os.PathLike)) and str(value):
+                    entry = {"framework": module.split(".")[0], "folder": os.path.abspath(value)}
+                    if entry not in folders:
+                        folders.append(entry)
+    return folders

@@ -4,6 +4,7 @@ a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -15,6 +16,7 @@ from typing import TextIO
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import SpecError
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
+from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
@@ -67,14 +69,20 @@ def _deterministic(folder: Path) -> dict[str, object] | None:
 
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
                fingerprint_every: int | None = None, echo: TextIO | None = None,
-               capture: bool = False, deterministic: bool = False) -> RecordedRun:
+               capture: bool = False, deterministic: bool = False,
+               logs: str | Path | None = None) -> RecordedRun:
     """``lrcheck.record``: ``command`` recorded into ``out`` (``deterministic``: with
     ``--deterministic``'s settings); a command that ended well but made no optimizer update is
-    a ``SpecError`` saying what it saw."""
-    run = record_command(command, Path(out), samples=samples,
-                         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
-                         echo=echo, capture=capture, deterministic=deterministic)
-    return _stepped(run)
+    a ``SpecError`` saying what it saw. Its log (``logs``, else where its trainer logged) held
+    against the record: ``RecordedRun.logs``, and logs.json."""
+    run = _stepped(record_command(
+        command, Path(out), samples=samples,
+        every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
+        echo=echo, capture=capture, deterministic=deterministic))
+    found = findings(Path(out), "recorded", _path(logs)) if run.updates else []
+    if found:
+        write_findings(Path(out), found)
+    return dataclasses.replace(run, logs=tuple(found))
 
 
 def _stepped(run: RecordedRun) -> RecordedRun:
@@ -103,9 +111,13 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  samples: int | None = None, fingerprint_every: int | None = None,
                  echo: TextIO | None = None, tolerances: Tolerances | None = None,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False, deterministic: bool = False) -> Report:
+                 strict: bool = False, deterministic: bool = False,
+                 ref_logs: str | Path | None = None,
+                 logs: str | Path | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
-    ``out``/candidate, then diffed. By default side by side, the candidate in lockstep with
+    ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
+    where its trainer logged: ``record.logged``) held against its record, in the report's
+    logs section. By default side by side, the candidate in lockstep with
     the reference (``record.together``; ``timeout``: seconds without an update before both are
     stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
     (asked to, or where lockstep could not load: shards) and whose effects go beyond their
@@ -135,11 +147,18 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     if not _needs_twin(report):
         if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
             shutil.rmtree(folders["twin"], ignore_errors=True)
-        return report
-    _record_alone("twin of the reference", commands["reference"], folders["twin"], samples,
-                  every, echo, {ENV_NUDGE: "1"}, deterministic)
-    return diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                     twin=folders["twin"], strict=strict)
+    else:
+        _record_alone("twin of the reference", commands["reference"], folders["twin"],
+                      samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
+        report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
+                           twin=folders["twin"], strict=strict)
+    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs)),
+                   *findings(folders["candidate"], "candidate", _path(logs))]
+    return report
+
+
+def _path(given: str | Path | None) -> Path | None:
+    return None if given is None else Path(given)
 
 
 def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None, every: int,

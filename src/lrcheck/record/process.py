@@ -21,12 +21,13 @@ The cadence (``count_calls``): per update, how many times since the optimizer's 
 the process ran a backward pass (the outermost ``torch.autograd.backward``, which
 ``Tensor.backward`` calls), ``zero_grad`` (the optimizer's, or a module's), how many backward
 passes ran since the last ``zero_grad`` (those whose gradients reach the update), the gradient
-clipping of ``torch.nn.utils`` (with its ``max_norm`` / ``clip_value`` and, every ``every``-th
-update, the pre-clip norm of its last call), ``GradScaler.update`` and the EMA's
+clipping of ``torch.nn.utils`` (with its ``max_norm`` / ``clip_value`` and the pre-clip norm
+its last call returned), ``GradScaler.update`` and the EMA's
 ``AveragedModel.update_parameters`` (and timm's, diffusers', DeepSpeed's clipping once imported:
-``record.calls.IMPORTED``); and the optimizer state's own step counter. Counters only: no tensor
-is read but on the updates that are fingerprinted anyway, where the EMA model is fingerprinted
-too (``record.ema``)."""
+``record.calls.IMPORTED``); and the optimizer state's own step counter. And the loss each
+update differentiated (``record.losses``), read with the clip's norm once per update, one
+transfer; no other tensor is read but on the updates that are fingerprinted anyway, where the
+EMA model is fingerprinted too (``record.ema``)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ from lrcheck.record.calls import (
     count_scheduler_steps,
     subclasses,
 )
+from lrcheck.record.losses import Losses
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 from lrcheck.runner.determinism import in_effect
 
@@ -123,10 +125,12 @@ class ProcessRecorder:
         # that last stepped an optimizer (its scale divides the weights).
         self.taps = taps.Taps()
         self.scaler: Any = None
+        self.losses = Losses()  # the values backward was called on (``record.losses``)
         # The EMA model fingerprinted beside the model (``record.ema``), and the calls counted
         # once their modules are imported (``record.calls.IMPORTED``).
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
+        self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -166,7 +170,8 @@ class ProcessRecorder:
                             "dtype": o.dtype, "stochastic": o.stochastic}
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
-            "deterministic": in_effect(self.world) if self.deterministic else None}, indent=1)
+            "deterministic": in_effect(self.world) if self.deterministic else None,
+            "logs": self.logs}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
@@ -193,6 +198,8 @@ class ProcessRecorder:
         in a lockstep pair (the first optimizer only), the start of the exchange."""
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
+        if st.index == 0:
+            self.logs = modules.log_folders()
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             _nudge(params)
@@ -233,6 +240,7 @@ class ProcessRecorder:
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
             extra.update(self.fed())
+            extra.update(self.losses.take(optimizers.scale(self.scaler)))
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:
@@ -257,8 +265,7 @@ class ProcessRecorder:
         if out["clip_grad_norm"] and "max_norm" in self.clip:
             out["max_norm"] = optimizers.number(self.clip["max_norm"])
             norm = self.clip.pop("norm", None)
-            if isinstance(norm, torch.Tensor) and (synced or norm.device.type == "cpu") \
-                    and norm.numel() == 1:
+            if isinstance(norm, torch.Tensor) and norm.numel() == 1:
                 out["clip_norm"] = optimizers.number(float(norm))
         if out["clip_grad_value"] and "clip_value" in self.clip:
             out["clip_value"] = optimizers.number(self.clip["clip_value"])
@@ -287,6 +294,7 @@ class ProcessRecorder:
         first = next(iter(self.optimizers.values()), None)
         if first is None or first.optimizer is optimizer:
             self.taps.zeroed()
+            self.losses.zeroed()
 
     def scheduler_stepped(self, optimizer: object) -> None:
         self.pending.setdefault(id(optimizers.torch_optimizer(optimizer)), [0, 0])[0] += 1
@@ -300,6 +308,7 @@ class ProcessRecorder:
         if self.stepped.get(id(inner), 0) == before:
             self.pending.setdefault(id(inner), [0, 0])[1] += 1
             self.taps.take(1.0, 1)  # a skipped update's micro-batches fed nothing
+            self.losses.zeroed()
         return result
 
     def _ema_path(self) -> Path:

@@ -141,6 +141,7 @@ def markdown_cell(text: str) -> str:
 
 def report_markdown(report: Report) -> str:
     from lrcheck.reports.kinds import kind_of, left_out, plots_of
+    from lrcheck.reports.logs import logs_markdown
 
     kind = kind_of(report)
     lines = [f"# lrcheck: {kind.heading(report)}", "", f"**Verdict: {report.verdict.upper()}**", "",
@@ -152,6 +153,7 @@ def report_markdown(report: Report) -> str:
         first = "—" if c.first_divergence is None else str(c.first_divergence)
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
     lines += kind.markdown(report)
+    lines += logs_markdown(report, markdown_cell)
     for name in plots_of(report):
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
     for why in left_out(report).values():

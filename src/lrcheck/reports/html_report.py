@@ -54,6 +54,7 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
     """report.html of ``report`` at ``path`` as a ``Plot``, drawn after ``pictures`` (the
     report's PNGs, inlined as the static pictures)."""
     from lrcheck.reports.kinds import kind_of, left_out
+    from lrcheck.reports.logs import logs_html
 
     kind = kind_of(report)
     subject = kind.subject(report)
@@ -71,7 +72,7 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
                             "divergence": _first(report, check),
                             "diff_label": "cand − ref"}})
     before = join([_verdict(report, kind.heading(report), kind.title(report, subject)),
-                   _checks(report)])
+                   _checks(report), logs_html(report)])
     after = join([*(tag("p", why, class_="left-out")
                     for why in left_out(report).values()),
                   _settings(report), rich_grid(kind.table(report)) if report.kind != Kind.DIFF

@@ -169,8 +169,11 @@ def render(report: Report) -> Group:
     """The checks, the table of the report's kind under them, and the verdict: what the CLI
     prints."""
     kind = kind_of(report)
+    from lrcheck.reports.logs import logs_table
+
     return Group(checks_table(report, kind.title(report, kind.subject(report))),
-                 kind.table(report), *notes_text(report), verdict_text(report))
+                 kind.table(report), *logs_table(report), *notes_text(report),
+                 verdict_text(report))
 
 
 def notes_text(report: Report) -> list[Text]:

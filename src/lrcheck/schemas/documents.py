@@ -50,6 +50,8 @@ def result() -> Schema:
         "judging": words(Judging, "how the effects were judged, for a pair lrcheck trained"),
         "notes": array(ref("note")),
         "incomplete": {**STRING, "description": "why the comparison was interrupted"},
+        "logs": array(ref("log_finding"), description="each run's own log held against its "
+                      "record (logs.truth), where one was read; never read by the verdict"),
     })
     body["allOf"] = [
         {"if": {"properties": {"verdict": const(Verdict.INCOMPLETE.value)}},
@@ -63,10 +65,24 @@ def result() -> Schema:
             "pair": closed({"name": STRING, **parts.PAIR_KEYS},
                            description="the pair lrcheck trained (PairSpec) and its name"),
             "file_pair": closed({"name": STRING, **parts.FILE_PAIR_KEYS},
-                                description="the two records a diff compared, by path")}
+                                description="the two records a diff compared, by path"),
+            "log_finding": log_finding()}
     return document("lrcheck result.json", "A comparison's report: result.Report.to_dict(), "
                     "schema_version 1 (docs/design.md, \"result.json (schema_version 1)\").",
                     body, defs)
+
+
+def log_finding() -> Schema:
+    """One finding of a run's log against its record: ``logs.truth.LogFinding.to_dict()``
+    (result.json's ``logs``, a record folder's logs.json)."""
+    from lrcheck.logs.model import Quantity
+    from lrcheck.logs.truth import Agreement
+
+    return closed({"side": STRING, "quantity": nullable(words(Quantity)),
+                   "status": words(Agreement),
+                   "says": STRING, "first_update": nullable(INTEGER), "path": STRING},
+                  description="LogFinding: what one quantity of a run's log holds against "
+                              "its record (docs/logs.md)")
 
 
 def _suite_pair() -> Schema:
@@ -133,7 +149,10 @@ def _process() -> Schema:
     return closed({"pid": INTEGER, "rank": INTEGER, "world": INTEGER, "argv": array(STRING),
                    "torch": STRING, "optimizers": array(optimizer), "dropout_calls": INTEGER,
                    "lockstep": nullable(STRING)},
-                  {"deterministic": nullable(ref("deterministic"))})
+                  {"deterministic": nullable(ref("deterministic")),
+                   "logs": array(closed({"framework": STRING, "folder": STRING}),
+                                 description="the folders a Trainer of the process logs into "
+                                             "(record.modules.log_folders)")})
 
 
 def run() -> Schema:
