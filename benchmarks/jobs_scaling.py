@@ -4,8 +4,12 @@ project's machine has 2 cores. The schedule is ``suite.queue.PairQueue``'s own, 
 a pair takes ``PAIR_S`` (building, evaluating, checking, saving) plus ``STEP_S`` a micro-batch
 step (its candidate's, and its reference's for the pair that trains it, which is handed on as
 soon as it has trained); the imports of the process the workers are forked from come first,
-once. Plots are drawn aside and are left out. Printed beside it: the schedule where a reference
-group was the unit (one worker per group), as before issue 23's last change.
+once. Plots are drawn aside, by the suite process's one plot helper, on a core of its own: since
+issue 32 (``--plots failed``, the default) only a failing pair's PNGs (``PLOT_S`` a pair) and
+matrix.png, drawn once every pair has ended: the suite's wall is the later of the schedule's and
+the helper's (its import and the failing pairs' PNGs, ``plots_floor``), plus matrix.png.
+Printed beside it: the schedule where a reference group was the unit (one worker per group), as
+before issue 23's last change.
 
     python benchmarks/jobs_scaling.py [FILE.toml ...] [--jobs 1,2,4,8,16]
                                       [--fit SUITE_DIR] [--step S] [--pair S]
@@ -35,6 +39,9 @@ from lrcheck.suite.spec import Suite, load_suite, parse_suite  # noqa: E402
 STEP_S = 0.00032
 PAIR_S = 0.22
 IMPORT_S = 3.0  # torch and scikit-learn, imported once by the workers' leader (runner.workers)
+# The plot helper (issue 32, on the 2-core machine, quiet): matplotlib's import, matrix.png, and a
+# failing pair's three PNGs (lr.png 0.10 s, metrics.png 0.085 s, loss.png 0.065 s).
+PLOT_IMPORT_S, MATRIX_S, PLOT_S = 0.7, 0.19, 0.25
 
 
 def one_reference() -> Suite:
@@ -106,6 +113,12 @@ def by_groups(suite: Suite, jobs: int, step: float, each: float) -> float:
     return max(ends)
 
 
+def plots_floor(suite: Suite) -> float:
+    """The plot helper's wall for ``suite``'s pairs under ``--plots failed``: its import and a
+    PNG set for each pair expected to fail."""
+    return PLOT_IMPORT_S + sum(PLOT_S for entry in suite.entries if entry.expect == "fail")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="*", type=Path)
@@ -123,10 +136,11 @@ def main() -> None:
               f"group(s); {IMPORT_S:.0f} s of imports, {each:.2f} s a pair + "
               f"{step * 1e3:.3f} ms a step")
         print(f"  {'--jobs':>6}  {'pairs (now)':>16}  {'groups (before)':>16}")
-        serial = by_pairs(suite, 1, step, each)
+        floor = plots_floor(suite)
+        serial = max(by_pairs(suite, 1, step, each), floor) + MATRIX_S
         for jobs in counts:
-            pairs = by_pairs(suite, jobs, step, each)
-            grouped = by_groups(suite, jobs, step, each)
+            pairs = max(by_pairs(suite, jobs, step, each), floor) + MATRIX_S
+            grouped = by_groups(suite, jobs, step, each) + MATRIX_S
             print(f"  {jobs:>6}  {pairs:6.1f} s ({serial / pairs:4.1f}×)  "
                   f"{grouped:6.1f} s ({serial / grouped:4.1f}×)")
 

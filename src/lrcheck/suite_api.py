@@ -35,7 +35,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
               on_progress: Callable[[int, str, int, int], None] | None = None,
               on_done: Callable[[int, PairOutcome], None] | None = None,
               renderer: Renderer | None = None, jobs: int = 1,
-              shard: tuple[int, int] | None = None) -> SuiteResult:
+              shard: tuple[int, int] | None = None, plots: str = "failed") -> SuiteResult:
     """Every pair of ``suite`` (``suite.run.run_pairs``), its report written into the folder
     ``out`` (made when missing), compared with the ``baseline`` file when given, and its records
     saved as the baseline ``save_baseline`` (not of a suite cut short by Ctrl-C, which would
@@ -46,13 +46,17 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     n)``: only the pairs of shard k of n (``suite.shard``), the report recording which shard it
     is; a shard's ``save_baseline`` is refused, as it would miss the other shards' pairs: save
     it from ``merge_suites``. ``on_progress`` and ``on_done`` take the pair's index in the
-    shard."""
+    shard. ``plots`` (``all``, ``failed``, ``none``): the pairs whose PNGs are drawn (every
+    report.html is complete without them: ``reports.kinds.drawn_plots``); matrix.png always."""
     from lrcheck.reports.files import prepare_file, prepare_out, write_suite
+    from lrcheck.reports.kinds import PLOT_CHOICES
     from lrcheck.reports.render import Renderer
     from lrcheck.suite.baseline import load_baseline
     from lrcheck.suite.run import prepare
     from lrcheck.suite.shard import shard_of
 
+    if plots not in PLOT_CHOICES:
+        raise SpecError(f"--plots {plots!r}: choose one of {', '.join(PLOT_CHOICES)}")
     if shard is not None and save_baseline is not None:
         raise SpecError("--save-baseline saves a whole suite's records; a shard has some of "
                         "them: save it with 'lrcheck suite merge OUT SHARD_DIR... "
@@ -68,7 +72,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
     renderer = renderer or Renderer(background=False)
     result = _run_here_or_in_workers(suite, folder, records,
                                      None if baseline is None else str(baseline),
-                                     on_progress, on_done, renderer, jobs)
+                                     on_progress, on_done, renderer, jobs, plots)
     result.shard = info
     if info is not None:  # the other shards' pairs are not missing from the baseline
         names = {e.name for e in whole.entries}
@@ -83,7 +87,7 @@ def _run_here_or_in_workers(suite: Suite, folder: Path,
                             records: dict[str, dict[str, Any]] | None, baseline_path: str | None,
                             on_progress: Callable[[int, str, int, int], None] | None,
                             on_done: Callable[[int, PairOutcome], None] | None,
-                            renderer: Renderer, jobs: int) -> SuiteResult:
+                            renderer: Renderer, jobs: int, plots: str) -> SuiteResult:
     """``suite.run.run_pairs``, each pair's plots drawn by ``renderer``; or with ``jobs`` > 1
     ``suite.parallel.run_parallel``, whose workers save each pair's report themselves (through
     ``DeferredFiles``, which can travel to them and keeps the plots for ``renderer`` here)."""
@@ -95,10 +99,11 @@ def _run_here_or_in_workers(suite: Suite, folder: Path,
 
     if jobs <= 1 or len(suite.entries) <= 1:
         return run_pairs(suite, folder, baseline=records, baseline_path=baseline_path,
-                         on_progress=on_progress, on_done=on_done, files=ReportFiles(renderer))
+                         on_progress=on_progress, on_done=on_done,
+                         files=ReportFiles(renderer, plots))
     started = time.perf_counter()
     outcomes, stopped = run_parallel(
-        suite, folder, jobs, files=DeferredFiles(),
+        suite, folder, jobs, files=DeferredFiles(plots=plots),
         draw=lambda plots: renderer.draw(cast("list[Plot]", plots)), baseline=records,
         on_progress=on_progress, on_done=on_done)
     return suite_result(suite, outcomes, started, records, baseline_path, stopped)

@@ -80,7 +80,20 @@ def test_suite_writes_the_report_and_exits_0_when_every_expectation_is_met(first
     out = tmp / "R"
     assert {"summary.md", "junit.xml", "suite.json", "matrix.png", "index.html", "accum",
             "bug"} <= {p.name for p in out.iterdir()}
-    assert {p.name for p in (out / "bug").iterdir()} >= {"result.json", "lr.png", "report.html"}
+    # --plots failed, the default: PNGs only for the pair that fails; every page complete.
+    assert {p.name for p in (out / "bug").iterdir()} == {
+        "result.json", "report.md", "report.html", "lr.png", "loss.png", "metrics.png"}
+    assert {p.name for p in (out / "accum").iterdir()} == {
+        "result.json", "report.md", "report.html"}
+    for name, static in (("accum", False), ("bug", True)):
+        page = (out / name / "report.html").read_text()
+        assert all(f'id="plot-{plot}"' in page for plot in ("lr", "loss", "metrics"))
+        assert ('<img class="static"' in page) is static
+        assert ("The test split after every epoch." in page) is not static
+        data = json.loads(re.search(r'id="lrcheck-data">(.*?)</script>', page).group(1))
+        # The LR's and the loss's every update, which uPlot draws in the page.
+        assert [(p["id"], p["n"] > 0) for p in data["plots"]] == [("lr", True), ("loss", True)]
+    assert "[report](accum/report.html) |" in (out / "summary.md").read_text()
     data = json.loads((out / "suite.json").read_text())
     assert schema_files.problems(out / "suite.json") == []  # as a real suite wrote it
     assert [(p["name"], p["verdict"], p["status"], p["shared_reference"])
@@ -338,8 +351,9 @@ def test_a_suite_of_a_users_own_commands_reports_each_pair_and_a_bug_fails_it(tm
     assert "| ✅ pass | ✅ ok |" in rows["| `good`"] and "| ❌ fail | ❌ unexpected |" in rows[
         "| `bug`"]
     assert "[metrics]" not in rows["| `good`"]  # a diff draws no metrics plot
-    plots = re.findall(r"\]\(good/([^)]+)\)", rows["| `good`"])
+    assert re.findall(r"\]\(good/([^)]+)\)", rows["| `good`"]) == ["report.html"]  # it passed
+    plots = re.findall(r"\]\(bug/([^)]+)\.png\)", rows["| `bug`"])
     # A command pair records no loss: no loss plot (the report says why), only the LR's.
-    assert plots == ["lr.png"] and all((out / "good" / p).exists() for p in plots)
+    assert plots == ["lr"] and (out / "bug" / "lr.png").exists()
     plan = json.loads((out / "suite.json").read_text())
     assert plan["pairs"][0]["pair"]["command"].endswith("--bs 16 --accum 2 --epochs 1")

@@ -179,3 +179,28 @@ def test_report_md_says_1_epoch_not_1_epochs(make_report):
     report.pair = replace(report.pair, candidate=report.pair.candidate.replace(epochs=1),
                           reference=report.pair.reference.replace(epochs=1))
     assert ", 1 epoch, " in report_markdown(report)
+
+
+@pytest.mark.parametrize("choice, passing, failing", [
+    ("all", {"lr.png", "loss.png", "metrics.png"}, {"lr.png", "loss.png", "metrics.png"}),
+    ("failed", set(), {"lr.png", "loss.png", "metrics.png"}),
+    ("none", set(), set()),
+])
+def test_a_suites_plots_choice_draws_the_pngs_of_the_pairs_it_names(make_report, tmp_path,
+                                                                     choice, passing, failing):
+    from lrcheck.reports.files import ReportFiles
+
+    kept = Recorded()
+    for name, report, expected in (("ok", make_report(), passing),
+                                   ("bad", make_report(lr_shift=0.01), failing)):
+        drawn = ReportFiles(kept, choice).report(report, tmp_path / name)
+        assert set(drawn) == expected
+        assert {p.path.name for p in kept.plots if p.path.parent.name == name} == (
+            expected | {"report.html"} if expected else set())
+        listed = json.loads((tmp_path / name / "result.json").read_text())["files"]
+        assert set(listed) == {"result.json", "report.md", "report.html", *expected}
+        if not expected:  # the page is written at once, every plot there without a PNG
+            page = (tmp_path / name / "report.html").read_text()
+            assert "<img" not in page and 'id="plot-lr"' in page and 'id="plot-loss"' in page
+            assert "The test split after every epoch." in page
+            assert "![" not in (tmp_path / name / "report.md").read_text()

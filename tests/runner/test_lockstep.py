@@ -88,6 +88,32 @@ def test_adamws_step_counts_on_the_cpu_beside_moments_elsewhere_are_joined():
     devices = {t.device.type for t in state_tensors(opt)}
     assert devices == {"cpu", "meta"}
     snapshots = StateSnapshots(2, torch.float32, "meta")
-    snapshots.take(opt, 0)
-    assert snapshots.rows is not None and snapshots.rows.device.type == "meta"
-    assert snapshots.rows.shape == (2, 2 * (3 * 2 + 2) + 2)
+    row = snapshots.join(state_tensors(opt), 0)
+    assert row.device.type == "meta" and row.shape == (2 * (3 * 2 + 2) + 2,)
+
+
+def test_the_states_are_kept_on_disk_a_row_per_update_exactly_and_read_back_one_at_a_time():
+    """What lockstep holds in memory is O(model): the rows go to an unlinked file as each
+    update ends and come back mapped, bit for bit; an update that made no step reads NaN."""
+    from lrcheck.runner.lockstep import _give_back
+
+    net = torch.nn.Linear(3, 2, dtype=torch.float64)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    snapshots, expected = StateSnapshots(4, torch.float64, "cpu"), []
+    snapshots.take(opt, 0)  # no step yet: no state, no row
+    for row in (1, 3):  # update 2 made no step either
+        for p in net.parameters():
+            p.grad = torch.randn_like(p)
+        opt.step()
+        snapshots.take(opt, row)
+        expected.append(torch.cat(state_tensors(opt)).numpy().copy())
+    rows = snapshots.array(4)
+    assert isinstance(rows, np.memmap) and rows.shape == (4, 8) and rows.dtype == np.float64
+    assert np.isnan(rows[0]).all() and np.isnan(rows[2]).all()
+    assert rows[1].tobytes() == expected[0].tobytes() and rows[3].tobytes() == expected[1].tobytes()
+    assert snapshots.flat is not None and snapshots.flat.numel() == 8  # one row in memory
+    _give_back(rows, 3)  # the pages before row 3 leave this process; reading them is exact
+    assert rows[1].tobytes() == expected[0].tobytes()
+    lockstep = Lockstep(np.zeros((4, 8)), rows)
+    lockstep.load(net, opt, 4)  # update 4 starts from the state after update 3
+    assert torch.cat(state_tensors(opt)).numpy().tobytes() == expected[1].tobytes()

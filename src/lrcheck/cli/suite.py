@@ -29,6 +29,7 @@ def suite_command(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No table: only the closing lines.")] = False,
     jobs: Annotated[str, typer.Option(help="Run the pairs in this many worker processes (auto: the usable cores). A shared reference is trained once and handed to the workers of its other pairs; a multi-process pair counts for its processes. The results are those of a sequential run.")] = "1",
     shard: Annotated[str | None, typer.Option(help="Run only shard k of n (1-based, such as 2/3; also from $LRCHECK_SHARD): reference groups kept whole, split by their cost, the same on every machine. Merge the shards' folders with 'lrcheck suite merge'.", show_default=False)] = None,
+    plots_of: Annotated[str, typer.Option("--plots", help="Which pairs' PNGs to draw: all, failed (a pair whose verdict is not a pass) or none. Every report.html is complete without them: its LR and loss charts are drawn from the data in the page, its metrics a table; matrix.png is always drawn.")] = "failed",
     list_plan: Annotated[bool, typer.Option("--list", help="Print the reference groups (and with --shard, every shard's) with their costs, and exit without training.")] = False,
     deterministic: Annotated[bool, typer.Option("--deterministic", help="Every pair with --deterministic on, as the key deterministic = true in each (see lrcheck compare --deterministic).")] = False,
 ) -> None:
@@ -47,7 +48,7 @@ def suite_command(
         raise typer.Exit(0)
     raise typer.Exit(_suite(suite, out if out is not None
                             else DEFAULT_REPORTS / f"suite-{file.stem}",
-                            baseline, save_baseline, quiet, workers, part))
+                            baseline, save_baseline, quiet, workers, part, plots_of))
 
 
 def merge_command(
@@ -84,7 +85,7 @@ def _list(suite: Suite, shard: tuple[int, int] | None) -> None:
 
 
 def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
-           quiet: bool, jobs: int, shard: tuple[int, int] | None) -> int:
+           quiet: bool, jobs: int, shard: tuple[int, int] | None, plots_of: str) -> int:
     """Run ``suite`` (its ``shard``) into ``out`` as a live table (a terminal) or a line per
     pair, write its report (and ``save_baseline``), and tell how it went; the exit code."""
     from lrcheck.api import shard_part
@@ -94,7 +95,7 @@ def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path |
     with plots(True) as renderer:
         result = _run_shown(shard_part(suite, shard), out, baseline, save_baseline, renderer,
                             console, live=live, quiet=quiet, jobs=jobs, shard=shard,
-                            whole=suite)
+                            whole=suite, plots_of=plots_of)
     _step_summary(out)
     _suite_closing(result, out, save_baseline, console, table=not (live or quiet))
     return result.exit_code
@@ -102,7 +103,7 @@ def _suite(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path |
 
 def _run_shown(suite: Suite, out: Path, baseline: Path | None, save_baseline: Path | None,
                renderer: Renderer, console: Console, *, live: bool, quiet: bool, jobs: int,
-               shard: tuple[int, int] | None, whole: Suite) -> SuiteResult:
+               shard: tuple[int, int] | None, whole: Suite, plots_of: str) -> SuiteResult:
     """Every pair of ``suite`` (the ``shard`` of ``whole``, ``api.run_suite``), shown as a live
     table, or (not ``quiet``) a line per pair."""
     from lrcheck.api import run_suite
@@ -123,7 +124,7 @@ def _run_shown(suite: Suite, out: Path, baseline: Path | None, save_baseline: Pa
     def run() -> SuiteResult:
         return run_suite(whole, out, baseline=baseline, save_baseline=save_baseline,
                          on_progress=board.progress if live else None, on_done=done,
-                         renderer=renderer, jobs=jobs, shard=shard)
+                         renderer=renderer, jobs=jobs, shard=shard, plots=plots_of)
 
     if not live:
         return run()

@@ -77,18 +77,20 @@ def _finite(value: object) -> object:
 FILES_KEY = "files"
 
 
-def result_json(report: Recorded) -> str:
-    """``report``'s result.json, with the files the report writes (``FILES_KEY``)."""
-    return to_json({**report.to_dict(), FILES_KEY: sorted(report_files(report))})
+def result_json(report: Recorded, plots: str = "all") -> str:
+    """``report``'s result.json, with the files the report writes (``FILES_KEY``) when its
+    PNGs are drawn under ``plots`` (``kinds.PLOT_CHOICES``)."""
+    return to_json({**report.to_dict(), FILES_KEY: sorted(report_files(report, plots))})
 
 
-def report_files(report: Recorded) -> set[str]:
-    """The files ``report`` writes in its folder: result.json alone for an interrupted one."""
+def report_files(report: Recorded, plots: str = "all") -> set[str]:
+    """The files ``report`` writes in its folder, its PNGs drawn under ``plots``: result.json
+    alone for an interrupted one."""
     if not isinstance(report, Report):
         return {"result.json"}
-    from lrcheck.reports.kinds import plots_of
+    from lrcheck.reports.kinds import drawn_plots
 
-    return {"result.json", "report.md", "report.html", *plots_of(report)}
+    return {"result.json", "report.md", "report.html", *drawn_plots(report, plots)}
 
 
 def out_folder(text: str | Path) -> Path:
@@ -139,8 +141,9 @@ def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def report_markdown(report: Report) -> str:
-    from lrcheck.reports.kinds import kind_of, left_out, plots_of
+def report_markdown(report: Report, plots: str = "all") -> str:
+    """report.md, showing the PNGs drawn under ``plots`` (``kinds.PLOT_CHOICES``)."""
+    from lrcheck.reports.kinds import drawn_plots, kind_of, left_out
     from lrcheck.reports.logs import logs_markdown
 
     kind = kind_of(report)
@@ -154,8 +157,12 @@ def report_markdown(report: Report) -> str:
         lines.append(f"| {c.name} | {c.status} | {diff} | {first} | {markdown_cell(c.detail)} |")
     lines += kind.markdown(report)
     lines += logs_markdown(report, markdown_cell)
-    for name in plots_of(report):
+    drawn = drawn_plots(report, plots)
+    for name in drawn:
         lines += ["", f"![{name.removesuffix('.png')}]({name})"]
+    if not drawn and kind.plots:
+        lines += ["", "_No PNGs drawn (`lrcheck suite --plots`): the plots are in report.html, "
+                      "drawn from the data in the page._"]
     for why in left_out(report).values():
         lines += ["", f"_{why}_"]
     return "\n".join(lines + [""])
@@ -168,22 +175,28 @@ class Drawer(Protocol):
     def draw(self, plots: Iterable[Plot]) -> None: ...
 
 
-def write_report(report: Report, out: Path, renderer: Drawer | None = None) -> Path:
+def write_report(report: Report, out: Path, renderer: Drawer | None = None,
+                 plots: str = "all") -> Path:
     """result.json, report.md, the plots (lr.png, loss.png and metrics.png; a trace has only
-    lr.png, a diff no metrics.png) and report.html, which inlines them, in ``out``. With
-    ``renderer``, the plots and the page are sent to it (``renderer.finish()`` waits for them);
-    without, drawn here."""
+    lr.png, a diff no metrics.png; none under ``plots`` ``failed`` for a pass, or ``none``:
+    ``kinds.drawn_plots``) and report.html, which inlines them, in ``out``. With ``renderer``,
+    the plots and the page are sent to it (``renderer.finish()`` waits for them); without,
+    drawn here. A page with no PNG to inline is written here at once (milliseconds): no plot
+    helper waits for it."""
     from lrcheck.reports.html_report import report_page
     from lrcheck.reports.kinds import report_plots
     from lrcheck.reports.render import Renderer
 
     out = prepare_out(out)
-    plots = report_plots(report, out)
-    _remove_stale(out, keep=report_files(report))
-    write_text(out / "result.json", result_json(report))
-    write_text(out / "report.md", report_markdown(report))
-    html = report_page(report, out / "report.html", [plot.path for plot in plots])
-    (renderer or Renderer()).draw([*plots, html])  # in this order: the page inlines the PNGs
+    pictures = report_plots(report, out, plots)
+    _remove_stale(out, keep=report_files(report, plots))
+    write_text(out / "result.json", result_json(report, plots))
+    write_text(out / "report.md", report_markdown(report, plots))
+    html = report_page(report, out / "report.html", [plot.path for plot in pictures])
+    if not pictures:
+        html.draw()
+        return out
+    (renderer or Renderer()).draw([*pictures, html])  # in this order: the page inlines the PNGs
     return out
 
 
@@ -199,12 +212,16 @@ def write_incomplete(result: Recorded, out: Path) -> Path:
 @dataclass(frozen=True)
 class ReportFiles:
     """A suite's pair reports, each written as its pair ends (``suite.run.PairFiles``), its
-    plots drawn by ``renderer`` when given."""
+    plots drawn by ``renderer`` when given, those that ``plots`` chooses
+    (``kinds.PLOT_CHOICES``)."""
 
     renderer: Renderer | None = None
+    plots: str = "all"
 
-    def report(self, report: Report, out: Path) -> Path:
-        return write_report(report, out, self.renderer)
+    def report(self, report: Report, out: Path) -> tuple[str, ...]:
+        """Write ``report`` into ``out``; the names of the PNGs it draws there."""
+        write_report(report, out, self.renderer, self.plots)
+        return _drawn(report, self.plots)
 
     def incomplete(self, result: Recorded, out: Path) -> Path:
         return write_incomplete(result, out)
@@ -217,12 +234,14 @@ class DeferredFiles:
     whose plot helper draws them, rather than drawn in the worker with a matplotlib of its own."""
 
     pending: list[Plot] = field(default_factory=list)
+    plots: str = "all"
 
     def draw(self, plots: Iterable[Plot]) -> None:
         self.pending.extend(plots)
 
-    def report(self, report: Report, out: Path) -> Path:
-        return write_report(report, out, self)
+    def report(self, report: Report, out: Path) -> tuple[str, ...]:
+        write_report(report, out, self, self.plots)
+        return _drawn(report, self.plots)
 
     def incomplete(self, result: Recorded, out: Path) -> Path:
         return write_incomplete(result, out)
@@ -231,6 +250,13 @@ class DeferredFiles:
         """The plots and pages kept since the last call, in the order they are to be drawn."""
         taken, self.pending = self.pending, []
         return taken
+
+
+def _drawn(report: Report, plots: str) -> tuple[str, ...]:
+    """The names of the PNGs ``write_report`` draws for ``report`` under ``plots``."""
+    from lrcheck.reports.kinds import drawn_plots
+
+    return tuple(drawn_plots(report, plots))
 
 
 def _remove_stale(out: Path, keep: set[str]) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from lrcheck.reports.html import (
     UPLOT,
+    Cell,
     Html,
     asset,
     esc,
@@ -39,6 +40,8 @@ from lrcheck.result import Kind, Report
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from lrcheck.trace import EpochMetrics
+
 # The plots that are interactive, by PNG: (id, y-axis label).
 LIVE = {"lr.png": ("lr", "learning rate (group 0)"), "loss.png": ("loss", "training loss")}
 CAPTIONS = {
@@ -52,21 +55,28 @@ CAPTIONS = {
 
 def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
     """report.html of ``report`` at ``path`` as a ``Plot``, drawn after ``pictures`` (the
-    report's PNGs, inlined as the static pictures)."""
-    from lrcheck.reports.kinds import kind_of, left_out
+    report's PNGs, inlined as the static pictures). A plot of the report's kind whose PNG is
+    not among them (a suite's passing pair, ``kinds.drawn_plots``) is there all the same: the
+    LR and the loss as charts from the page's data, the metrics as a table of every epoch."""
+    from lrcheck.reports.kinds import kind_of, left_out, plots_of
     from lrcheck.reports.logs import logs_html
 
     kind = kind_of(report)
     subject = kind.subject(report)
+    drawn = {picture.name: picture for picture in pictures}
     figures = []
-    for picture in pictures:
-        live = LIVE.get(picture.name)
-        series = _series(report, picture.name) if live else None
+    for name in plots_of(report):
+        picture = drawn.get(name)
+        live = LIVE.get(name)
+        series = _series(report, name) if live else None
         if series is not None and np.isnan(series[0]).all() and np.isnan(series[1]).all():
             live, series = None, None  # nothing recorded (a trace has no loss)
-        check = "loss" if picture.name == "loss.png" else "lr"
-        figures.append({"png": picture, "id": live[0] if live else picture.stem,
-                        "caption": CAPTIONS[picture.name],
+        if picture is None and live is None and name != "metrics.png":
+            continue  # no PNG, and nothing else to show it by
+        check = "loss" if name == "loss.png" else "lr"
+        figures.append({"png": picture, "id": live[0] if live else name.removesuffix(".png"),
+                        "caption": CAPTIONS[name],
+                        "table": _epochs(report) if picture is None and live is None else None,
                         "live": None if live is None else {
                             "id": live[0], "ylabel": live[1], "series": series,
                             "divergence": _first(report, check),
@@ -82,6 +92,26 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
         "before": before, "after": after, "figures": figures,
         "footer": Html(f"lrcheck {esc(report.environment.lrcheck)} · every number is "
                        f"in result.json beside this page · plots drawn with {UPLOT}, inlined")})
+
+
+def _epochs(report: Report) -> Html:
+    """Accuracy and macro-F1 on the test split after every epoch, of both runs: what
+    metrics.png draws, where it is not drawn."""
+    from lrcheck.trace import METRICS
+
+    ref, cand = ({e.epoch: e for e in run.epochs} for run in (report.reference,
+                                                               report.candidate))
+    rows: list[list[Cell]] = []
+    for epoch in sorted({*ref, *cand}):
+        rows.append([str(epoch + 1), *((_metric(run.get(epoch), key), "num")
+                                       for key, _ in METRICS for run in (ref, cand))])
+    heads = ["epoch", *(f"{label} ({role})" for _, label in METRICS
+                        for role in ("reference", "candidate"))]
+    return grid(heads, rows, caption="The test split after every epoch.")
+
+
+def _metric(epoch: EpochMetrics | None, key: str) -> str:
+    return "—" if epoch is None else f"{getattr(epoch, key):.4f}"
 
 
 def _first(report: Report, name: str) -> int | None:
@@ -198,10 +228,16 @@ def write_page(path: Path, *, title: str, before: Html, after: Html,
     blocks, plots = [tag("h2", "Plots", id="plots")], []
     for fig in figures:
         live = fig["live"]
-        png = base64.b64encode(fig["png"].read_bytes()).decode("ascii")
-        parts = [tag("figcaption", fig["caption"]),
-                 Html(f'<img class="static" alt="{esc(fig["png"].name)}" '
-                      f'src="data:image/png;base64,{png}">')]
+        parts = [tag("figcaption", fig["caption"])]
+        if fig["png"] is not None:
+            png = base64.b64encode(fig["png"].read_bytes()).decode("ascii")
+            parts.append(Html(f'<img class="static" alt="{esc(fig["png"].name)}" '
+                              f'src="data:image/png;base64,{png}">'))
+        elif fig["table"] is not None:
+            parts.append(fig["table"])
+        else:
+            parts.append(tag("noscript", "This chart is drawn by the page's script; its "
+                                         "numbers are in result.json beside this page."))
         if live is not None:
             ref, cand, diff = live["series"]
             plots.append({"id": live["id"], "ylabel": live["ylabel"], "n": len(ref),

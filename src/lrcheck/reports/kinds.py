@@ -198,9 +198,24 @@ def plots_of(report: Report) -> dict[str, MakePlot]:
     return {name: make for name, make in kind_of(report).plots.items() if name not in skip}
 
 
-def report_plots(report: Report, out: Path) -> list[Plot]:
-    """The plots of ``report``, to be drawn into ``out``."""
-    return [make(report, out / name) for name, make in plots_of(report).items()]
+# Which reports' PNGs a suite draws (``lrcheck suite --plots``): every pair's, only those of a
+# pair whose verdict is not a pass (the default), or none. report.html is complete either way:
+# the LR and the loss are charts drawn from the data in the page, the metrics a table.
+PLOT_CHOICES = ("all", "failed", "none")
+
+
+def drawn_plots(report: Report, choice: str = "all") -> dict[str, MakePlot]:
+    """The PNGs drawn for ``report`` under ``choice`` (``PLOT_CHOICES``): ``plots_of`` or none."""
+    if choice not in PLOT_CHOICES:
+        raise ValueError(f"plots: {choice!r} is none of {', '.join(PLOT_CHOICES)}")
+    if choice == "all" or (choice == "failed" and report.verdict != "pass"):
+        return plots_of(report)
+    return {}
+
+
+def report_plots(report: Report, out: Path, choice: str = "all") -> list[Plot]:
+    """The plots of ``report`` drawn under ``choice``, to be drawn into ``out``."""
+    return [make(report, out / name) for name, make in drawn_plots(report, choice).items()]
 
 
 def plot_names() -> set[str]:

@@ -27,8 +27,11 @@ def _row(outcome: PairOutcome, columns: tuple[str, ...]) -> str:
     name = outcome.entry.name
     statuses = {c.name: c.status for c in outcome.report.checks} if outcome.report else {}
     d = outcome.deltas()
-    plots = " · ".join(f"[{p.removesuffix('.png')}]({name}/{p})"
-                       for p in plots_of(outcome.report)) if outcome.report else "—"
+    plots = "—"
+    if outcome.report is not None:
+        pngs = plots_of(outcome.report) if outcome.pngs is None else outcome.pngs
+        plots = " · ".join([f"[report]({name}/report.html)",
+                            *(f"[{p.removesuffix('.png')}]({name}/{p})" for p in pngs)])
     cells = [f"`{name}`", outcome.entry.expect, STATUS_MARK.get(outcome.verdict, "💥 error"),
              OUTCOME_MARK[outcome.status],
              *(STATUS_MARK.get(statuses.get(c, ""), "—") for c in columns),

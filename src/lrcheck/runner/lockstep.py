@@ -18,8 +18,12 @@ what the candidate's checkpoint restored, so whatever a resume loses shows at th
 
 from __future__ import annotations
 
+import mmap
+import os
+import tempfile
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -46,48 +50,87 @@ def state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 class StateSnapshots:
-    """The optimizer's state after every update of a run, one row per update in the run's
-    ``dtype`` (a float32 step count is exact to 2^24 updates), on ``device``, allocated at the
-    first snapshot, when the state exists. A state whose size changes is an error: the rows
-    would not fit the candidate's."""
+    """The optimizer's state after every update of a run, one row per update, kept in an
+    unlinked temporary file rather than in memory: a row is written as its update ends
+    (``os.pwrite`` of one flat copy, reused) and ``array()`` maps the file, which
+    ``Lockstep.load`` reads a row at a time, giving the pages back as it goes. So what lockstep
+    holds in memory is O(model), not O(model x updates); the rows live in the page cache. Rows
+    are float64 for a float64 run, else float32 (exact for float32, bfloat16 and float16
+    values; a float32 step count is exact to 2^24 updates); a row whose update made no step
+    (a skipped one) is NaN. A state whose size changes is an error: the rows would not fit the
+    candidate's."""
 
     def __init__(self, updates: int, dtype: torch.dtype, device: torch.device | str) -> None:
-        self.updates, self.dtype, self.device = updates, dtype, device
-        self.rows: torch.Tensor | None = None
-        self.beyond: list[torch.Tensor] = []
+        self.updates, self.device = updates, device
+        self.dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        self.numpy_dtype = np.dtype("float64" if dtype == torch.float64 else "float32")
+        self.flat: torch.Tensor | None = None  # the last row, on ``device``
+        self.file: IO[bytes] | None = None
+        self.written = 0  # rows in the file
 
     def take(self, optimizer: torch.optim.Optimizer, row: int) -> None:
         tensors = state_tensors(optimizer)
         if not tensors:
             return  # no step made yet (a skipped one): the row stays NaN
+        flat = self.join(tensors, row)
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="lrcheck-states-")  # noqa: SIM115 - kept
+            weakref.finalize(self, self.file.close)  # closed with this, not left to warn
+        self._pad(row)
+        self._write(row, flat.cpu().numpy())
+        self.written = row + 1
+
+    def join(self, tensors: list[torch.Tensor], row: int) -> torch.Tensor:
+        """``tensors`` (``state_tensors``) as one flat row on ``device``, in ``dtype``."""
         size = sum(t.numel() for t in tensors)
-        if self.rows is None:
-            self.rows = torch.full((self.updates, size), float("nan"), dtype=self.dtype,
-                                   device=self.device)
-        if size != self.rows.shape[1]:
+        if self.flat is None:
+            self.flat = torch.empty(size, dtype=self.dtype, device=self.device)
+        if size != self.flat.numel():
             raise RuntimeError(f"the optimizer's state changed size at update {row}: "
-                               f"{self.rows.shape[1]} values, now {size}")
-        if all(t.dtype == self.dtype and t.device == self.rows.device for t in tensors):
-            flat = self.rows[row] if row < self.updates else None
-            if flat is not None:
-                torch.cat(tensors, out=flat)  # straight into the row, no temporary
-                return
-        # AdamW's step counts stay on the CPU beside moments on a GPU (unless capturable or
-        # fused), and may be of another dtype: each is moved and cast as it is joined.
-        joined = torch.cat([t.to(self.rows.device, self.dtype) for t in tensors])
-        if row < self.updates:
-            self.rows[row].copy_(joined)
+                               f"{self.flat.numel()} values, now {size}")
+        if all(t.dtype == self.dtype and t.device == self.flat.device for t in tensors):
+            torch.cat(tensors, out=self.flat)  # straight into the row, no temporary
         else:
-            self.beyond.append(joined)
+            # AdamW's step counts stay on the CPU beside moments on a GPU (unless capturable or
+            # fused), and may be of another dtype: each is moved and cast as it is joined.
+            self.flat.copy_(torch.cat([t.to(self.flat.device, self.dtype) for t in tensors]))
+        return self.flat
+
+    def _write(self, row: int, values: np.ndarray) -> None:
+        assert self.file is not None
+        data = np.ascontiguousarray(values).data.cast("B")
+        offset, done = row * len(data), 0
+        while done < len(data):
+            done += os.pwrite(self.file.fileno(), data[done:], offset + done)
+
+    def _pad(self, rows: int) -> None:
+        """NaN rows up to ``rows`` (updates that made no step)."""
+        assert self.flat is not None
+        nan = np.full(self.flat.numel(), np.nan, dtype=self.numpy_dtype)
+        for row in range(self.written, rows):
+            self._write(row, nan)
+        self.written = max(self.written, rows)
 
     def array(self, done: int) -> np.ndarray:
-        """The rows of the ``done`` updates made, on the host."""
-        if self.rows is None:
+        """The rows of the ``done`` updates made: the file mapped read-only."""
+        if self.flat is None or self.file is None or done == 0:
             return np.empty((0, 0))
-        rows = self.rows[:done - len(self.beyond)]
-        if self.beyond:
-            rows = torch.cat([rows, torch.stack(self.beyond)])
-        return rows.cpu().numpy()
+        self._pad(done)
+        self.file.flush()
+        # The mapping keeps the (unlinked) file's pages; the file object is closed with this.
+        return np.memmap(self.file, dtype=self.numpy_dtype, mode="r",
+                         shape=(done, self.flat.numel()))
+
+
+def _give_back(rows: np.ndarray, done: int) -> None:
+    """The pages of a mapped ``rows`` (``StateSnapshots.array``) before row ``done`` dropped from
+    this process's memory (read again from the page cache if a row is read again)."""
+    mapped = getattr(rows, "_mmap", None)
+    if mapped is None or not hasattr(mmap, "MADV_DONTNEED") or rows.ndim != 2:
+        return
+    end = done * rows.shape[1] * rows.itemsize // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > 0:
+        mapped.madvise(mmap.MADV_DONTNEED, 0, end)
 
 
 @dataclass
@@ -113,11 +156,12 @@ class Lockstep:
         with torch.no_grad():
             _copy_into([p.detach().view(-1) for p in net.parameters()], self.params[k])
             _copy_into(targets, self.states[k])
+        _give_back(self.states, k)  # the rows before this one: read
         self.loaded += 1
 
 
 def _copy_into(targets: list[torch.Tensor], row: np.ndarray) -> None:
-    source = torch.from_numpy(np.ascontiguousarray(row))
+    source = torch.from_numpy(np.array(row))  # a copy: a mapped row is read-only
     offset = 0
     for t in targets:
         n = t.numel()

@@ -160,9 +160,21 @@ def _outcome(entry: SuiteEntry, run: ShardRun, pair: dict[str, Any]) -> PairOutc
         try:
             outcome.report = read_report(run.folder / folder / "result.json",
                                          _report_pair(entry.pair, run.folder / folder))
+            outcome.pngs = _pngs(run.folder / folder)
         except SpecError as exc:
             outcome.error, outcome.error_code = str(exc), LOST_EXIT
     return outcome
+
+
+def _pngs(folder: Path) -> tuple[str, ...]:
+    """The PNGs a pair's report drew in ``folder``: those its result.json lists (``files``,
+    ``reports.files.FILES_KEY``) that are there."""
+    try:
+        listed = json.loads((folder / "result.json").read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return tuple(name for name in listed or () if isinstance(name, str)
+                 and name.endswith(".png") and (folder / name).is_file())
 
 
 def _environment(first: ShardRun, entries: list[SuiteEntry]) -> Environment | None:

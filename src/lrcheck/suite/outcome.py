@@ -72,6 +72,8 @@ class PairOutcome:
     baseline: str = "none"
     shared_reference: bool = False
     seconds: float = 0.0
+    # The PNGs drawn into its folder (``lrcheck suite --plots``); None: every plot of its kind.
+    pngs: tuple[str, ...] | None = None
 
     @property
     def verdict(self) -> Verdict | PairStatus:

@@ -9,8 +9,9 @@ the suite. Multi-process pairs go through the same ``lrcheck.compare`` as on the
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,8 +40,8 @@ class PairFiles(Protocol):
     suite writes through what it is given, so that it imports nothing of ``reports``, which
     shows the suite's outcome."""
 
-    def report(self, report: Report, out: Path) -> object:
-        """Save a finished pair's report into ``out``."""
+    def report(self, report: Report, out: Path) -> Sequence[str]:
+        """Save a finished pair's report into ``out``; the names of the PNGs drawn there."""
 
     def incomplete(self, result: Recorded, out: Path) -> object:
         """Save what an interrupted pair had recorded into ``out``."""
@@ -153,7 +154,7 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
         outcome.report = report
         assert report is not None  # every comparison has one outside torchrun
         try:
-            files.report(report, out / entry.name)
+            outcome.pngs = tuple(files.report(report, out / entry.name))
         except LrcheckError as exc:
             outcome.report = None  # a report that is not there is not a pass
             raise SpecError(f"its report could not be saved: {exc}") from None
@@ -185,6 +186,11 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
             outcome.regressions = regressions(outcome.report, rec) if rec else []
     outcome.seconds = time.perf_counter() - began
     release()  # after the first pair at the latest, even one that failed before training
+    # A pair leaves a few reference cycles (closures of its hooks, its Lockstep) that hold its
+    # candidate's recording, 8.5 MB on digits: freed now rather than at some later full pass,
+    # they do not pile up (suite-12's peak RSS 606 -> 554 MiB). About 10 ms: what starting
+    # left is frozen out of the pass (``release``).
+    gc.collect()
     return outcome
 
 
