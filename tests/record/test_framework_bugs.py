@@ -2,14 +2,18 @@
 through ``lrcheck run``'s default: the two commands side by side, the candidate in lockstep.
 Each bug acts at one update K and leaves the LR right: ``--scale-grad-at K`` (update K's
 gradient scaled by 1 + 1e-3, as each framework lets a user touch it) and ``--skip-zero-grad-at
-K`` (the gradients not zeroed once, before update K, where each framework zeroes them). The
-correct accumulation pair passes (Lightning and DeepSpeed clipping as each does, once per
-update: ``cadence`` counts it; clipping by hand after every backward instead fails it in
-test_launchers.py and test_sharded.py); each bug fails at K. Where lockstep cannot load (ZeRO 2,
-FSDP2: sharded parameters) the candidate runs free and the fingerprints judge: there the bugs
-that fail at K today are tested here (their correct pairs pass in test_sharded.py). Slow: every
-run is two fresh processes (or process groups) that import torch and a framework."""
+K`` (the gradients not zeroed once, before update K, where each framework zeroes them); where a
+framework zeroes the gradients its own way, one candidate carries both bugs, at 5 and at 9: in
+lockstep each update starts from the reference's state, so each bug is a difference of its own,
+named at its update. The correct accumulation pair passes (Lightning and DeepSpeed clipping as
+each does, once per update: ``cadence`` counts it; clipping by hand after every backward
+instead fails it in test_launchers.py and test_sharded.py); each bug fails at K. Where
+lockstep cannot load (ZeRO 2, FSDP2: sharded parameters) the candidate runs free and the
+fingerprints judge: there the bugs that fail at K today are tested here (their correct pairs
+pass in test_sharded.py). Slow: every run is two fresh processes (or process groups) that
+import torch and a framework."""
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -26,6 +30,7 @@ deepspeed = pytest.mark.deepspeed
 SCALE_AT, SKIP_AT = 5, 9  # in the middle of runs of 16 (frameworks) and 32 updates (loops)
 BUGS = {"correct": [], "scale-grad": ["--scale-grad-at", str(SCALE_AT)],
         "skip-zero-grad": ["--skip-zero-grad-at", str(SKIP_AT)]}
+BUGS["both"] = [*BUGS["scale-grad"], *BUGS["skip-zero-grad"]]
 # The clipping each framework does itself, where the correct pairs use it: Lightning's
 # gradient_clip_val (torch's clip_grad_norm_, inside optimizer.step's closure) and DeepSpeed's
 # gradient_clipping (its engine's own clip_grad_norm_), once per update.
@@ -59,13 +64,15 @@ def _family(name: str, tmp_path: Path) -> tuple[list, list]:
 
 
 FAMILIES = ["plain", "torchrun", "trainer", "lightning", "accelerate",
-            pytest.param("deepspeed", marks=deepspeed)]
-# Every family's correct pair and scaled gradient; the skipped zero_grad where each framework
-# zeroes the gradients its own way (the loop's own call, DDP's is the same; DeepSpeed's engine
-# too): a run is two fresh processes importing a framework, seconds each.
-CASES = [*((family, bug) for family in FAMILIES for bug in ("correct", "scale-grad")),
-         *((family, "skip-zero-grad") for family in ("plain", "trainer", "lightning",
-                                                     "accelerate"))]
+            pytest.param("deepspeed", marks=deepspeed, id="deepspeed")]
+# Every family's correct pair and scaled gradient; the skipped zero_grad too, in the same
+# candidate, where each framework zeroes the gradients its own way (the loop's own call, DDP's
+# is the same; DeepSpeed's engine too): a run is two fresh processes importing a framework,
+# seconds each.
+ZEROES = ("plain", "trainer", "lightning", "accelerate")
+CASES = [*((family, "correct") for family in FAMILIES),
+         *((family, "both" if getattr(family, "values", [family])[0] in ZEROES else "scale-grad")
+           for family in FAMILIES)]
 
 
 @pytest.mark.parametrize(("family", "bug"), CASES)
@@ -90,13 +97,18 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
         if clip:
             assert "clip_grad_norm_ as often (1 per update)" in checks["cadence"].detail
         return
-    at = SCALE_AT if bug == "scale-grad" else SKIP_AT
     assert not report.ok
-    assert grads.status == "fail" and grads.first_divergence == at
-    assert params.status == "fail" and params.first_divergence == at
-    assert f"at update {at}, from the same state" in grads.detail
-    if bug == "scale-grad":  # exactly the error put in, on a gradient read after clipping
+    assert grads.status == "fail" and grads.first_divergence == SCALE_AT
+    assert params.status == "fail" and params.first_divergence == SCALE_AT
+    # Exactly the error put in, on a gradient read after clipping.
+    at = re.search(rf"\) (\S+) > \S+ at update {SCALE_AT}, from the same state", grads.detail)
+    assert at and 9.9e-4 < float(at.group(1)) < 1.01e-3
+    if bug == "scale-grad":
         assert 9.9e-4 < grads.max_rel_diff < 1.01e-3
+        assert "beyond it at" not in grads.detail
+    else:  # the zero_grad skipped before update 9 too, each update judged from the same state
+        for check in (grads, params):
+            assert f"beyond it at 2 updates: {SCALE_AT}, {SKIP_AT}" in check.detail
 
 
 @deepspeed

@@ -118,7 +118,17 @@ def check_grads(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Chec
     return _ended("grads", k, float(diff[i]), worst, reason,
                   f"{_lead(gaps)}: {what} {rel[i]:.3g} > {bound.grad:g} at update {k}, from the "
                   f"same state: {_worst_tensor(gaps, i, keep, GRAD_DIFF, GRAD_REF)}; max "
-                  f"{worst:.3g}{named}")
+                  f"{worst:.3g}{_beyond(gaps.steps[over])}{named}")
+
+
+def _beyond(steps: np.ndarray, shown: int = 8) -> str:
+    """Every update beyond the bound, where there is more than the first: in lockstep each
+    started from the reference's state, so each is a difference of its own."""
+    if len(steps) < 2:
+        return ""
+    named = ", ".join(str(int(k)) for k in steps[:shown])
+    return (f"; beyond it at {plural(len(steps), 'update')}: {named}"
+            f"{', …' if len(steps) > shown else ''}")
 
 
 def _ended(name: str, k: int | None, gap: float, worst: float, reason: str | None,
@@ -173,7 +183,8 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
                   f"{_lead(gaps)}: {what} {rel[i]:.3g} at update {k}, {excess[i]:.3g} beyond "
                   f"the rounding floor > {bound.update:g}, from the same state ({diff[i]:.3g} "
                   f"apart, the update {size[i]:.3g}, the floor {ulp[i]:.3g}): "
-                  f"{_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}{named}")
+                  f"{_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}"
+                  f"{_beyond(gaps.steps[over])}{named}")
 
 
 def moved(gaps: StepGaps) -> tuple[int, int]:
