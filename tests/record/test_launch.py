@@ -94,6 +94,7 @@ def test_a_program_that_asks_whether_torch_is_there_before_importing_it_is_recor
     assert run.exit_code == 0 and run.updates == {"rank0.jsonl": 1}
 
 
+@pytest.mark.slow
 def test_another_environments_python_keeps_its_sys_path_and_is_recorded(tmp_path, monkeypatch):
     """A Python of a second environment, which has torch (through a .pth) but not lrcheck:
     recorded, its ``sys.path`` is the one it has unrecorded (with boot/ first, as PYTHONPATH
