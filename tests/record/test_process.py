@@ -109,7 +109,7 @@ def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
         with pytest.warns(UserWarning, match=r"lr_scheduler.step\(\)` before `optimizer.step"):
             scheduler.step()
             scheduler.step()
-        recorder.scaler_step(lambda scaler, opt: None, object(), optimizer)  # skipped: no hook
+        recorder.scaler_stepped(recorder.scaler_stepping(object(), optimizer))  # no hook: skipped
         _update(recorder, optimizer, model)
         _update(recorder, optimizer, model)
     finally:

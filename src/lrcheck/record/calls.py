@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from lrcheck.record.ema import KINDS, EmaWatch
+from lrcheck.record.guard import RECORDING
 from lrcheck.record.losses import Losses
 from lrcheck.record.taps import Taps
 
@@ -63,6 +64,7 @@ def counting(owner: Any, name: str, count: Callable[..., None],
     if getattr(original, "_lrcheck", False):
         return lambda: None
     key = f"depth_{id(owner)}_{name}"
+    count = RECORDING(f"the count of {name}", count)  # the call itself is the user's: unguarded
 
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -220,12 +222,13 @@ def count_scheduler_steps(cls: type, recorder: Counter) -> None:
     original = cls.__dict__.get("step")
     if original is None or getattr(original, "_lrcheck", False):
         return
+    stepped = RECORDING(f"the count of {cls.__name__}.step", recorder.scheduler_stepped)
 
     @functools.wraps(original)
     def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
         if depth == 0:
-            recorder.scheduler_stepped(getattr(self, "optimizer", None))
+            stepped(getattr(self, "optimizer", None))
         _local.depth = depth + 1
         try:
             return original(self, *args, **kwargs)

@@ -12,11 +12,17 @@ its own tensors, in place: update k+1 starts again from the reference's state. T
 LR, scheduler, data, loss, GradScaler and clipping stay its own.
 
 Memory and disk stay O(model): the reference writes update k only once every candidate rank
-has read update k - DEPTH, and removes what they all have read. A side that ends leaves a
+has read update k - DEPTH, and removes what they all have read. Before its first update the
+reference sizes that (``need``: the initial parameters and DEPTH + 1 states of parameters,
+gradients and optimizer state) and puts the states where they fit with a margin (``place``: the
+exchange folder, in ``/dev/shm`` where there is one, else the spare folder ``lrcheck run`` made
+on its report's disk), or switches lockstep off saying so. A side that ends leaves a
 marker (``reference.ended``, ``candidate.ended``: written by its processes at exit, and by
 ``lrcheck run`` when the command is gone however it ended), which releases the other side's
-waits. Nothing here may break the user's program: a failure switches lockstep off with the
-reason in the lockstep file, and training goes on."""
+waits; every wait has a deadline (``WAIT_S``, ``roles.ENV_WAIT``). Nothing here may break the
+user's program: every call from ``record.process`` runs inside its lockstep guard
+(``record.guard``): a failure (a full disk among them) switches lockstep off with the reason in
+the lockstep file, and training goes on."""
 
 from __future__ import annotations
 
@@ -29,23 +35,34 @@ from typing import Any
 
 import torch
 
-from lrcheck.record.roles import CANDIDATE, REFERENCE, ended
+from lrcheck.record.exchange import DEPTH, MARGIN, free_space, need, place, state_bytes
+from lrcheck.record.roles import CANDIDATE, ENV_SPARE, ENV_WAIT, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
-# Updates the reference may run ahead of the slowest candidate rank: two states on disk.
-DEPTH = 2
 END = 1 << 62  # a candidate rank's progress once it follows no more
-
-
-def _wait(ready: Callable[[], bool], release: Path) -> bool:
-    """Poll ``ready`` until it holds (True) or ``release`` exists and it still does not."""
-    delay = 0.0002
+# How long one side waits for the other at one update, unless ``roles.ENV_WAIT`` says otherwise:
+# generous (an update of the other side may take minutes), the stall timeout of ``lrcheck run``.
+WAIT_S = 600.0
+def _wait(ready: Callable[[], bool], release: Path, what: str) -> bool:
+    """Poll ``ready`` until it holds (True) or ``release`` exists and it still does not; a
+    ``TimeoutError`` naming ``what`` after ``WAIT_S`` (or ``roles.ENV_WAIT``) seconds."""
+    delay, limit = 0.0002, _wait_s()
+    deadline = time.monotonic() + limit
     while not ready():
         if release.exists():
             return ready()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {limit:g} s for {what} ({ENV_WAIT} sets how long)")
         time.sleep(delay)
         delay = min(delay * 2, 0.01)
     return True
+
+
+def _wait_s() -> float:
+    try:
+        return float(os.environ.get(ENV_WAIT, "") or WAIT_S)
+    except ValueError:
+        return WAIT_S
 
 
 def _save(obj: Any, path: Path) -> None:
@@ -71,8 +88,13 @@ def _write_text(path: Path, text: str) -> None:
 def _cpu(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """The tensors as ``torch.save`` takes them: detached, on the CPU (copied only from
     another device: a CPU tensor is written out by the save itself)."""
-    return [None if t is None else t.detach() if t.device.type == "cpu" else
-            t.detach().to("cpu") for t in tensors]
+    return [None if t is None else _dense(t.detach()) if t.device.type == "cpu" else
+            _dense(t.detach()).to("cpu") for t in tensors]
+
+
+def _dense(t: torch.Tensor) -> torch.Tensor:
+    """``t``, dense (a sparse gradient, an ``nn.Embedding(sparse=True)``'s, made whole)."""
+    return t.to_dense() if t.is_sparse else t
 
 
 def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[dict[str, Any]]:
@@ -97,22 +119,45 @@ class Streamer:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.store = folder  # where the states go (``place``)
         self.off = False
 
+    def _refuse(self, why: str) -> None:
+        self.off = True
+        _write_text(self.folder / "reference.json", json.dumps({"off": why}))
+
     def start(self, params: list[torch.Tensor], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None,
+              optimizer: torch.optim.Optimizer | None = None) -> None:
         """Before update 0 (``born``: the parameters' fingerprint when the optimizer was
-        made)."""
+        made): the states' place, sized from the model (``need``, ``place``)."""
         if sharded:  # a shard per rank: nothing whole to load
-            self.off = True
-            _write_text(self.folder / "reference.json",
-                        json.dumps({"off": "the reference's parameters are sharded over its "
-                                           "ranks (ZeRO or FSDP)"}))
-            return
-        _save({"params": _cpu(list(params))}, self.folder / "ref-init.pt")
+            return self._refuse("the reference's parameters are sharded over its ranks (ZeRO "
+                                "or FSDP)")
+        spare = os.environ.get(ENV_SPARE, "")
+        free = free_space([self.folder, *([Path(spare)] if spare else [])])
+        needed = need(params, state_bytes(optimizer))
+        store = place(needed, free)
+        if store is None:
+            rooms = ", ".join(f"{folder} has {room / 2**30:.3g}" for folder, room in free)
+            return self._refuse(f"the exchange needs {needed * MARGIN / 2**30:.3g} GiB with "
+                                f"its margin (the model's {DEPTH + 1} states): {rooms}")
+        self.store = store
+        if store != self.folder:
+            store.mkdir(parents=True, exist_ok=True)
+        _save({"params": _cpu(list(params))}, store / "ref-init.pt")
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
-             "dtype": dtype_of(params), "born": born}))
+             "dtype": dtype_of(params), "born": born, "store": str(store),
+             "need": needed}))
+
+    def stop(self, why: str) -> None:
+        """Lockstep off (its guard tripped): the states removed, the candidate told why."""
+        self.off = True
+        for old in self.store.glob("ref-*"):
+            old.unlink(missing_ok=True)
+        _write_text(self.folder / "reference.off", why)
+        ended(self.folder, REFERENCE).touch()
 
     def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
         if self.off:
@@ -125,14 +170,14 @@ class Streamer:
             def caught_up() -> bool:
                 done = _progress(self.folder)
                 return done is not None and k - done <= DEPTH
-            if not _wait(caught_up, release):
+            if not _wait(caught_up, release, f"the candidate to read update {k - DEPTH}"):
                 self.off = True  # the candidate is gone: go on alone
                 return
         _save({"grads": _cpu([p.grad for p in params]), "params": _cpu(list(params)),
-               "state": _state(optimizer, params)}, self.folder / f"ref-{k}.pt")
+               "state": _state(optimizer, params)}, self.store / f"ref-{k}.pt")
         done = _progress(self.folder)
         if done is not None:
-            for old in self.folder.glob("ref-*.pt"):
+            for old in self.store.glob("ref-*.pt"):
                 stem = old.stem[4:]
                 if stem.isdigit() and int(stem) <= done:
                     old.unlink(missing_ok=True)
@@ -164,6 +209,8 @@ class Follower:
 
     def __init__(self, folder: Path, record_folder: Path, rank: int, world: int) -> None:
         self.folder, self.rank = folder, rank
+        self.store = folder  # where the reference puts its states (its ``reference.json``)
+        self.at = 0  # the update it follows next
         self.off: str | None = None
         self.start_params: list[torch.Tensor] | None = None
         self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
@@ -173,6 +220,10 @@ class Follower:
 
     def _mark(self, k: int | str) -> None:
         _write_text(self.folder / f"candidate-rank{self.rank}.done", str(k))
+
+    def stop(self, why: str) -> None:
+        """Lockstep off (its guard tripped), at the update it was following."""
+        self._stop(why, self.at)
 
     def _stop(self, why: str, k: int | None) -> None:
         if self.off is None:
@@ -195,7 +246,7 @@ class Follower:
             self._write(self.header)
             return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
                               "FSDP): no whole state to load", None)
-        if not _wait(info_path.exists, release):
+        if not _wait(info_path.exists, release, "the reference's first update"):
             self._write(self.header)
             return self._stop("the reference ended before its first update", 0)
         info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -208,7 +259,8 @@ class Follower:
             return self._stop(f"the models differ: {len(params)} parameter tensors in the "
                               f"candidate, {info['tensors']} in the reference, or of other "
                               "shapes", None)
-        init = _read(self.folder / "ref-init.pt")
+        self.store = Path(info.get("store") or self.folder)
+        init = _read(self.store / "ref-init.pt")
         ref = init["params"]
         with torch.no_grad():
             gap = max((float(torch.max(torch.abs(p.detach().cpu().double() - r.double())))
@@ -226,9 +278,13 @@ class Follower:
     def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
         if self.off is not None or self.start_params is None:
             return
-        path = self.folder / f"ref-{k}.pt"
-        if not _wait(path.exists, ended(self.folder, REFERENCE)):
-            return self._stop(f"the reference ended after {k} update(s)", k)
+        self.at = k
+        path = self.store / f"ref-{k}.pt"
+        if not _wait(path.exists, ended(self.folder, REFERENCE), f"the reference's update {k}"):
+            said = self.folder / "reference.off"
+            return self._stop(f"the reference switched lockstep off: {_text(said)}"
+                              if said.exists() else f"the reference ended after {k} update(s)",
+                              k)
         ref = _read(path)
         self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
         problem = _load(optimizer, params, ref)
@@ -241,6 +297,13 @@ class Follower:
         if self.off is None:
             self._mark("end")
         self.lines.close()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return "(its reason could not be read)"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -267,7 +330,7 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
             mine = p.detach().to("cpu")
-            g_c = None if p.grad is None else p.grad.detach().to("cpu")
+            g_c = None if p.grad is None else _dense(p.grad.detach()).to("cpu")
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
                 gr = 0.0 if g_r is None else _norm(g_r)

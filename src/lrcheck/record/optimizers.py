@@ -94,3 +94,9 @@ def scale(scaler: Any) -> float:
         return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
     except (AttributeError, TypeError, RuntimeError):
         return 1.0
+
+
+def stored(t: torch.Tensor) -> torch.Tensor:
+    """The values ``t`` stores: a sparse gradient's (an ``nn.Embedding(sparse=True)``'s),
+    coalesced, whose norm is the gradient's; a dense tensor itself."""
+    return t.coalesce().values() if t.is_sparse else t

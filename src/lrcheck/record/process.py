@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,8 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, lockstep, modules, optimizers, roles, taps
+from lrcheck.record import ema, guard, lockstep, modules, optimizers, roles, taps
+from lrcheck.record.birth import BORN, fingerprint_at_birth, nudge
 from lrcheck.record.calls import (
     Args,
     Imported,
@@ -64,9 +64,6 @@ HPARAMS = ("momentum", "betas", "weight_decay")
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
 CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "scaler_update",
          "ema_update")
-# In a lockstep pair, the fingerprint of an optimizer's parameters when it was made, set on it:
-# the weights before anything the user's loop does to them.
-BORN = "_lrcheck_born"
 
 
 class _Optimizer:
@@ -131,6 +128,11 @@ class ProcessRecorder:
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
+        # Why the recording (``record.guard.RECORDING``) or lockstep was switched off, and at
+        # which update of the first optimizer: said in the description, where the verdict reads it.
+        self.off: dict[str, Any] | None = None
+        self.lockstep = guard.Guard("lockstep")
+        self.lockstep.arm(self._lockstep_off)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -171,8 +173,23 @@ class ProcessRecorder:
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
-            "logs": self.logs}, indent=1)
+            "logs": self.logs, "recording_off": self.off}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
+
+    def switch_off(self, why: str) -> None:
+        """The recording off (``record.guard``), and lockstep with it: the description says
+        why and after how many updates."""
+        first = next(iter(self.optimizers.values()), None)
+        self.off = {"reason": why, "after": 0 if first is None else first.recorder.step}
+        self.lockstep.trip(f"the recording is off ({why})")
+        self.describe()
+
+    def _lockstep_off(self, why: str) -> None:
+        """Lockstep off (``self.lockstep``), this process's side told so."""
+        if self.streamer is not None:
+            self.streamer.stop(why)
+        if self.follower is not None:
+            self.follower.stop(why)
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         self.stepped[id(optimizer)] = self.stepped.get(id(optimizer), 0) + 1
@@ -202,17 +219,19 @@ class ProcessRecorder:
             self.logs = modules.log_folders()
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
-            _nudge(params)
+            nudge(params)
         if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE):
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
         if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
-            self.streamer.start(params, st.sharded, born)
+            self.lockstep("lockstep's start", self.streamer.start)(params, st.sharded, born,
+                                                                   st.optimizer)
         elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
-            self.follower.start(params, st.names, st.sharded, born)
+            self.lockstep("lockstep's start", self.follower.start)(params, st.names,
+                                                                   st.sharded, born)
 
     def post(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         st = self.optimizers.get(id(optimizer))
@@ -232,7 +251,8 @@ class ProcessRecorder:
         fp = None
         if self.every and st.recorder.step % self.every == 0:
             with torch.no_grad():
-                norms = torch.stack([torch.linalg.vector_norm(g.detach(), dtype=torch.float64)
+                norms = torch.stack([torch.linalg.vector_norm(optimizers.stored(g.detach()),
+                                                              dtype=torch.float64)
                                      for g in grads])
                 squares = torch.sum(norms * norms)
             extra["grad_sq"] = float(squares)
@@ -244,10 +264,9 @@ class ProcessRecorder:
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:
-            if self.streamer is not None:
-                self.streamer.after(k, optimizer, params)
-            elif self.follower is not None:
-                self.follower.after(k, optimizer, params)
+            side = self.streamer or self.follower
+            if side is not None:
+                self.lockstep(f"lockstep at update {k}", side.after)(k, optimizer, params)
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
@@ -299,22 +318,32 @@ class ProcessRecorder:
     def scheduler_stepped(self, optimizer: object) -> None:
         self.pending.setdefault(id(optimizers.torch_optimizer(optimizer)), [0, 0])[0] += 1
 
-    def scaler_step(self, step: Callable[..., Any], scaler: Any, optimizer: Any,
-                    *args: Any, **kwargs: Any) -> Any:
+    def scaler_stepping(self, scaler: Any, optimizer: Any) -> tuple[int, int]:
+        """Before ``GradScaler.step``: its optimizer's identity and pre-hooks seen so far."""
         inner = optimizers.torch_optimizer(optimizer)
-        before = self.stepped.get(id(inner), 0)
         self.scaler = scaler
-        result = step(scaler, optimizer, *args, **kwargs)
-        if self.stepped.get(id(inner), 0) == before:
-            self.pending.setdefault(id(inner), [0, 0])[1] += 1
+        return id(inner), self.stepped.get(id(inner), 0)
+
+    def scaler_stepped(self, before: tuple[int, int] | None) -> None:
+        """After ``GradScaler.step``: a step that fired no hook was skipped."""
+        if before is not None and self.stepped.get(before[0], 0) == before[1]:
+            self.pending.setdefault(before[0], [0, 0])[1] += 1
             self.taps.take(1.0, 1)  # a skipped update's micro-batches fed nothing
             self.losses.zeroed()
-        return result
 
     def _ema_path(self) -> Path:
         return self.folder / ema.FILE.format(stem=self.name)
 
     def close(self) -> None:
+        try:  # even where the recording is off: its files closed, what it had said kept
+            self._close()
+        except Exception as exc:  # noqa: BLE001 - at the user's exit, as in any hook
+            guard.RECORDING.trip(guard.reason("the recording's end", exc))
+        for side in (self.streamer, self.follower):  # the other side's waits released
+            if side is not None:
+                side.close()
+
+    def _close(self) -> None:
         self.describe()
         first = next(iter(self.optimizers.values()), None)
         if first is not None and self.name is not None:
@@ -322,10 +351,6 @@ class ProcessRecorder:
             self.ema.close(self._ema_path())
         for st in self.optimizers.values():
             st.recorder.close()
-        if self.streamer is not None:
-            self.streamer.close()
-        if self.follower is not None:
-            self.follower.close()
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -336,44 +361,18 @@ def _rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _nudge(params: list[torch.Tensor]) -> None:
-    """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
-    a twin's start, the floor of a free-running pair's drift."""
-    with torch.no_grad():
-        for p in params:
-            local = optimizers.local_tensor(p)
-            if local.is_floating_point() and local.numel():
-                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
-
-
-def _fingerprint_at_birth() -> None:
-    """Wrap ``Optimizer.__init__`` so that each optimizer keeps (``BORN``) the fingerprint of
-    its parameters as they were when it was made."""
-    original = torch.optim.Optimizer.__init__
-    if getattr(original, "_lrcheck", False):
-        return
-
-    @functools.wraps(original)
-    def init(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        if not hasattr(self, BORN):
-            setattr(self, BORN, fingerprint(optimizers.local_tensor(p)
-                                            for p in optimizers.params(self)))
-
-    init._lrcheck = True  # type: ignore[attr-defined]
-    torch.optim.Optimizer.__init__ = init  # type: ignore[method-assign]
-
-
 def install_hooks(folder: str, *, samples: int | None, every: int,
                   deterministic: bool = False) -> ProcessRecorder:
     """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``;
     ``deterministic``: its description says what ``--deterministic`` set, as in effect)."""
     recorder = ProcessRecorder(Path(folder), samples, every, deterministic)
+    on = guard.RECORDING
+    on.arm(recorder.switch_off)
     modules.count_dropout()
     if recorder.role:
-        _fingerprint_at_birth()
-    register_optimizer_step_pre_hook(recorder.pre)
-    register_optimizer_step_post_hook(recorder.post)
+        fingerprint_at_birth()
+    register_optimizer_step_pre_hook(on("optimizer.step's pre-hook", recorder.pre))
+    register_optimizer_step_post_hook(on("optimizer.step's post-hook", recorder.post))
     count_calls(recorder)
     taps.tap(recorder.taps)
     for cls in subclasses(LRScheduler):
@@ -390,7 +389,10 @@ def install_hooks(folder: str, *, samples: int | None, every: int,
 
     @functools.wraps(scaler_step)
     def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        return recorder.scaler_step(scaler_step, scaler, optimizer, *args, **kwargs)
+        before = on("GradScaler.step's count", recorder.scaler_stepping)(scaler, optimizer)
+        result = scaler_step(scaler, optimizer, *args, **kwargs)
+        on("GradScaler.step's count", recorder.scaler_stepped)(before)
+        return result
 
     torch.amp.GradScaler.step = step  # type: ignore[method-assign,assignment]
     (Path(folder) / f".torch-{os.getpid()}").touch()

@@ -11,6 +11,11 @@ from pathlib import Path
 ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
 ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
 REFERENCE, CANDIDATE = "reference", "candidate"
+# A folder on the report's disk where the reference may put the exchange's states when they do
+# not fit in the exchange folder (``record.lockstep.place``), and how long one side waits for the
+# other at one update (seconds; ``record.lockstep.WAIT_S`` unless set).
+ENV_SPARE = "PYTHON_LRCHECK_LOCKSTEP_SPARE"
+ENV_WAIT = "PYTHON_LRCHECK_LOCKSTEP_WAIT"
 # A twin of the reference (``lrcheck run`` free-running): its parameters are nudged by one unit
 # in the last place just before its first optimizer step.
 ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
