@@ -60,8 +60,9 @@ def test_the_layers_see_a_mutual_import_and_the_real_direction():
 
 
 # What starts, stops, signals, waits for or leaves a process (docs/design.md, "Module map"): only
-# runner/ does, and record/ for a user's own command.
-PROCESS_LAYERS = ("lrcheck.runner", "lrcheck.record")
+# runner/ does, and record/ for a user's own command, and procs/ below both (a process that ends
+# itself once lrcheck is gone).
+PROCESS_LAYERS = ("lrcheck.runner", "lrcheck.record", "lrcheck.procs")
 PROCESS_MODULES = ("subprocess", "multiprocessing", "concurrent.futures.process")
 PROCESS_CALLS = {"fork", "forkpty", "kill", "killpg", "wait", "waitpid", "wait3", "wait4",
                  "waitid", "setpgrp", "setsid", "_exit", "system", "popen", "posix_spawn",

@@ -106,7 +106,7 @@ class IncompleteResult:
     whole trace), no checks, verdict ``incomplete``. ``to_dict`` keeps the keys of result.json
     (``mode`` among them) and adds ``incomplete``, the reason."""
 
-    pair: PairSpec
+    pair: PairSpec | FilePair
     reference: RunTrace
     candidate: RunTrace
     # None where it stopped before where it runs was known (a torchrun job's start-up).

@@ -12,7 +12,7 @@ import typer
 
 from lrcheck.cli.ending import note
 from lrcheck.cli.options import DeterministicOpt, JsonOpt, TolLrOpt, out_option
-from lrcheck.cli.output import DEFAULT_REPORTS, Output
+from lrcheck.cli.output import DEFAULT_REPORTS, Output, saving_incomplete
 from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -90,7 +90,7 @@ def run_command(
     output = Output(json=json_out, quiet=quiet)
     folder = out if out is not None else _unused(
         DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}")
-    with output.running():
+    with output.running(), saving_incomplete(folder, output):
         report = run_commands(reference, candidate, folder, samples=samples,
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,

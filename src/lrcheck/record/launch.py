@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from lrcheck.errors import RunError, SpecError
+from lrcheck.procs.owner import ENV_OWNER, identity
 from lrcheck.record.startup import ENV_DETERMINISTIC, ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
 from lrcheck.runner.ranks.procs import marked
 from lrcheck.spec import determinism
@@ -121,7 +122,8 @@ def environment(folder: Path, samples: int | None, every: int,
     ``PYTHONPATH``, the recording's settings, and a token of its own (``ENV_RUN``); with
     ``deterministic``, ``--deterministic``'s environment variables where ``base`` does not set
     them (one it sets is the user's, kept, and the description says so) and the switch for its
-    flags (``ENV_DETERMINISTIC``)."""
+    flags (``ENV_DETERMINISTIC``); and this process as their owner (``procs.owner``: they end
+    once it is gone, however it ended)."""
     env = dict(os.environ if base is None else base)
     if deterministic:
         env = {**determinism.environment(env), ENV_DETERMINISTIC: "1"}
@@ -132,6 +134,7 @@ def environment(folder: Path, samples: int | None, every: int,
     env[ENV_SAMPLES] = "" if samples is None else str(samples)
     env[ENV_LIB] = str(Path(__file__).resolve().parents[2])  # the folder holding lrcheck/
     env[ENV_RUN] = uuid.uuid4().hex
+    env[ENV_OWNER] = identity() or ""  # its processes end when this one is gone
     return env
 
 
@@ -169,7 +172,7 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
     env = {**environment(folder, samples, every, deterministic=deterministic), **(extra or {})}
     started = time.monotonic()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (errors.Stopped)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.STDOUT if capture else None, text=capture,
                             errors="replace" if capture else None)
@@ -177,13 +180,13 @@ def record_command(command: Sequence[str], out: Path, *, samples: int | None = N
         if capture:
             pass_on(proc, folder / LOG, tail, echo)
         code = proc.wait()
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         code = _stop(proc, env[ENV_RUN])
-    run = finish_folder(folder, tuple(command), code, time.monotonic() - started, tail, interrupted,
-                  samples, every, deterministic)
-    if interrupted:
-        raise KeyboardInterrupt
+    run = finish_folder(folder, tuple(command), code, time.monotonic() - started, tail,
+                        interrupted is not None, samples, every, deterministic)
+    if interrupted is not None:
+        raise interrupted
     return run
 
 

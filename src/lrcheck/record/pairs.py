@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
-from lrcheck.errors import SpecError
+from lrcheck.errors import Interrupted, SpecError, stop_words
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
+from lrcheck.words import plural
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
@@ -133,12 +134,25 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                 for side, line in (("reference", reference), ("candidate", candidate))}
     every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
     folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
+    try:
+        return _run(commands, folders, samples, every, echo, tolerances, free, timeout, strict,
+                    deterministic, (_path(ref_logs), _path(logs)))
+    except KeyboardInterrupt as stop:  # what was recorded saved, as compare does
+        raise _interrupted(stop, folders, tolerances) from None
+
+
+def _run(commands: dict[str, list[str]], folders: dict[str, Path], samples: int | None,
+         every: int, echo: TextIO | None, tolerances: Tolerances | None, free: bool,
+         timeout: float | None, strict: bool, deterministic: bool,
+         logs: tuple[Path | None, Path | None]) -> Report:
+    """``run_commands`` once its arguments are checked."""
     if free:
         for side, argv in commands.items():
             _record_alone(side, argv, folders[side], samples, every, echo,
                           deterministic=deterministic)
     else:
-        for run in record_together(commands, Path(out), samples=samples, every=every,
+        for run in record_together(commands, folders["reference"].parent, samples=samples,
+                                   every=every,
                                    echo=echo, timeout=timeout,
                                    deterministic=deterministic).values():
             _stepped(run)
@@ -152,9 +166,38 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                       samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
         report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                            twin=folders["twin"], strict=strict)
-    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs)),
-                   *findings(folders["candidate"], "candidate", _path(logs))]
+    report.logs = [*findings(folders["reference"], "reference", logs[0]),
+                   *findings(folders["candidate"], "candidate", logs[1])]
     return report
+
+
+def _interrupted(stop: KeyboardInterrupt, folders: dict[str, Path],
+                 tolerances: Tolerances | None) -> Interrupted:
+    """What an interrupted ``run`` had recorded (each side's updates so far, in its record
+    folder) as an ``IncompleteResult`` for result.json, verdict ``incomplete``."""
+    from lrcheck.environment import Environment
+    from lrcheck.record.folder import read_folder
+    from lrcheck.result import IncompleteResult, Kind
+    from lrcheck.trace import RunTrace
+    from lrcheck.version import __version__
+
+    how = stop_words(stop)
+    traces = {}
+    for side in ("reference", "candidate"):
+        try:
+            records = read_folder(folders[side]).records
+        except (SpecError, OSError, ValueError):
+            records = []
+        trace = RunTrace.from_records(records, str(folders[side]))
+        traces[side] = replace(trace, stopped=f"{how} after {plural(len(records), 'update')}")
+    reason = (f"{how} while the commands ran; reference {traces['reference'].stopped}, "
+              f"candidate {traces['candidate'].stopped}")
+    pair = FilePair(str(folders["reference"]), str(folders["candidate"]),
+                    **({} if tolerances is None else {"tolerances": tolerances}))
+    result = IncompleteResult(pair, traces["reference"], traces["candidate"],
+                              Environment(lrcheck=__version__, device="none"), reason,
+                              kind=Kind.DIFF)
+    return Interrupted(reason, result, how=how)
 
 
 def _path(given: str | Path | None) -> Path | None:

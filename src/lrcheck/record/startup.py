@@ -92,6 +92,9 @@ def install() -> None:
     lacks (but ``PYTHONHASHSEED``, which only a process's start reads), before any library
     starts: a launcher that passes on only ``PYTHON*`` variables (DeepSpeed's multi-node
     runner) still gives every process the switch."""
+    from lrcheck.procs.owner import watch
+
+    watch()  # this process ends when lrcheck is gone, however it ended
     if os.environ.get(ENV_DETERMINISTIC):
         from lrcheck.spec.determinism import ENV_VARIABLES
 

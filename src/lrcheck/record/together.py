@@ -1,7 +1,9 @@
 """Two commands recorded side by side, in lockstep (``lrcheck run``; ``record.lockstep`` is
 what their processes do at each update). Each command writes its own record folder, as
 ``lrcheck record`` does; the two share an exchange folder (in ``/dev/shm`` where there is one),
-which holds at most a few states and is removed at the end.
+which holds at most a few states (in a spare folder on the disk where they do not fit there:
+``record.exchange``) and is removed at the end; each holds its owner, lrcheck's process, and one
+whose owner is gone (lrcheck was killed) is swept at the next start (``procs.owner``).
 
 Neither command is left waiting for the other: when one ends, however it ended, its marker
 releases the other's waits; a command that fails stops the other (SIGTERM, SIGKILL after 5
@@ -10,6 +12,7 @@ once updates have begun."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from lrcheck.errors import RunError
+from lrcheck.procs.owner import claim, sweep
 from lrcheck.record.launch import (
     ENV_RUN,
     LOG,
@@ -40,14 +44,32 @@ from lrcheck.record.launch import (
     signal_command,
     stop_plan,
 )
-from lrcheck.record.roles import ENV_EXCHANGE, ENV_ROLE, ended
+from lrcheck.record.roles import ENV_EXCHANGE, ENV_ROLE, ENV_SPARE, ended
 from lrcheck.spec import RUN_STALL_S
+
+PREFIX = "lrcheck-lockstep-"
 
 
 def scratch() -> str | None:
-    """Where the exchange goes: a memory-backed folder where there is one."""
+    """Where the exchange goes: a memory-backed folder where there is one (its states go there
+    only where they fit: ``record.exchange``)."""
     shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and shutil.disk_usage(shm).free > 1 << 30 else None
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def _exchange() -> tuple[Path, Path | None]:
+    """The exchange folder and, where it is in memory, a spare one on the disk, both claimed
+    by this process; first, those that a killed lrcheck left are swept."""
+    for parent in {scratch(), tempfile.gettempdir()}:
+        if parent is not None:
+            sweep(Path(parent), PREFIX)
+    exchange = Path(tempfile.mkdtemp(prefix=PREFIX, dir=scratch()))
+    claim(exchange)
+    if scratch() is None:
+        return exchange, None
+    spare = Path(tempfile.mkdtemp(prefix=PREFIX))
+    claim(spare)
+    return exchange, spare
 
 
 # torchrun's summary of a failure: "rank      : 1 (local_rank: 1)" under "Root Cause (first
@@ -105,33 +127,37 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
     keeps their records and raises ``KeyboardInterrupt``. ``deterministic``: both with
     ``--deterministic``'s settings (``record.launch.environment``)."""
     argvs = {side: check_command(command) for side, command in commands.items()}
-    exchange = Path(tempfile.mkdtemp(prefix="lrcheck-lockstep-", dir=scratch()))
+    exchange, spare = _exchange()
     lock = threading.Lock()
     sides: dict[str, _Side] = {}
     started = time.monotonic()
-    interrupted = False
+    interrupted: KeyboardInterrupt | None = None  # Ctrl-C, or SIGTERM (errors.Stopped)
     problem: RunError | None = None
     try:
         for name, argv in argvs.items():
             folder = prepare_folder(out / name)
             env = environment(folder, samples, every, deterministic=deterministic)
             env[ENV_EXCHANGE], env[ENV_ROLE] = str(exchange), name
+            env[ENV_SPARE] = "" if spare is None else str(spare)
             sides[name] = _Side(name, argv, commands[name], folder, env, echo, lock)
         problem = _watch(sides, exchange, timeout)
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as stop:
+        interrupted = stop
         _stop_all(sides.values(), interrupt=True)
     finally:
         _stop_all(sides.values(), interrupt=False)
         for side in sides.values():
             side.thread.join(5)
-        shutil.rmtree(exchange, ignore_errors=True)
+        for made in (exchange, spare):
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
     seconds = time.monotonic() - started
     runs = {name: finish_folder(side.folder, side.command, side.proc.wait(), seconds,
-                                side.tail, interrupted, samples, every, deterministic)
+                                side.tail, interrupted is not None, samples, every,
+                                deterministic)
             for name, side in sides.items()}
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     if problem is not None:
         raise problem
     return runs

@@ -17,20 +17,13 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
+from lrcheck.procs.owner import alive as alive  # where the runner's callers find it
+
 MARKER_ENV = "LRCHECK_LAUNCH"
 TERM_GRACE_S = 2.0
 KILL_WAIT_S = 5.0
 _PROC = Path("/proc")
 HAS_PROC = _PROC.is_dir()  # Linux: processes can be looked up by pid
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie, dead but not yet reaped by its parent, does not count)."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def marked(token: str, name: str = MARKER_ENV) -> list[int]:
