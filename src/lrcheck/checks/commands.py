@@ -204,3 +204,21 @@ def _why(steps: Sequence[np.ndarray | None], rank: int, k: int) -> str:
     when = "" if j == k else f" from update {j}"
     return (f"its scheduler {did}{when} ({ours} scheduler.step() call{'s' * (ours != 1)} on "
             f"rank {rank} against {theirs} on rank 0 before update {j})")
+
+
+def check_recording(who: str, processes: Sequence[dict[str, object]]) -> CheckResult | None:
+    """``recording (who)``: a WARN where the recording of some process of ``who``'s command was
+    switched off by its guard (``record.guard``: an error in one of its hooks; the training went
+    on), saying after how many updates and why: what came after was not recorded, so not
+    judged. None where every process recorded to its end."""
+    offs = [(p.get("rank", 0), off) for p in processes
+            if isinstance(off := p.get("recording_off"), dict)]
+    if not offs:
+        return None
+    rank, off = offs[0]
+    return CheckResult(f"recording ({who})", WARN, None, off.get("after"),
+                       f"the recording of rank {rank} of the {who}'s command was switched off "
+                       f"after {off.get('after')} update(s), the training going on: "
+                       f"{off.get('reason')}; its later updates were not recorded, so not "
+                       f"judged" + (f" ({len(offs)} processes)" if len(offs) > 1 else ""))
+

@@ -197,20 +197,22 @@ def against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
         if len(lost):
             j = int(lost[0])
             early = beyond[beyond < j]
-            ratio = (float(np.max(rel[early] / np.maximum(floor[early], TINY)))
-                     if len(early) else 0.0)
+            most = int(early[np.argmax(rel[early] / np.maximum(floor[early], TINY))]) \
+                if len(early) else None
+            drifted = ("0× the twin's own" if most is None else
+                       _times(rel[most], floor[most], ".2g", "the twin's own"))
             return CheckResult(name, WARN, result.max_abs_diff, int(at_step[j]),
                                f"{JUDGED_UP_TO} {int(at_step[j])} of "
                                f"{total or int(at_step[-1]) + 1}: the twin decorrelated there (it "
                                f"drifted {floor[j]:.3g} apart; {twin}), so later gaps cannot be "
-                               f"judged; up to there the candidate drifted at most {ratio:.2g}× "
-                               f"the twin's own (the most allowed is {FLOOR_FACTOR:g}×)",
+                               f"judged; up to there the candidate drifted at most "
+                               f"{drifted} (the most allowed is {FLOOR_FACTOR:g}×)",
                                result.max_rel_diff)
         return CheckResult(name, PASS, result.max_abs_diff, None,
                            f"numerical drift: from {rel[start]:.3g} at update "
                            f"{int(at_step[start])} (the first beyond {tol:g}) to "
                            f"{rel[worst]:.3g} at update {int(at_step[worst])}, at most "
-                           f"{float(ratios.max()):.2g}× the twin reference's own drift (update "
+                           f"{_times(rel[at], floor[at], '.2g')} (update "
                            f"{int(at_step[at])}: {rel[at]:.3g} against {floor[at]:.3g}; the most "
                            f"allowed is {FLOOR_FACTOR:g}×); {twin}", result.max_rel_diff)
     k = int(over[0])
@@ -219,10 +221,19 @@ def against_twin(result: CheckResult, rel: np.ndarray, twin_rel: np.ndarray,
         measured = f"not finite (NaN or inf) at update {step}"
     else:
         measured = (f"relative {rel[k]:.3g} at update {step}, "
-                    f"{rel[k] / max(floor[k], TINY):.3g}× the twin reference's own drift there "
+                    f"{_times(rel[k], floor[k], '.3g')} there "
                     f"({floor[k]:.3g}; the most allowed is {FLOOR_FACTOR:g}×): more than "
                     f"rounding; {twin}")
     return CheckResult(name, FAIL, result.max_abs_diff, step, measured, result.max_rel_diff)
+
+
+def _times(value: float, floor: float, digits: str,
+           what: str = "the twin reference's own drift") -> str:
+    """``value`` against the twin's drift ``floor`` in words: "2.1× the twin reference's own
+    drift", or, where the twin did not drift at all, that, not a ratio against zero."""
+    if floor <= TINY:
+        return "drift where the twin reference had none"
+    return f"{value / floor:{digits}}× {what}"
 
 
 def needs_floor(ref: RunTrace, cand: RunTrace, tol: Tolerances) -> bool:

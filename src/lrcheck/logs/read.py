@@ -94,7 +94,7 @@ def find_logs(folder: Path) -> Path:
                         "read by the wandb package (pip install wandb; wandb sync uploads it), "
                         "which lrcheck does not depend on; log to TensorBoard or CSV as well")
     raise SpecError(f"{folder}: no log found (TensorBoard events, trainer_state.json, "
-                    "metrics.csv, an MLflow store) within it, {DEPTH} folders deep")
+                    f"metrics.csv, an MLflow store) within it, {DEPTH} folders deep")
 
 
 def is_log_folder(path: Path) -> bool:

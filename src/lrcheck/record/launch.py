@@ -87,6 +87,11 @@ class RecordedRun:
 
     def nothing_recorded(self) -> str:
         """Why no update was recorded, in words (what the processes showed)."""
+        off = next((p["recording_off"] for p in self.processes
+                    if isinstance(p.get("recording_off"), dict)), None)
+        if off is not None:
+            return (f"its recording was switched off before its first update (the training "
+                    f"went on): {off.get('reason')}")
         if not self.torch_processes:
             return ("no Python process it started imported torch (a command that is not "
                     "Python, or a launcher that starts Python with -I/-E/-S or a filtered "

@@ -177,11 +177,11 @@ class ProcessRecorder:
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def switch_off(self, why: str) -> None:
-        """The recording off (``record.guard``), and lockstep with it: the description says
-        why and after how many updates."""
+        """The recording off (``record.guard``), lockstep with it; the description says why."""
         first = next(iter(self.optimizers.values()), None)
         self.off = {"reason": why, "after": 0 if first is None else first.recorder.step}
-        self.lockstep.trip(f"the recording is off ({why})")
+        if self.role in (roles.REFERENCE, roles.CANDIDATE):
+            self.lockstep.trip(f"the recording is off ({why})")
         self.describe()
 
     def _lockstep_off(self, why: str) -> None:
