@@ -224,3 +224,12 @@ def test_an_effect_without_a_twin_because_a_cause_explains_it_says_so_not_fast()
     alone = {c.name: c for c in run_checks(ref, _trace(moved, windows=ref.windows, spec=spec),
                                            Tolerances())}["params"]
     assert "no noise floor measured (--fast, or a framework" in alone.detail
+
+
+def test_a_drift_where_the_twin_had_none_says_so_not_a_ratio_against_zero():
+    ref, twin = _trace(REF), _trace(REF)  # the twin did not drift at all
+    cand = _trace(_drifting(1e-16, 1.6, jump_at=25, jump=1e-7))
+    result = check_params(ref, cand, 1e-9, None, twin)
+    assert result.status == "fail" and result.first_divergence == 25, result.detail
+    assert "drift where the twin reference had none" in result.detail
+    assert "e+" not in result.detail.split("there")[0], result.detail

@@ -172,3 +172,15 @@ def test_equal_calls_pass_and_an_earlier_lr_comes_first():
         "update 0): the 2 ranks of the candidate do not train alike; rank 1's LR differs")
     assert check_ranks("candidate", lrs, steps, TOL, [_calls(), None]).detail.endswith(
         "scheduler.step() calls")  # a rank whose calls were not counted: the LR alone
+
+
+def test_a_recording_switched_off_is_a_warning_naming_the_side_the_update_and_the_reason():
+    from lrcheck.checks.commands import check_recording
+
+    assert check_recording("reference", [{"rank": 0, "recording_off": None}]) is None
+    off = {"reason": "optimizer.step's pre-hook raised TypeError: x", "after": 3}
+    result = check_recording("candidate", [{"rank": 1, "recording_off": off}])
+    assert result is not None and result.name == "recording (candidate)"
+    assert result.status == "warn" and result.first_divergence == 3
+    assert "rank 1" in result.detail and "after 3 update(s)" in result.detail
+    assert "TypeError: x" in result.detail and "not judged" in result.detail

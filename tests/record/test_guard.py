@@ -1,0 +1,97 @@
+"""``record.guard``: an error in a hook body switches the recording off with the reason, the
+user's training goes on, and the user's own errors reach the user unchanged."""
+
+import json
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from lrcheck.record import guard
+from lrcheck.record.calls import counting
+from lrcheck.record.process import ProcessRecorder
+from lrcheck.recorder import read_records
+
+
+def test_the_first_error_switches_off_once_with_its_reason_and_later_bodies_are_skipped(capsys):
+    said, calls = [], []
+    on = guard.Guard("recording")
+    on.arm(said.append)
+
+    def body(x):
+        calls.append(x)
+        if x == 2:
+            raise ValueError("bad value\nsecond line")
+        return x
+
+    run = on("the pre-hook", body)
+    assert run(1) == 1 and run(2) is None and run(3) is None
+    assert calls == [1, 2]  # off: the third call never ran
+    assert said == ["the pre-hook raised ValueError: bad value"] and on.off == said[0]
+    assert "recording is off" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C is the user's, never swallowed
+        guard.Guard("x")("h", lambda: (_ for _ in ()).throw(KeyboardInterrupt()))()
+
+
+def test_a_counted_call_raises_the_users_own_error_but_not_the_counters():
+    class Owner:
+        def call(self, fail):
+            if fail:
+                raise RuntimeError("the user's own")
+            return "done"
+
+    def count(args, kwargs, result):
+        raise TypeError("the counter's")
+
+    guard.RECORDING.arm()
+    undo = counting(Owner, "call", count)
+    try:
+        with pytest.raises(RuntimeError, match="the user's own"):
+            Owner().call(True)
+        assert Owner().call(False) == "done"  # the counter failed: the result still returned
+        assert guard.RECORDING.off == "the count of call raised TypeError: the counter's"
+    finally:
+        undo()
+        guard.RECORDING.arm()
+
+
+def test_an_optimizer_hook_that_fails_leaves_the_step_and_says_so_in_the_description(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=1)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+
+    def pre(opt, args, kwargs):
+        recorder.pre(opt, args, kwargs)
+        raise RuntimeError("linalg_vector_norm on SparseCPU")
+
+    guard.RECORDING.arm(recorder.switch_off)
+    handle = register_optimizer_step_pre_hook(guard.RECORDING("optimizer.step's pre-hook", pre))
+    try:
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()  # the user's step runs whatever the hook did
+    finally:
+        handle.remove()
+        guard.RECORDING.arm()
+    recorder.close()
+    assert not torch.equal(model.weight, before)
+    off = json.loads((tmp_path / "rank0.json").read_text())["recording_off"]
+    assert off == {"reason": "optimizer.step's pre-hook raised RuntimeError: linalg_vector_norm "
+                             "on SparseCPU", "after": 0}
+
+
+def test_a_sparse_gradient_is_normed_on_its_values(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=1)
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    optimizer = torch.optim.SparseAdam(list(emb.parameters()), lr=0.1)
+    emb(torch.tensor([1, 1, 4])).sum().backward()
+    expected = float(torch.sum(emb.weight.grad.to_dense().double() ** 2))
+    recorder.pre(optimizer, (), {})
+    optimizer.step()
+    recorder.post(optimizer, (), {})
+    recorder.close()
+    line = json.loads((tmp_path / "rank0.jsonl").read_text().splitlines()[0])
+    assert line["grad_sq"] == pytest.approx(expected, rel=1e-12)
+    assert len(read_records(tmp_path / "rank0.jsonl")) == 1
