@@ -54,6 +54,10 @@ def test_ctrl_c_during_run_keeps_the_records_and_exits_130(tmp_path):
     done = _updates(tmp_path / "reference" / "rank0.jsonl")
     assert min(kept, 16) <= done <= 16 and reference["updates"]["rank0.jsonl"] == done
     assert "interrupted (Ctrl-C)" in err and "Traceback" not in err
+    # And the run's result.json, as compare writes one (docs/report.md): verdict incomplete.
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["verdict"] == "incomplete" and result["checks"] == []
+    assert result["incomplete"].startswith("interrupted (Ctrl-C) while the commands ran")
 
 
 WRAPPER = """\

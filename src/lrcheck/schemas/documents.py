@@ -152,7 +152,12 @@ def _process() -> Schema:
                   {"deterministic": nullable(ref("deterministic")),
                    "logs": array(closed({"framework": STRING, "folder": STRING}),
                                  description="the folders a Trainer of the process logs into "
-                                             "(record.modules.log_folders)")})
+                                             "(record.modules.log_folders)"),
+                   "recording_off": nullable(closed(
+                       {"reason": STRING, "after": INTEGER},
+                       description="why the process's recording was switched off by its guard "
+                                   "(record.guard: an error in a hook; the training went on) "
+                                   "and after how many updates of its first optimizer"))})
 
 
 def run() -> Schema:
