@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from lrcheck.record.guard import RECORDING
 from lrcheck.record.identity import first_input, row_ids
 
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
@@ -145,7 +146,7 @@ class Taps:
                 weights.add_((g.expand(local.shape) * local).reshape(rows, -1).sum(dim=1))
             micro.backward = True
 
-        out.register_hook(reached)
+        out.register_hook(RECORDING("the loss's weights in backward", reached))
 
     def fused(self, out: torch.Tensor, compact: bool) -> None:
         """TRL's fused LM head (``tap_trl``): ``out`` holds each token's log-probability, whose
