@@ -42,11 +42,15 @@ from lrcheck.stepwise import COLUMNS, LINES
 END = 1 << 62  # a candidate rank's progress once it follows no more
 # How long one side waits for the other at one update, unless ``roles.ENV_WAIT`` says otherwise:
 # generous (an update of the other side may take minutes), the stall timeout of ``lrcheck run``.
-WAIT_S = 600.0
-def _wait(ready: Callable[[], bool], release: Path, what: str) -> bool:
+# Before the other side's first update (its start: a model loaded, a dataset tokenized), longer.
+WAIT_S, START_S = 600.0, 3600.0
+
+
+def _wait(ready: Callable[[], bool], release: Path, what: str, started: bool = True) -> bool:
     """Poll ``ready`` until it holds (True) or ``release`` exists and it still does not; a
-    ``TimeoutError`` naming ``what`` after ``WAIT_S`` (or ``roles.ENV_WAIT``) seconds."""
-    delay, limit = 0.0002, _wait_s()
+    ``TimeoutError`` naming ``what`` after ``WAIT_S`` seconds (``START_S`` until the other side
+    has ``started``; ``roles.ENV_WAIT`` for both where set)."""
+    delay, limit = 0.0002, _wait_s(WAIT_S if started else START_S)
     deadline = time.monotonic() + limit
     while not ready():
         if release.exists():
@@ -58,11 +62,11 @@ def _wait(ready: Callable[[], bool], release: Path, what: str) -> bool:
     return True
 
 
-def _wait_s() -> float:
+def _wait_s(default: float) -> float:
     try:
-        return float(os.environ.get(ENV_WAIT, "") or WAIT_S)
+        return float(os.environ.get(ENV_WAIT, "") or default)
     except ValueError:
-        return WAIT_S
+        return default
 
 
 def _save(obj: Any, path: Path) -> None:
@@ -170,7 +174,9 @@ class Streamer:
             def caught_up() -> bool:
                 done = _progress(self.folder)
                 return done is not None and k - done <= DEPTH
-            if not _wait(caught_up, release, f"the candidate to read update {k - DEPTH}"):
+            read = _progress(self.folder)  # -1 or None: the candidate has read no update yet
+            if not _wait(caught_up, release, f"the candidate to read update {k - DEPTH}",
+                         started=read is not None and read >= 0):
                 self.off = True  # the candidate is gone: go on alone
                 return
         _save({"grads": _cpu([p.grad for p in params]), "params": _cpu(list(params)),
@@ -246,7 +252,7 @@ class Follower:
             self._write(self.header)
             return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
                               "FSDP): no whole state to load", None)
-        if not _wait(info_path.exists, release, "the reference's first update"):
+        if not _wait(info_path.exists, release, "the reference's first update", False):
             self._write(self.header)
             return self._stop("the reference ended before its first update", 0)
         info = json.loads(info_path.read_text(encoding="utf-8"))
