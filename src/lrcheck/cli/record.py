@@ -82,7 +82,8 @@ def run_command(
     loads the reference's parameters and optimizer state, so every update's gradient and
     parameters are compared with the reference's from the same state (docs/own-training.md).
 
-    Exit codes: 0 the runs match, 1 a check fails, 2 bad input, 3 a command failed.
+    Exit codes: 0 the runs match, 1 a check fails, 2 bad input, 3 a command failed, 130
+    interrupted (what was recorded is saved with verdict "incomplete"; 143 on SIGTERM).
     """
     from lrcheck.api import run_commands, save_report
 
