@@ -30,10 +30,10 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def _exchanges(owner: str) -> list[Path]:
+def _exchanges(owner: str, out: Path) -> list[Path]:
     found = []
-    for parent in {together.scratch(), "/tmp"}:
-        for folder in Path(parent or "/tmp").glob(f"{together.PREFIX}*"):
+    for parent in {together.scratch(), str(out)}:
+        for folder in Path(parent or out).glob(f"{together.PREFIX}*"):
             try:
                 if (folder / OWNER_FILE).read_text() == owner:
                     found.append(folder)
@@ -64,7 +64,7 @@ def test_kill_9_of_run_leaves_nothing_running_and_its_exchange_is_swept(tmp_path
             wait_for(lambda: all(_lines(tmp_path / "out" / side / "rank0.jsonl") >= 2
                                  for side in ("reference", "candidate")),
                      HANG_S, "both commands to train", proc=proc)
-            left = _exchanges(owner)
+            left = _exchanges(owner, tmp_path / "out")
             assert left and len(marked(owner, ENV_OWNER)) >= 2
             proc.send_signal(signal.SIGKILL)
             proc.wait()
@@ -75,7 +75,7 @@ def test_kill_9_of_run_leaves_nothing_running_and_its_exchange_is_swept(tmp_path
         finally:
             _kill(marked(owner, ENV_OWNER) if owner else [])
     assert all(folder.exists() for folder in left)  # nobody swept them yet
-    exchange, spare = together._exchange()  # what the next lrcheck run does first
+    exchange, spare = together._exchange(tmp_path / "out")  # the next lrcheck run's first act
     for made in (exchange, spare):
         if made is not None:
             shutil.rmtree(made)

@@ -1,9 +1,10 @@
 """Two commands recorded side by side, in lockstep (``lrcheck run``; ``record.lockstep`` is
 what their processes do at each update). Each command writes its own record folder, as
 ``lrcheck record`` does; the two share an exchange folder (in ``/dev/shm`` where there is one),
-which holds at most a few states (in a spare folder on the disk where they do not fit there:
-``record.exchange``) and is removed at the end; each holds its owner, lrcheck's process, and one
-whose owner is gone (lrcheck was killed) is swept at the next start (``procs.owner``).
+which holds at most a few states (in a spare folder in the report folder, on the disk, where
+they do not fit there: ``record.exchange``) and is removed at the end; each holds its owner,
+lrcheck's process, and one whose owner is gone (lrcheck was killed) is swept at the next start
+(``procs.owner``).
 
 Neither command is left waiting for the other: when one ends, however it ended, its marker
 releases the other's waits; a command that fails stops the other (SIGTERM, SIGKILL after 5
@@ -57,17 +58,19 @@ def scratch() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
-def _exchange() -> tuple[Path, Path | None]:
-    """The exchange folder and, where it is in memory, a spare one on the disk, both claimed
-    by this process; first, those that a killed lrcheck left are swept."""
-    for parent in {scratch(), tempfile.gettempdir()}:
+def _exchange(out: Path) -> tuple[Path, Path | None]:
+    """The exchange folder and, where it is in memory, a spare one on the disk of the report
+    folder ``out``, both claimed by this process; first, those that a killed lrcheck left are
+    swept."""
+    out.mkdir(parents=True, exist_ok=True)
+    for parent in {scratch(), tempfile.gettempdir(), str(out)}:
         if parent is not None:
             sweep(Path(parent), PREFIX)
     exchange = Path(tempfile.mkdtemp(prefix=PREFIX, dir=scratch()))
     claim(exchange)
     if scratch() is None:
         return exchange, None
-    spare = Path(tempfile.mkdtemp(prefix=PREFIX))
+    spare = Path(tempfile.mkdtemp(prefix=PREFIX, dir=out))
     claim(spare)
     return exchange, spare
 
@@ -127,7 +130,7 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
     keeps their records and raises ``KeyboardInterrupt``. ``deterministic``: both with
     ``--deterministic``'s settings (``record.launch.environment``)."""
     argvs = {side: check_command(command) for side, command in commands.items()}
-    exchange, spare = _exchange()
+    exchange, spare = _exchange(out)
     lock = threading.Lock()
     sides: dict[str, _Side] = {}
     started = time.monotonic()
