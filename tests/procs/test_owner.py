@@ -28,3 +28,21 @@ def test_the_sweep_removes_only_folders_whose_owner_is_gone(tmp_path):
 def test_no_watch_without_an_owner(monkeypatch):
     monkeypatch.delenv(owner.ENV_OWNER, raising=False)
     assert owner.watch() is None
+
+
+def test_a_folder_swept_takes_the_folders_its_owner_claimed_with_it(tmp_path):
+    memory, disk = tmp_path / "shm", tmp_path / "disk"
+    memory.mkdir()
+    disk.mkdir()
+    exchange, spare = memory / "lrcheck-lockstep-a", disk / "lrcheck-lockstep-b"
+    foreign = disk / "c"
+    for folder in (exchange, spare, foreign):
+        folder.mkdir()
+    dead = "999999999:1"
+    (spare / owner.OWNER_FILE).write_text(dead)
+    (foreign / owner.OWNER_FILE).write_text("999999999:2")  # not its owner's: kept
+    (exchange / owner.OWNER_FILE).write_text(dead)
+    (exchange / owner.ALSO_FILE).write_text(f"{spare}\n{foreign}\n")
+    assert owner.sweep(memory, "lrcheck-lockstep-") == [spare, exchange]
+    assert not spare.exists() and foreign.is_dir()
+

@@ -75,7 +75,9 @@ def test_kill_9_of_run_leaves_nothing_running_and_its_exchange_is_swept(tmp_path
         finally:
             _kill(marked(owner, ENV_OWNER) if owner else [])
     assert all(folder.exists() for folder in left)  # nobody swept them yet
-    exchange, spare = together._exchange(tmp_path / "out")  # the next lrcheck run's first act
+    # What the next lrcheck run does first, into another report folder: the exchange in memory
+    # goes, with its spare folder in the killed run's report folder.
+    exchange, spare = together._exchange(tmp_path / "next")
     for made in (exchange, spare):
         if made is not None:
             shutil.rmtree(made)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ENV_OWNER = "PYTHON_LRCHECK_OWNER"
 OWNER_FILE = "owner"
+ALSO_FILE = "also"  # the folders swept with it: one per line
 POLL_S = 0.5
 GRACE_S = 5.0
 _PROC = Path("/proc")
@@ -54,11 +55,14 @@ def gone(owner: str) -> bool:
     return not alive(int(pid)) or identity(int(pid)) != owner
 
 
-def claim(folder: Path) -> None:
-    """``folder`` marked as this process's, for ``sweep``."""
+def claim(folder: Path, also: list[Path] | None = None) -> None:
+    """``folder`` marked as this process's, for ``sweep``; ``also``: folders elsewhere (claimed
+    too) swept with it."""
     me = identity()
     if me is not None:
         (folder / OWNER_FILE).write_text(me, encoding="utf-8")
+        if also:
+            (folder / ALSO_FILE).write_text("".join(f"{p}\n" for p in also), encoding="utf-8")
 
 
 def sweep(parent: Path, prefix: str) -> list[Path]:
@@ -70,6 +74,28 @@ def sweep(parent: Path, prefix: str) -> list[Path]:
         except OSError:
             continue
         if gone(owner):
+            removed.extend(_with_owner(owner, _also(folder)))
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _also(folder: Path) -> list[Path]:
+    try:
+        return [Path(line) for line in (folder / ALSO_FILE).read_text().splitlines() if line]
+    except OSError:
+        return []
+
+
+def _with_owner(owner: str, folders: list[Path]) -> list[Path]:
+    """Those of ``folders`` that ``owner`` claimed, removed."""
+    removed = []
+    for folder in folders:
+        try:
+            mine = (folder / OWNER_FILE).read_text(encoding="utf-8").strip() == owner
+        except OSError:
+            continue
+        if mine:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed

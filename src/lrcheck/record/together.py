@@ -67,11 +67,12 @@ def _exchange(out: Path) -> tuple[Path, Path | None]:
         if parent is not None:
             sweep(Path(parent), PREFIX)
     exchange = Path(tempfile.mkdtemp(prefix=PREFIX, dir=scratch()))
-    claim(exchange)
     if scratch() is None:
+        claim(exchange)
         return exchange, None
     spare = Path(tempfile.mkdtemp(prefix=PREFIX, dir=out))
     claim(spare)
+    claim(exchange, also=[spare])  # a later run of another report folder sweeps it too
     return exchange, spare
 
 
