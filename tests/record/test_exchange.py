@@ -65,3 +65,18 @@ def test_a_full_disk_switches_lockstep_off_and_releases_the_candidate(tmp_path, 
     on("lockstep at update 0", streamer.after)(0, optimizer, params)  # never raises
     assert streamer.off and "No space left on device" in (tmp_path / "reference.off").read_text()
     assert ended(tmp_path, REFERENCE).exists() and not list(tmp_path.glob("ref-*"))
+
+
+def test_a_candidate_waiting_is_released_with_the_reason_the_reference_gave(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    follower = lockstep.Follower(tmp_path, tmp_path, 0, 1)
+    follower.start_params = [p.detach().clone() for p in params]
+    lockstep.Streamer(tmp_path).stop("lockstep at update 0 raised OSError: disk full")
+    follower.after(0, optimizer, params)
+    follower.close()
+    lines = [json.loads(line) for line in (tmp_path / "lockstep-rank0.jsonl").read_text()
+             .splitlines()]
+    assert lines == [{"off": "the reference switched lockstep off: lockstep at update 0 raised "
+                             "OSError: disk full", "at": 0}]

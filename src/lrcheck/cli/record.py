@@ -46,7 +46,7 @@ def record_command(
     folder = out if out is not None else Path("lrcheck-records") / _name(command)
     run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every,
                  deterministic=deterministic, logs=logs)
-    ranks = len({name.split("-")[0] for name in run.updates})
+    ranks = len({name.split("-")[0].removesuffix(".jsonl") for name in run.updates})
     updates = max(run.updates.values(), default=0)
     if run.logs:
         from lrcheck.cli.output import stdout_console
