@@ -28,3 +28,4 @@ def test_a_sparse_adam_pair_trains_to_its_end_and_passes(tmp_path):
         about = json.loads((tmp_path / side / "run.json").read_text())
         assert about["exit_code"] == 0 and about["updates"]["rank0.jsonl"] == 12
         assert all(p["recording_off"] is None for p in about["processes"])
+
