@@ -80,3 +80,16 @@ def test_a_candidate_waiting_is_released_with_the_reason_the_reference_gave(tmp_
              .splitlines()]
     assert lines == [{"off": "the reference switched lockstep off: lockstep at update 0 raised "
                              "OSError: disk full", "at": 0}]
+
+
+def test_a_candidate_waiting_is_released_once_the_references_process_is_gone(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(model.parameters())
+    follower = lockstep.Follower(tmp_path, tmp_path, 0, 1)
+    follower.start_params = [p.detach().clone() for p in params]
+    follower.peer = "999999999:1"  # killed (the OOM killer): no marker, no reason left
+    follower.after(0, optimizer, params)
+    follower.close()
+    line = json.loads((tmp_path / "lockstep-rank0.jsonl").read_text())
+    assert line == {"off": "the reference ended after 0 update(s)", "at": 0}

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from lrcheck.procs.owner import gone, identity
 from lrcheck.record.exchange import DEPTH, MARGIN, free_space, need, place, state_bytes
 from lrcheck.record.roles import CANDIDATE, ENV_SPARE, ENV_WAIT, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
@@ -46,14 +47,16 @@ END = 1 << 62  # a candidate rank's progress once it follows no more
 WAIT_S, START_S = 600.0, 3600.0
 
 
-def _wait(ready: Callable[[], bool], release: Path, what: str, started: bool = True) -> bool:
-    """Poll ``ready`` until it holds (True) or ``release`` exists and it still does not; a
-    ``TimeoutError`` naming ``what`` after ``WAIT_S`` seconds (``START_S`` until the other side
-    has ``started``; ``roles.ENV_WAIT`` for both where set)."""
+def _wait(ready: Callable[[], bool], release: Path, what: str, started: bool = True,
+          peer: str | None = None) -> bool:
+    """Poll ``ready`` until it holds (True) or ``release`` exists, or the process ``peer``
+    (``procs.owner.identity``) has ended, and it still does not; a ``TimeoutError`` naming
+    ``what`` after ``WAIT_S`` seconds (``START_S`` until the other side has ``started``;
+    ``roles.ENV_WAIT`` for both where set)."""
     delay, limit = 0.0002, _wait_s(WAIT_S if started else START_S)
     deadline = time.monotonic() + limit
     while not ready():
-        if release.exists():
+        if release.exists() or (peer is not None and delay >= 0.01 and gone(peer)):
             return ready()
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {limit:g} s for {what} ({ENV_WAIT} sets how long)")
@@ -153,7 +156,7 @@ class Streamer:
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
              "dtype": dtype_of(params), "born": born, "store": str(store),
-             "need": needed}))
+             "need": needed, "process": identity()}))
 
     def stop(self, why: str) -> None:
         """Lockstep off (its guard tripped): the states removed, the candidate told why."""
@@ -217,6 +220,7 @@ class Follower:
         self.folder, self.rank = folder, rank
         self.store = folder  # where the reference puts its states (its ``reference.json``)
         self.at = 0  # the update it follows next
+        self.peer: str | None = None
         self.off: str | None = None
         self.start_params: list[torch.Tensor] | None = None
         self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
@@ -266,6 +270,7 @@ class Follower:
                               f"candidate, {info['tensors']} in the reference, or of other "
                               "shapes", None)
         self.store = Path(info.get("store") or self.folder)
+        self.peer = info.get("process")  # the reference's rank 0: a wait ends if it does
         init = _read(self.store / "ref-init.pt")
         ref = init["params"]
         with torch.no_grad():
@@ -286,7 +291,8 @@ class Follower:
             return
         self.at = k
         path = self.store / f"ref-{k}.pt"
-        if not _wait(path.exists, ended(self.folder, REFERENCE), f"the reference's update {k}"):
+        if not _wait(path.exists, ended(self.folder, REFERENCE), f"the reference's update {k}",
+                     peer=self.peer):
             said = self.folder / "reference.off"
             return self._stop(f"the reference switched lockstep off: {_text(said)}"
                               if said.exists() else f"the reference ended after {k} update(s)",
