@@ -54,6 +54,7 @@ from lrcheck.record.calls import (
     Kwargs,
     count_calls,
     count_scheduler_steps,
+    pre_clip_norm,
     subclasses,
 )
 from lrcheck.record.losses import Losses
@@ -264,9 +265,9 @@ class ProcessRecorder:
         st.seen = {**totals, "zero_grad": calls}
         if out["clip_grad_norm"] and "max_norm" in self.clip:
             out["max_norm"] = optimizers.number(self.clip["max_norm"])
-            norm = self.clip.pop("norm", None)
-            if isinstance(norm, torch.Tensor) and norm.numel() == 1:
-                out["clip_norm"] = optimizers.number(float(norm))
+            norm = pre_clip_norm(self.clip.pop("norm", None))
+            if norm is not None:
+                out["clip_norm"] = optimizers.number(norm)
         if out["clip_grad_value"] and "clip_value" in self.clip:
             out["clip_value"] = optimizers.number(self.clip["clip_value"])
         step = optimizers.state_step(st.optimizer, synced)
