@@ -20,6 +20,7 @@ import torch
 from lrcheck.record import optimizers
 from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.losses import Losses
+from lrcheck.record.stages import Standing
 from lrcheck.record.taps import Taps
 
 _local = threading.local()
@@ -52,6 +53,7 @@ class Counter(Protocol):
     losses: Losses
     ema: EmaWatch
     imported: Imported | None
+    standing: Standing
 
     def zero_grad(self, optimizer: object) -> None: ...
 
@@ -260,6 +262,7 @@ def count_scheduler_steps(cls: type, recorder: Counter) -> None:
         depth = getattr(_local, "depth", 0)
         if depth == 0:
             recorder.scheduler_stepped(getattr(self, "optimizer", None))
+            recorder.standing.stepped(getattr(self, "optimizer", None), self)
         _local.depth = depth + 1
         try:
             return original(self, *args, **kwargs)

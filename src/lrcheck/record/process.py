@@ -47,7 +47,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, lockstep, modules, optimizers, roles, taps
+from lrcheck.record import ema, lockstep, modules, optimizers, roles, stages, taps
 from lrcheck.record.calls import (
     Args,
     Imported,
@@ -132,6 +132,7 @@ class ProcessRecorder:
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
+        self.standing = stages.Standing()  # where it began and ended (``record.stages``)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -148,8 +149,7 @@ class ProcessRecorder:
     def state(self, optimizer: torch.optim.Optimizer) -> _Optimizer:
         found = self.optimizers.get(id(optimizer))
         if found is None:
-            if self.name is None:
-                self.name = self._claim()
+            self.name = self.name or self._claim()
             index = len(self.optimizers)
             stem = self.name if index == 0 else f"{self.name}-opt{index}"
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
@@ -172,7 +172,7 @@ class ProcessRecorder:
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
-            "logs": self.logs}, indent=1)
+            "logs": self.logs, **self.standing.described(self.optimizers)}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
@@ -204,7 +204,8 @@ class ProcessRecorder:
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             _nudge(params)
-        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE):
+        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
+                or "-p" in str(self.name):  # a later process of the rank: not in lockstep
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
