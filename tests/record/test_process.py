@@ -123,6 +123,12 @@ def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
     recorder.close()
     lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
     assert [(r["scheduler_steps"], r["skipped"]) for r in lines] == [(3, 1), (0, 0)]
+    # Where the training stood before update 0 and at the end (record.stages): the schedule's
+    # position (its 3 steps), SGD's state (none), the weights (moved by the 2 updates).
+    about = json.loads((tmp_path / "rank0.json").read_text())
+    assert about["start"]["sched_epoch"] == about["end"]["sched_epoch"] == 2
+    assert about["start"]["opt_step"] == about["end"]["opt_step"] == 0
+    assert about["start"]["fingerprint"] != about["end"]["fingerprint"]
 
 
 @pytest.mark.parametrize("name", ["rank0", "rank0-p"])
@@ -187,6 +193,9 @@ def test_the_cadence_counts_each_call_since_the_previous_update(tmp_path, bug):
         assert r["ema_update"] == (3 if bug == "ema_each" else k)
         assert r["scaler_update"] == k
         assert r["opt_step"] == k + 1  # AdamW's state after this update's step
+    about = json.loads((tmp_path / "rank0.json").read_text())
+    assert (about["start"]["opt_step"], about["end"]["opt_step"]) == (0, 2)
+    assert about["start"]["sched_epoch"] is None and about["started"] > 0  # no scheduler
 
 
 def _clip_by_norm(model, max_norm, meshes=1):

@@ -55,6 +55,8 @@ def carried(b: Boundary) -> dict[str, bool | None]:
     for key in ("opt_step", "sched_epoch", "fingerprint"):
         x, y = before.get(key), after.get(key)
         out[key] = None if x is None or y is None else x == y
+    if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
+        out["opt_step"] = None
     return out
 
 
