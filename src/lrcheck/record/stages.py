@@ -50,7 +50,10 @@ class Standing:
         description is made at the process's end)."""
         first = next(iter(optimizers.values()), None)
         if first is not None:
-            now = standing(first.optimizer, self.schedulers.get(id(first.optimizer)))
+            try:  # at exit too, after an error of the user's program: never raise from here
+                now = standing(first.optimizer, self.schedulers.get(id(first.optimizer)))
+            except (RuntimeError, ValueError, TypeError):
+                now = None
             self.start = self.start or now
             self.end = now
         return {"started": self.started, "start": self.start, "end": self.end}
