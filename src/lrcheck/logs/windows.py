@@ -60,7 +60,8 @@ def meanings_differ(ref: LoggedRun, cand: LoggedRun) -> str | None:
     accums = [run.accum for run in runs]
     if all(micro) and accums[0] == accums[1] and accums[0] is not None:
         return None
-    said = ", ".join(f"the {who}'s: the last of {a} micro-batches" if m and a else
+    said = ", ".join(f"the {who}'s: one micro-batch per update" if m and a == 1 else
+                     f"the {who}'s: the last of {a} micro-batches" if m and a else
                      f"the {who}'s: a micro-batch's" if m else f"the {who}'s: {r.loss_is.value}"
                      for who, m, a, r in zip(SIDES, micro, accums, runs, strict=True))
     return ("the logged losses mean different things (Lightning's self.log on a step logs "
