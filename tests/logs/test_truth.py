@@ -205,3 +205,14 @@ def test_a_log_read_with_the_convention_the_recording_shows():
     lr, loss = hold(times_ga, _records(), "candidate")
     assert lr.status == MATCHES and "steps count updates from 1" in lr.says
     assert loss.says.startswith("the logged loss is 2.000× the loss that was differentiated")
+
+
+def test_a_log_with_nothing_mappable_is_one_unknown_finding_that_lists_its_tags(tmp_path):
+    from lrcheck.record.logged import findings
+
+    log = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("step,val_acc\n0,0.5\n", encoding="utf-8")
+    (found,) = findings(tmp_path, "candidate", tmp_path)
+    assert (found.quantity, found.status) == (None, UNKNOWN)
+    assert "no LR, loss or gradient norm among its tags (val_acc)" in found.says

@@ -121,3 +121,25 @@ def test_a_stated_convention_that_puts_a_step_before_update_0(tmp_path):
     tutorial(tmp_path)
     with pytest.raises(SpecError, match="logged at step 0, before update 0 where stated"):
         read_logs(tmp_path, steps=stated_steps("updates-from-1"))
+
+
+def test_diff_of_the_tutorials_logs_and_of_logs_it_cannot_map(tmp_path):
+    """``lrcheck diff`` of two tutorial-tagged logs, one written every 10 updates (at 9, 19):
+    compared, and drawn at its updates; of a log with nothing to compare: exit 2, one line."""
+    from lrcheck.api import diff
+    from lrcheck.reports.plots import aligned_loss_plot, aligned_lr_plot
+    from tests.cli.helpers import invoke
+
+    every = tutorial(tmp_path / "every", every=10, start=1)  # steps 10, 20: updates 9, 19
+    report = diff(tutorial(tmp_path / "ref"), every, log_steps=None)
+    assert report.ok, report.checks
+    assert aligned_lr_plot(report, tmp_path / "lr.png").args["cand"][0].tolist() == [9, 19]
+    assert aligned_loss_plot(report, tmp_path / "l.png").args["cand"][0].tolist() == [9, 19]
+    _file(tmp_path / "acc" / "metrics.csv", "step,val_acc\n0,0.5\n1,0.6\n")
+    result = invoke("diff", str(tmp_path / "ref"), str(tmp_path / "acc"))
+    assert result.exit_code == 2
+    assert "no LR, loss or gradient norm among its tags (val_acc)" in result.output
+    assert "Traceback" not in result.output
+    result = invoke("diff", str(tmp_path / "acc"), str(tmp_path / "ref"), "--tag",
+                    "loss=val_acc", "--tag", "lr=LearningRate")
+    assert result.exit_code == 2 and "no tag 'LearningRate' (given for lr)" in result.output
