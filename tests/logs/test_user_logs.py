@@ -143,3 +143,20 @@ def test_diff_of_the_tutorials_logs_and_of_logs_it_cannot_map(tmp_path):
     result = invoke("diff", str(tmp_path / "acc"), str(tmp_path / "ref"), "--tag",
                     "loss=val_acc", "--tag", "lr=LearningRate")
     assert result.exit_code == 2 and "no tag 'LearningRate' (given for lr)" in result.output
+
+
+def test_a_wandb_history_and_chart_exported_as_csv(tmp_path):
+    """A CSV given by name: W&B's run history (``train/global_step``: the Trainer's step,
+    from 1; a row without one is not a step's) and a chart's export (``Step``, ``<run> -
+    <tag>`` columns and their ``__MIN``/``__MAX`` ranges, which are not values)."""
+    history = _file(tmp_path / "history.csv",
+                    "_step,_runtime,train/global_step,train/loss,train/learning_rate\n"
+                    "0,1.0,1,2.0,0.1\n1,2.0,2,1.5,0.09\n2,3.5,,,\n")
+    run = read_logs(history)
+    assert run.format.value == "csv" and run.steps.first == 1
+    assert run.at_updates(LR)[0].tolist() == [0, 1] and run.unmapped == ()
+    chart = _file(tmp_path / "chart.csv", "Step,run-1 - train/loss,run-1 - train/loss__MIN\n"
+                                          "1,2.0,2.0\n2,1.5,1.5\n")
+    assert read_logs(chart).series[LOSS].tag == "train/loss" and read_logs(chart).unmapped == ()
+    with pytest.raises(SpecError, match="not a log: no step column"):
+        read_logs(_file(tmp_path / "data.csv", "x,y\n1,2\n"))

@@ -171,24 +171,47 @@ def _load(path: Path) -> Any:
         raise SpecError(f"{path}: cannot be read as JSON ({exc})") from None
 
 
+# A CSV's step column, by preference: Lightning's, the Trainer's as W&B exports its history
+# (train/global_step), W&B's own counter (_step), a chart's export (Step).
+STEP_COLUMNS = ("step", "train/global_step", "global_step", "_step", "Step")
+# Columns of a W&B chart export that are not a value: a line's range, W&B's clock.
+NOT_VALUES = ("__MIN", "__MAX", "_runtime", "_timestamp")
+
+
 def read_lightning_csv(path: Path) -> Raw:
-    """Lightning's CSVLogger ``metrics.csv``: a row per log call, its ``step`` column and
-    a column per metric, empty where that call did not log it."""
-    raw = Raw(LogFormat.LIGHTNING_CSV, path)
+    """Lightning's CSVLogger ``metrics.csv`` (a row per log call, its ``step`` column and a
+    column per metric, empty where that call did not log it), or another CSV file of that
+    shape given by name: a W&B run's history exported (``train/global_step`` or ``_step``),
+    a W&B chart's (``Step``, and ``<run> - <tag>`` columns, read as ``<tag>``)."""
+    lightning = path.name == "metrics.csv"
+    raw = Raw(LogFormat.LIGHTNING_CSV if lightning else LogFormat.CSV, path)
     try:
         with path.open(newline="", encoding="utf-8") as file:
             rows = csv.DictReader(file)
-            if rows.fieldnames is None or "step" not in rows.fieldnames:
-                raise SpecError(f"{path}: not a Lightning metrics.csv: no step column "
-                                f"(columns {rows.fieldnames})")
+            names = list(rows.fieldnames or ())
+            column = next((c for c in STEP_COLUMNS if c in names), None)
+            if column is None or lightning and column != "step":
+                raise SpecError(f"{path}: not a {'Lightning metrics.csv' if lightning else 'log'}"
+                                f": no step column (columns {rows.fieldnames})")
+            if column != "step":
+                raw.about["step_column"] = column
             for line, row in enumerate(rows, start=2):
-                step = _number(path, line, "step", row.get("step"))
-                for key, cell in row.items():
-                    if key != "step" and key is not None and cell not in (None, ""):
-                        raw.add(key, int(step), _number(path, line, key, cell))
+                _row(raw, line, row, column)
     except OSError as exc:
         raise SpecError(f"{path}: cannot be read ({exc})") from None
     return raw
+
+
+def _row(raw: Raw, line: int, row: dict[str | Any, str | Any], column: str) -> None:
+    """One CSV row's values into ``raw`` at its step (a row without one: not a step's)."""
+    if row.get(column) in (None, ""):
+        return
+    step = _number(raw.path, line, column, row.get(column))
+    for key, cell in row.items():
+        if key is None or key in STEP_COLUMNS or cell in (None, "") \
+                or any(key.endswith(end) for end in NOT_VALUES):
+            continue
+        raw.add(key.rsplit(" - ", 1)[-1], int(step), _number(raw.path, line, key, cell))
 
 
 def _number(path: Path, line: int, key: str, cell: str | None) -> float:

@@ -30,6 +30,7 @@ class LogFormat(Word):
     TENSORBOARD = "tensorboard"
     TRAINER_STATE = "trainer_state"
     LIGHTNING_CSV = "lightning_csv"
+    CSV = "csv"  # another CSV file, given by name: a W&B run's history exported, ...
     MLFLOW = "mlflow"
 
 

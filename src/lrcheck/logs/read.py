@@ -89,6 +89,11 @@ def _partial(kind: str, path: Path) -> str:
     return "state" if state.get("global_step") == state.get("max_steps") else kind
 
 
+def _given_kind(path: Path) -> str | None:
+    """Which reader a file given by name is for: ``_kind``'s, and any CSV file."""
+    return _kind(path) or ("csv" if path.is_file() and path.suffix == ".csv" else None)
+
+
 def find_logs(folder: Path) -> Path:
     """The log to read in ``folder`` (itself where it is one): of the formats found, the most
     precise (``PRIORITY``), and of its runs the newest (the Trainer's ``runs/<date>_<host>/``,
@@ -96,7 +101,7 @@ def find_logs(folder: Path) -> Path:
     none, or only a W&B offline run, is a ``SpecError``."""
     if not folder.exists():
         raise SpecError(f"{folder}: no such file or folder")
-    if _kind(folder) is not None:
+    if _given_kind(folder) is not None:
         return folder
     found = [(PRIORITY.get(_partial(kind, path), 2), -_when(kind, path), str(path))
              for kind, path in _walk(folder)]
@@ -115,7 +120,7 @@ def is_log_folder(path: Path) -> bool:
     """Whether ``path`` is a log or holds one (a W&B offline run too, so that it is said not
     readable): not a record folder (``run.json``) nor a Recorder file."""
     if path.is_file():
-        return _kind(path) is not None
+        return _given_kind(path) is not None
     if not path.is_dir() or (path / "run.json").exists():
         return False
     return _kind(path) is not None or next(_walk(path), None) is not None or any(
@@ -134,7 +139,7 @@ def read_logs(path: Path, *, accum: int | None = None, first_step: int | None = 
     if accum is not None and accum < 1 or first_step is not None and first_step < 0:
         raise SpecError(f"accum must be >= 1 and first_step >= 0, got {accum}, {first_step}")
     found = find_logs(path)
-    kind = _kind(found)
+    kind = _given_kind(found)
     assert kind is not None
     raw = READERS[kind](found)
     series, groups, unmapped = _mapped(raw, tags or {})
@@ -246,6 +251,10 @@ def _meaning(raw: Raw, series: dict[Quantity, Series], accum: int | None,
         return StepMeaning(StepUnit.UPDATE, 1, 1,
                            f"detected ({where}{said}): steps are the Trainer's global_step, "
                            "1 after the first update")
+    if raw.about.get("step_column") in ("train/global_step", "global_step"):
+        return StepMeaning(StepUnit.UPDATE, 1, 1,
+                           f"detected (the CSV's {raw.about['step_column']} column, the "
+                           "Trainer's global_step as W&B logs it): 1 after the first update")
     if _lightning(raw):
         return StepMeaning(StepUnit.UPDATE, 0, 1,
                            "detected (Lightning's logs): steps are trainer.global_step, the "
