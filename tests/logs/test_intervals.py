@@ -84,3 +84,12 @@ def test_evidence_without_an_lr_logged():
     assert checked(zero, zero)["evidence"].status.value == "fail"
     one = run([0], [1.0], lr=[0.1])
     assert checked(one, one)["evidence"].status.value == "fail"
+
+
+def test_steps_that_run_a_whole_number_of_times_as_far_are_said_to_be_micro_batches():
+    per_micro = run(range(2 * N), np.repeat(LOSSES, 2))
+    updates = checked(run(range(N), LOSSES), per_micro)["updates"]
+    assert updates.status.value == "fail"
+    assert updates.detail.endswith("the candidate's steps run 2× as far: they may count "
+                                   "micro-batches or samples (assumed: steps count updates "
+                                   "from 0); if so, say it: --log-steps micro-batches:2")

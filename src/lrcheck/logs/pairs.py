@@ -192,11 +192,22 @@ def _updates(ref: LoggedRun, cand: LoggedRun, pairs: Pairs, how: str,
     if abs(last[0] - last[1]) >= interval:
         return CheckResult("updates", FAIL, float(abs(last[0] - last[1])), min(last) + 1,
                            f"the reference logged up to update {last[0]}, the candidate up to "
-                           f"update {last[1]}: not as many updates")
+                           f"update {last[1]}: not as many updates{_times(last, ref, cand)}")
     return CheckResult("updates", PASS, 0.0, None,
                        f"{plural(len(pairs), 'update')} logged by both, aligned {how}; "
                        f"{len(traces[0].updates)} logged by the reference, "
                        f"{len(traces[1].updates)} by the candidate")
+
+
+def _times(last: list[int], ref: LoggedRun, cand: LoggedRun) -> str:
+    """Where one log's steps run a whole number of times as far as the other's: that they may
+    count micro-batches, and how to say so."""
+    ratio = (max(last) + 1) / (min(last) + 1)
+    if ratio < 2 or ratio != int(ratio):
+        return ""
+    who, run = (("reference", ref) if last[0] > last[1] else ("candidate", cand))
+    return (f"; the {who}'s steps run {int(ratio)}× as far: they may count micro-batches or "
+            f"samples ({run.steps.how}); if so, say it: --log-steps micro-batches:{int(ratio)}")
 
 
 def _incomparable(ref: LoggedRun, cand: LoggedRun) -> CheckResult | None:
