@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning
+from lrcheck.logs.model import LogFormat, LoggedRun, LossIs, Quantity, Series, StepMeaning
 from lrcheck.logs.truth import DIFFERS, MATCHES, UNKNOWN, hold
 
 GA = 2
@@ -216,3 +216,10 @@ def test_a_log_with_nothing_mappable_is_one_unknown_finding_that_lists_its_tags(
     (found,) = findings(tmp_path, "candidate", tmp_path)
     assert (found.quantity, found.status) == (None, UNKNOWN)
     assert "no LR, loss or gradient norm among its tags (val_acc)" in found.says
+
+
+def test_lightnings_micro_batch_loss_is_said_to_be_what_its_self_log_logs():
+    log = replace(_log(Quantity.LOSS, [m[-1] for m in MICRO], dtype="float64"),
+                  loss_is=LossIs.MICRO_BATCH)
+    found = _one(log)
+    assert found.status == DIFFERS and "what Lightning's self.log on a step logs" in found.says

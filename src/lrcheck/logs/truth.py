@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from lrcheck.logs.model import LoggedRun, Quantity, Series, StepUnit
+from lrcheck.logs.model import LoggedRun, LossIs, Quantity, Series, StepUnit
 from lrcheck.logs.steps import candidates
 from lrcheck.words import Word, plural
 
@@ -126,6 +126,10 @@ def hold(log: LoggedRun, records: Sequence[dict[str, Any]], side: str,
     log, named = convention(log, truth, samples)
     found = [LogFinding(side, quantity, *judged, str(log.path))
              for quantity, judged in _judged(log, truth)]
+    found = [replace(f, says=f"{f.says}: what Lightning's self.log on a step logs (that "
+                             "batch's loss), a meaning of the log, not a bug")
+             if log.loss_is is LossIs.MICRO_BATCH and EXPLAINED[1] in f.says else f
+             for f in found]
     if found:
         found[0] = replace(found[0], says=f"{found[0].says}; {named}")
     return found
