@@ -160,3 +160,16 @@ def test_a_wandb_history_and_chart_exported_as_csv(tmp_path):
     assert read_logs(chart).series[LOSS].tag == "train/loss" and read_logs(chart).unmapped == ()
     with pytest.raises(SpecError, match="not a log: no step column"):
         read_logs(_file(tmp_path / "data.csv", "x,y\n1,2\n"))
+
+
+def test_a_run_nested_in_the_folder_is_not_read_with_it(tmp_path):
+    """A sub-folder of events that is not ``add_scalars``' (another run, ``add_hparams``'
+    time-stamped one) is left out of the run's tags."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    tutorial(tmp_path, updates=3)
+    nested = SummaryWriter(str(tmp_path / "1712345678.9"))
+    nested.add_scalar("LearningRate", 9.0, 0)
+    nested.close()
+    lrs = read_logs(tmp_path).at_updates(LR)[1]
+    np.testing.assert_allclose(lrs, [0.1, 0.1 * 2 / 3, 0.1 / 3], rtol=1e-6)

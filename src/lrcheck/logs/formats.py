@@ -104,7 +104,9 @@ def _events_file(file: Path, raw: Raw, folder: str | None = None) -> None:
             break
         for value in event.summary.value:
             tag = value.tag
-            if folder is not None and folder.startswith(f"{tag.replace('/', '_')}_"):
+            if folder is not None:  # only add_scalars' own: another run nested is not this one
+                if not folder.startswith(f"{tag.replace('/', '_')}_"):
+                    continue
                 tag = f"{tag}/{folder[len(tag) + 1:]}"
             if value.metadata.plugin_data.plugin_name:
                 plugins[tag] = value.metadata.plugin_data.plugin_name
