@@ -320,10 +320,8 @@ def _limits(raw: Raw, run: LoggedRun) -> tuple[str, ...]:
     if run.steps.unit is StepUnit.MICRO_BATCH:
         found.append(f"logged per micro-batch: an update's value is the last of its "
                      f"{run.steps.per_update} micro-batches'")
-    if run.steps.how.startswith(("assumed", "inferred")):
-        word = run.steps.how.split(":")[0].split(" ")[0]
-        found.append(f"what a step means is {word} (updates from "
-                     f"{run.steps.first}): the log does not say it")
+    if run.steps.how.startswith("assumed"):
+        found.append("what a step means is assumed (updates from 0): the log does not say it")
     if raw.about.get("writers"):
         found.append(f"{plural(1 + len(raw.about['writers']), 'event file')} log the same "
                      "steps (every rank logging into one folder?): the first file's values "
