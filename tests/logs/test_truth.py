@@ -223,3 +223,15 @@ def test_lightnings_micro_batch_loss_is_said_to_be_what_its_self_log_logs():
                   loss_is=LossIs.MICRO_BATCH)
     found = _one(log)
     assert found.status == DIFFERS and "what Lightning's self.log on a step logs" in found.says
+
+
+def test_a_stated_count_per_update_left_out_is_the_recordings():
+    from lrcheck.logs.steps import stated_steps
+
+    micro = _log(Quantity.LR, [v for v in LRS for _ in range(GA)], steps=range(GA * N))
+    found = _one(replace(micro, steps=stated_steps("micro-batches")))
+    assert found.status == MATCHES and found.says.endswith(
+        "steps: stated: steps count micro-batches from 0, 2 per update")
+    seen = _log(Quantity.LR, LRS, steps=range(16, 16 * (N + 1), 16))  # samples after each
+    found = hold(replace(seen, steps=stated_steps("samples")), _records(), "candidate", 16)[0]
+    assert found.status == MATCHES, found.says

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from lrcheck.logs.model import LoggedRun, LossIs, Quantity, Series, StepUnit
-from lrcheck.logs.steps import candidates
+from lrcheck.logs.steps import candidates, micro_batches
+from lrcheck.logs.steps import samples as samples_after
 from lrcheck.words import Word, plural
 
 
@@ -162,13 +163,13 @@ def _judged(log: LoggedRun, truth: Truth) -> list[tuple[Quantity, Judged]]:
 
 def convention(log: LoggedRun, truth: Truth, samples: int | None) -> tuple[LoggedRun, str]:
     """``log`` with its steps read by the convention under which it matches the recording
-    best, and the sentence that names it: of the log's own (detected, inferred or assumed)
-    and those under which a quantity matches (and the others are explained: a scale, a
-    micro-batch's loss) — updates from 0 or 1, micro-batches (the
+    best, and the sentence that names it. Of the log's own (detected, inferred or assumed)
+    and those under which a quantity matches — updates from 0 or 1, micro-batches (the
     recording's per update) from 0 or 1, samples seen — the one that maps the fewest logged
     values outside the recording's updates (a step before update 0 cannot be), then the one
-    under which the most quantities match, the log's own first where they tie. A convention
-    the user stated is kept."""
+    under which the most quantities match or are explained (a scale, a micro-batch's loss),
+    the log's own first where they tie. A convention the user stated is kept (its count per
+    update, where not stated, the recording's)."""
     counts = {len(m) for m in truth.micro}
     accum = next(iter(counts)) if len(counts) == 1 else None
     steps = log.steps
@@ -176,7 +177,10 @@ def convention(log: LoggedRun, truth: Truth, samples: int | None) -> tuple[Logge
         per = steps.per_update or (accum if steps.unit is StepUnit.MICRO_BATCH else samples)
         if not per:
             return log, f"steps: {steps.how}, and the recording does not say how many"
-        return replace(log, steps=replace(steps, per_update=per)), f"steps: {steps.how}"
+        if not steps.per_update:
+            steps = (micro_batches(per, steps.first, "stated") if steps.unit is
+                     StepUnit.MICRO_BATCH else samples_after(per, "stated"))
+        return replace(log, steps=steps), f"steps: {steps.how}"
     scored = []
     for n, meaning in enumerate(candidates(steps, accum, samples)):
         run = replace(log, steps=meaning)
@@ -187,11 +191,11 @@ def convention(log: LoggedRun, truth: Truth, samples: int | None) -> tuple[Logge
                        for j in judged)
         if n == 0 or any(j[0] is MATCHES for j in judged):
             scored.append((outside, -matching, n, run))
-    outside, matches, n, best = min(scored, key=lambda item: item[:3])
+    _, unmatched, n, best = min(scored, key=lambda item: item[:3])
     if n and best.steps.how != steps.how:
         return best, (f"steps: {best.steps.how}, under which the log matches it (the log "
                       f"alone: {steps.how.split(': ', 1)[-1]})")
-    if matches:
+    if unmatched < 0:
         return best, f"steps: {steps.how}, as the recording confirms"
     return best, f"steps: {steps.how}"
 
