@@ -173,3 +173,21 @@ def test_a_run_nested_in_the_folder_is_not_read_with_it(tmp_path):
     nested.close()
     lrs = read_logs(tmp_path).at_updates(LR)[1]
     np.testing.assert_allclose(lrs, [0.1, 0.1 * 2 / 3, 0.1 / 3], rtol=1e-6)
+
+
+def test_every_ranks_writers_are_named_against_the_recording(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lrcheck.logs.truth import hold
+
+    for rank in range(2):
+        writer = SummaryWriter(str(tmp_path), filename_suffix=f".rank{rank}")
+        for k in range(3):
+            writer.add_scalar("lr", 0.1, k)
+        writer.close()
+    records = [{"step": k, "lr": [0.1], "loss_micro": [1.0], "loss_backward": 1.0}
+               for k in range(3)]
+    (found,) = hold(read_logs(tmp_path), records, "candidate")
+    assert found.says.endswith("2 event files log the same steps (every rank logging into one "
+                               f"folder?): the first file's values read, not "
+                               f"{sorted(p.name for p in tmp_path.iterdir())[1]}")

@@ -131,8 +131,9 @@ def hold(log: LoggedRun, records: Sequence[dict[str, Any]], side: str,
                              "batch's loss), a meaning of the log, not a bug")
              if log.loss_is is LossIs.MICRO_BATCH and EXPLAINED[1] in f.says else f
              for f in found]
+    writers = [limit for limit in log.limits if "event files log the same steps" in limit]
     if found:
-        found[0] = replace(found[0], says=f"{found[0].says}; {named}")
+        found[0] = replace(found[0], says="; ".join([found[0].says, named, *writers]))
     return found
 
 
