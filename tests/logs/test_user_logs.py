@@ -191,3 +191,15 @@ def test_every_ranks_writers_are_named_against_the_recording(tmp_path):
     assert found.says.endswith("2 event files log the same steps (every rank logging into one "
                                f"folder?): the first file's values read, not "
                                f"{sorted(p.name for p in tmp_path.iterdir())[1]}")
+
+
+def test_diff_of_logs_needs_the_count_of_a_stated_unit(tmp_path):
+    from lrcheck.api import diff
+
+    tutorial(tmp_path / "a", updates=3)
+    with pytest.raises(SpecError, match="steps stated to count micro-batches, but not how many "
+                                        "per update: give it"):
+        diff(tmp_path / "a", tmp_path / "a", log_steps="micro-batches")
+    report = diff(tmp_path / "a", tmp_path / "a", log_steps="micro-batches:1")
+    assert "steps: stated: steps count micro-batches from 0, 1 per update" in report.check(
+        "limits").detail

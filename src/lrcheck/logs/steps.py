@@ -54,10 +54,9 @@ def counted(meaning: StepMeaning, what: str) -> StepMeaning:
     known: without a recording, a count not stated is a ``SpecError`` about ``what``."""
     if meaning.per_update:
         return meaning
-    raise SpecError(f"{what}: steps stated to count {meaning.unit.value}s, but not how many "
-                    f"per update: give it ({meaning.unit.value}s:N, for example "
-                    f"{'micro-batches' if meaning.unit is StepUnit.MICRO_BATCH else 'samples'}"
-                    ":4); only a recording can tell it")
+    unit = "micro-batches" if meaning.unit is StepUnit.MICRO_BATCH else "samples"
+    raise SpecError(f"{what}: steps stated to count {unit}, but not how many per update: give "
+                    f"it ({unit}:N, for example {unit}:4); only a recording can tell it")
 
 
 def from_steps(steps: Sequence[int], every: int | None) -> StepMeaning | None:
