@@ -5,7 +5,7 @@ peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest sing
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
 The recording overhead is measured in one process instead (see ``record_child``).
 
-    python benchmarks/bench.py [--runs 5] [--only help,compare,...,suite-jobs,fsdp,deepspeed,logs]
+    python benchmarks/bench.py [--runs 5] [--only help,compare,...,fsdp,deepspeed,lockstep,logs]
                                [--trace-steps 1000000] [--scale]
 """
 
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed", "logs")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs")
 
 
 class RunFailed(Exception):
@@ -97,6 +97,9 @@ WALL_TARGET, RSS_TARGET = 1.1, 1.2
 FRAMEWORK_TARGET = 1.3
 # lrcheck suite --jobs 2 against lrcheck's own sequential suite on 2 cores (issue 32): wall.
 JOBS_TARGET = 0.75
+# lrcheck run in lockstep against the user's two commands run bare one after the other, on three
+# scripts (issue 37): wall.
+LOCKSTEP_TARGET = 1.5
 
 
 def add_workflow(table: Table, what: str, lr: tuple[float, float],
@@ -342,6 +345,21 @@ def bench_sharded(table: Table, runs: int, out: Path, engine: str) -> None:
                  FRAMEWORK_TARGET)
 
 
+def bench_lockstep(table: Table, runs: int) -> None:
+    """``lrcheck run`` in lockstep on ``lockstep_cost.SCRIPTS``' three users' scripts against
+    the two commands run bare one after the other (issue 37: at most 1.5x)."""
+    sys.path.insert(0, str(HERE))
+    import lockstep_cost
+
+    for name in lockstep_cost.SCRIPTS:
+        got = lockstep_cost.measure(name, runs)
+        lock, bare = got["lrcheck run (lockstep)"], got["bare one after the other"]
+        assert isinstance(lock, dict) and isinstance(bare, dict)
+        table.add(f"lrcheck run in lockstep ({name}) against the two commands bare, wall",
+                  wall_rss(lock["wall"], lock["rss"]), wall_rss(bare["wall"], bare["rss"]),
+                  lock["wall"] / bare["wall"], LOCKSTEP_TARGET)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -413,6 +431,7 @@ def main() -> None:
                    "lightning": lambda: bench_framework(table, args.runs, out, "lightning"),
                    "fsdp": lambda: bench_sharded(table, args.runs, out, "fsdp"),
                    "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed"),
+                   "lockstep": lambda: bench_lockstep(table, args.runs),
                    "logs": lambda: bench_logs(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
