@@ -322,7 +322,7 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
 
 
-def _check_logs(key: str, value: Any, bad: Callable[[str], SpecError]) -> None:
+def _check_logs(key: str, value: object, bad: Callable[[str], SpecError]) -> None:
     """``tags`` (a table of quantity = tag) or ``log_steps`` (a convention), as ``--tag`` and
     ``--log-steps`` check them."""
     from lrcheck.logs.read import reading
@@ -333,8 +333,10 @@ def _check_logs(key: str, value: Any, bad: Callable[[str], SpecError]) -> None:
                   f"got {value!r}")
     if key == "log_steps" and not isinstance(value, str):
         raise bad(f"expected a convention such as \"updates-from-1\", got {value!r}")
+    tags = value if key == "tags" and isinstance(value, dict) else None
+    steps = value if key == "log_steps" and isinstance(value, str) else None
     try:
-        reading(value if key == "tags" else None, value if key == "log_steps" else None)
+        reading(tags, steps)
     except SpecError as exc:
         raise bad(str(exc)) from None
 
