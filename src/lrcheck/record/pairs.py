@@ -5,13 +5,15 @@ a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import shlex
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, ParamSpec, TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import Interrupted, SpecError, stop_words
@@ -23,14 +25,20 @@ from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 from lrcheck.words import plural
 
+if TYPE_CHECKING:
+    from lrcheck.logs.model import Reading
+
+P = ParamSpec("P")
+
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
               tolerances: Tolerances | None = None, twin: Path | None = None,
-              strict: bool = False) -> Report:
+              strict: bool = False, stated: Reading | None = None) -> Report:
     """``lrcheck.diff``'s report of the two runs (files, record folders, or two runs' own
     logs: ``logs.pairs``); ``twin``: the record folder of the reference command's twin, the
     floor of free-running effects; ``strict``: effects judged only up to some update fail
-    there (``checks.strictly``)."""
+    there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
+    a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
@@ -42,9 +50,13 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances)
+        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
+                                      stated)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
+    if stated is not None and stated.stated:
+        raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
+                        f"{candidate} are recordings, not logs")
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
                                              pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
@@ -71,7 +83,7 @@ def _deterministic(folder: Path) -> dict[str, object] | None:
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
                fingerprint_every: int | None = None, echo: TextIO | None = None,
                capture: bool = False, deterministic: bool = False,
-               logs: str | Path | None = None) -> RecordedRun:
+               logs: str | Path | None = None, stated: Reading | None = None) -> RecordedRun:
     """``lrcheck.record``: ``command`` recorded into ``out`` (``deterministic``: with
     ``--deterministic``'s settings); a command that ended well but made no optimizer update is
     a ``SpecError`` saying what it saw. Its log (``logs``, else where its trainer logged) held
@@ -80,7 +92,7 @@ def record_run(command: Sequence[str], out: str | Path, *, samples: int | None =
         command, Path(out), samples=samples,
         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
         echo=echo, capture=capture, deterministic=deterministic))
-    found = findings(Path(out), "recorded", _path(logs)) if run.updates else []
+    found = findings(Path(out), "recorded", _path(logs), stated) if run.updates else []
     if found:
         write_findings(Path(out), found)
     return dataclasses.replace(run, logs=tuple(found))
@@ -108,67 +120,19 @@ def split_command(side: str, line: str) -> list[str]:
     return argv
 
 
-def run_commands(reference: str, candidate: str, out: str | Path, *,
-                 samples: int | None = None, fingerprint_every: int | None = None,
-                 echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False, deterministic: bool = False,
-                 ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None) -> Report:
-    """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
-    ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
-    where its trainer logged: ``record.logged``) held against its record, in the report's
-    logs section. By default side by side, the candidate in lockstep with
-    the reference (``record.together``; ``timeout``: seconds without an update before both are
-    stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
-    (asked to, or where lockstep could not load: shards) and whose effects go beyond their
-    tolerance is judged against a twin: the reference command run again into ``out``/twin,
-    its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
-    the update where the twin decorrelated fail there). A command that fails is a
-    ``RunError`` with its exit code and last lines. ``deterministic``: every command with
-    ``--deterministic``'s settings."""
-    if timeout is not None and not timeout >= 0:
-        raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
-                        f"{timeout!r}")
-    commands = {side: split_command(side, line)
-                for side, line in (("reference", reference), ("candidate", candidate))}
-    every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
-    folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
-    try:
-        return _run(commands, folders, samples, every, echo, tolerances, free, timeout, strict,
-                    deterministic, (_path(ref_logs), _path(logs)))
-    except KeyboardInterrupt as stop:  # what was recorded saved, as compare does
-        raise _interrupted(stop, folders, tolerances) from None
+def _keeping_what_was_recorded(run: Callable[P, Report]) -> Callable[P, Report]:
+    """``run`` (``run_commands``), where Ctrl-C or SIGTERM is an ``Interrupted`` carrying what
+    the commands had recorded (result.json's verdict ``incomplete``), as ``compare``'s is."""
+    @functools.wraps(run)
+    def kept(*args: P.args, **kwargs: P.kwargs) -> Report:
+        try:
+            return run(*args, **kwargs)
+        except KeyboardInterrupt as stop:
+            given = inspect.signature(run).bind(*args, **kwargs).arguments
+            folders = {side: Path(given["out"]) / side for side in ("reference", "candidate")}
+            raise _interrupted(stop, folders, given.get("tolerances")) from None
 
-
-def _run(commands: dict[str, list[str]], folders: dict[str, Path], samples: int | None,
-         every: int, echo: TextIO | None, tolerances: Tolerances | None, free: bool,
-         timeout: float | None, strict: bool, deterministic: bool,
-         logs: tuple[Path | None, Path | None]) -> Report:
-    """``run_commands`` once its arguments are checked."""
-    if free:
-        for side, argv in commands.items():
-            _record_alone(side, argv, folders[side], samples, every, echo,
-                          deterministic=deterministic)
-    else:
-        for run in record_together(commands, folders["reference"].parent, samples=samples,
-                                   every=every,
-                                   echo=echo, timeout=timeout,
-                                   deterministic=deterministic).values():
-            _stepped(run)
-    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                       strict=strict)
-    if not _needs_twin(report):
-        if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
-            shutil.rmtree(folders["twin"], ignore_errors=True)
-    else:
-        _record_alone("twin of the reference", commands["reference"], folders["twin"],
-                      samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
-        report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                           twin=folders["twin"], strict=strict)
-    report.logs = [*findings(folders["reference"], "reference", logs[0]),
-                   *findings(folders["candidate"], "candidate", logs[1])]
-    return report
+    return kept
 
 
 def _interrupted(stop: KeyboardInterrupt, folders: dict[str, Path],
@@ -198,6 +162,57 @@ def _interrupted(stop: KeyboardInterrupt, folders: dict[str, Path],
                               Environment(lrcheck=__version__, device="none"), reason,
                               kind=Kind.DIFF)
     return Interrupted(reason, result, how=how)
+
+
+@_keeping_what_was_recorded
+def run_commands(reference: str, candidate: str, out: str | Path, *,
+                 samples: int | None = None, fingerprint_every: int | None = None,
+                 echo: TextIO | None = None, tolerances: Tolerances | None = None,
+                 free: bool = False, timeout: float | None = RUN_STALL_S,
+                 strict: bool = False, deterministic: bool = False,
+                 ref_logs: str | Path | None = None,
+                 logs: str | Path | None = None, stated: Reading | None = None) -> Report:
+    """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
+    ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
+    where its trainer logged: ``record.logged``) held against its record, in the report's
+    logs section. By default side by side, the candidate in lockstep with
+    the reference (``record.together``; ``timeout``: seconds without an update before both are
+    stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
+    (asked to, or where lockstep could not load: shards) and whose effects go beyond their
+    tolerance is judged against a twin: the reference command run again into ``out``/twin,
+    its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
+    the update where the twin decorrelated fail there). A command that fails is a
+    ``RunError`` with its exit code and last lines. ``deterministic``: every command with
+    ``--deterministic``'s settings."""
+    if timeout is not None and not timeout >= 0:
+        raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
+                        f"{timeout!r}")
+    commands = {side: split_command(side, line)
+                for side, line in (("reference", reference), ("candidate", candidate))}
+    every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
+    folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
+    if free:
+        for side, argv in commands.items():
+            _record_alone(side, argv, folders[side], samples, every, echo,
+                          deterministic=deterministic)
+    else:
+        for run in record_together(commands, Path(out), samples=samples, every=every,
+                                   echo=echo, timeout=timeout,
+                                   deterministic=deterministic).values():
+            _stepped(run)
+    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
+                       strict=strict)
+    if not _needs_twin(report):
+        if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
+            shutil.rmtree(folders["twin"], ignore_errors=True)
+    else:
+        _record_alone("twin of the reference", commands["reference"], folders["twin"],
+                      samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
+        report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
+                           twin=folders["twin"], strict=strict)
+    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs), stated),
+                   *findings(folders["candidate"], "candidate", _path(logs), stated)]
+    return report
 
 
 def _path(given: str | Path | None) -> Path | None:

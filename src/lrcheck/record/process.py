@@ -46,7 +46,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, guard, lockstep, modules, optimizers, roles, taps
+from lrcheck.record import ema, guard, lockstep, modules, optimizers, roles, stages, taps
 from lrcheck.record.birth import BORN, fingerprint_at_birth, nudge
 from lrcheck.record.calls import (
     Args,
@@ -54,6 +54,7 @@ from lrcheck.record.calls import (
     Kwargs,
     count_calls,
     count_scheduler_steps,
+    pre_clip_norm,
     subclasses,
 )
 from lrcheck.record.losses import Losses
@@ -128,11 +129,10 @@ class ProcessRecorder:
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
-        # Why the recording (``record.guard.RECORDING``) or lockstep was switched off, and at
-        # which update of the first optimizer: said in the description, where the verdict reads it.
-        self.off: dict[str, Any] | None = None
+        self.off: dict[str, Any] | None = None  # why its guard switched the recording off
         self.lockstep = guard.Guard("lockstep")
         self.lockstep.arm(self._lockstep_off)
+        self.standing = stages.Standing()  # where it began and ended (``record.stages``)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -149,8 +149,7 @@ class ProcessRecorder:
     def state(self, optimizer: torch.optim.Optimizer) -> _Optimizer:
         found = self.optimizers.get(id(optimizer))
         if found is None:
-            if self.name is None:
-                self.name = self._claim()
+            self.name = self.name or self._claim()
             index = len(self.optimizers)
             stem = self.name if index == 0 else f"{self.name}-opt{index}"
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
@@ -173,7 +172,8 @@ class ProcessRecorder:
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
-            "logs": self.logs, "recording_off": self.off}, indent=1)
+            "logs": self.logs, "recording_off": self.off,
+            **self.standing.described(self.optimizers)}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def switch_off(self, why: str) -> None:
@@ -186,10 +186,9 @@ class ProcessRecorder:
 
     def _lockstep_off(self, why: str) -> None:
         """Lockstep off (``self.lockstep``), this process's side told so."""
-        if self.streamer is not None:
-            self.streamer.stop(why)
-        if self.follower is not None:
-            self.follower.stop(why)
+        for side in (self.streamer, self.follower):
+            if side is not None:
+                side.stop(why)
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         self.stepped[id(optimizer)] = self.stepped.get(id(optimizer), 0) + 1
@@ -220,7 +219,8 @@ class ProcessRecorder:
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             nudge(params)
-        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE):
+        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
+                or "-p" in str(self.name):  # a later process of the rank: not in lockstep
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
@@ -283,9 +283,9 @@ class ProcessRecorder:
         st.seen = {**totals, "zero_grad": calls}
         if out["clip_grad_norm"] and "max_norm" in self.clip:
             out["max_norm"] = optimizers.number(self.clip["max_norm"])
-            norm = self.clip.pop("norm", None)
-            if isinstance(norm, torch.Tensor) and norm.numel() == 1:
-                out["clip_norm"] = optimizers.number(float(norm))
+            norm = pre_clip_norm(self.clip.pop("norm", None))
+            if norm is not None:
+                out["clip_norm"] = optimizers.number(norm)
         if out["clip_grad_value"] and "clip_value" in self.clip:
             out["clip_value"] = optimizers.number(self.clip["clip_value"])
         step = optimizers.state_step(st.optimizer, synced)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
+from lrcheck.checks.continuation import check_continuation
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
@@ -61,6 +62,8 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
         off = check_recording(name, run.description.get("processes", []))
         if off is not None:
             more.append(off)
+        if (joined := check_continuation(name, run.boundaries)) is not None:
+            more.append(joined)
         if run.schedules is not None:
             found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
                                 run.schedules.cadence)

@@ -146,6 +146,11 @@ def _process() -> Schema:
         "phantom_steps": INTEGER, "dtype": STRING,
         "stochastic": array(closed({"module": STRING, "kind": STRING, "p": NUMBER})),
     })
+    standing = closed({"opt_step": nullable(NUMBER), "sched_epoch": nullable(INTEGER),
+                       "fingerprint": array(NUMBER)},
+                      description="where the first optimizer's training stood before the "
+                                  "process's first update (start) or at its end "
+                                  "(record.stages)")
     return closed({"pid": INTEGER, "rank": INTEGER, "world": INTEGER, "argv": array(STRING),
                    "torch": STRING, "optimizers": array(optimizer), "dropout_calls": INTEGER,
                    "lockstep": nullable(STRING)},
@@ -157,7 +162,10 @@ def _process() -> Schema:
                        {"reason": STRING, "after": INTEGER},
                        description="why the process's recording was switched off by its guard "
                                    "(record.guard: an error in a hook; the training went on) "
-                                   "and after how many updates of its first optimizer"))})
+                                   "and after how many updates of its first optimizer")),
+                   "started": {**NUMBER, "description": "when the process started (Unix time): "
+                                                        "a rank's processes join in this order"},
+                   "start": nullable(standing), "end": nullable(standing)})
 
 
 def run() -> Schema:
