@@ -231,3 +231,25 @@ def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):
     assert (r["backward"], r["reached"], r["zero_grad"]) == (4, 3, 1)
     assert (r["clip_grad_value"], r["clip_value"], r["clip_grad_norm"]) == (1, 0.1, 0)
     assert "opt_step" not in r and "clip_norm" not in r  # SGD keeps no step counter
+
+
+def test_a_lockstep_pair_s_side_fingerprints_every_update_once_lockstep_is_off(tmp_path):
+    from types import SimpleNamespace
+
+    from lrcheck.record import roles
+
+    recorder = ProcessRecorder(tmp_path, samples=None, every=50)
+    st = recorder.state(torch.optim.SGD(_model().parameters(), lr=0.1))
+    assert not recorder.dense(st)  # lrcheck record: every 50th update
+    recorder.role, recorder.follower = roles.CANDIDATE, SimpleNamespace(off=None)
+    assert not recorder.dense(st)  # in lockstep: lockstep judges every update
+    recorder.follower.off = "the optimizers' states differ"
+    assert recorder.dense(st)
+    recorder.role, recorder.streamer = roles.REFERENCE, SimpleNamespace(off=False)
+    assert not recorder.dense(st)
+    recorder.streamer.off = True  # every candidate rank stopped following
+    assert recorder.dense(st)
+    recorder.streamer, st.sharded = None, True  # a rank of a sharded reference
+    assert recorder.dense(st)
+    recorder.follower = None
+    recorder.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.record.lockstep import DEPTH
 from lrcheck.record.pairs import diff_runs
 from lrcheck.recorder import read_records
 
@@ -55,10 +56,12 @@ def test_momentum_against_none_fails_naming_the_optimizer(momentum):
     assert "lockstep stopped after update 0: the optimizers' states differ" in params.detail
     assert checks["grad-norm"].status == "fail"
     assert not (out / "twin" / "run.json").exists()  # the optimizer explains it: no twin
-    # Every update after the stop carries a fingerprint in both runs.
-    for side in ("reference", "candidate"):
-        records = read_records(out / side / "rank0.jsonl")
-        assert len(records) == 12 and all("fingerprint" in r for r in records)
+    # Every update after the stop carries a fingerprint: the candidate's at once, the
+    # reference's from when it sees the candidate stopped following (at most DEPTH + 1 later).
+    ref, cand = (read_records(out / side / "rank0.jsonl") for side in ("reference", "candidate"))
+    assert len(ref) == len(cand) == 12
+    assert all("fingerprint" in r for r in cand[1:])
+    assert all("fingerprint" in r for r in ref[1 + DEPTH + 1:])
 
 
 def test_strict_fails_it_too(momentum):

@@ -6,8 +6,8 @@ Per optimizer update it writes one Recorder line (``lrcheck.recorder``): the LR 
 group (read in the pre-hook, as the step is about to use it), the optimizer's class, other
 settings and state's keys (``lrcheck.hparams``), the ``scheduler.step()`` calls made on
 the optimizer since the previous update, the steps a GradScaler skipped since then, and every
-``every``-th update (every update in a lockstep pair where lockstep does not judge it:
-``dense``) the gradient norm and a parameter fingerprint, taken in the post-hook (where
+``every``-th update (every update of a lockstep pair once lockstep is off: ``dense``) the
+gradient norm and a parameter fingerprint, taken in the post-hook (where
 Lightning, which runs the last backward inside ``optimizer.step`` through its closure, has the
 final gradients and parameters).
 
@@ -248,13 +248,12 @@ class ProcessRecorder:
                 self.follower.after(k, optimizer, params)
 
     def dense(self, st: _Optimizer) -> bool:
-        """Whether ``st`` is fingerprinted at every update: the first optimizer of a lockstep
-        pair's reference (it cannot know when the candidate stops following), and of its
-        candidate once lockstep is off, so that what lockstep did not judge is judged
-        free-running (``plan.judging.recorded_judging``)."""
-        follower = self.follower
-        return st.index == 0 and (self.role == roles.REFERENCE or self.role == roles.CANDIDATE
-                                  and (follower is None or follower.off is not None))
+        """Whether ``st`` is fingerprinted at every update: the first optimizer of either side
+        of a lockstep pair where lockstep is off (its parameters sharded, or stopped), so that
+        what lockstep did not judge is judged free-running (``plan.judging``)."""
+        side = self.streamer if self.role == roles.REFERENCE else self.follower
+        return st.index == 0 and self.role in (roles.REFERENCE, roles.CANDIDATE) and (
+            st.sharded or side is not None and bool(side.off))
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
