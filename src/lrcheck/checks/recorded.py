@@ -255,9 +255,13 @@ def _effects(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray]
             return locked, grads, None
         after = _after(pairs, judging.free_from)
         free = _not_comparable(_fingerprints(ref, cand, after, tol, twin), reason)
+        norms = check_grad_norm(ref, cand, after, tol, twin)
+        if norms is not None and not norms.detail.startswith(JUDGED_UP_TO):  # --strict's
+            norms = replace(norms, detail=f"free-running from update {judging.free_from}, "
+                                          f"after lockstep stopped: {norms.detail}")
         return (then_free(locked, free, judging, len(cand.updates),
                           _fingerprinted(ref, cand, after), cause), grads,
-                _not_comparable(check_grad_norm(ref, cand, after, tol, twin), reason))
+                _not_comparable(norms, reason))
     params = _not_comparable(fingerprints, reason) or fingerprints
     if judging.why and params.status != SKIP:
         judge = "against the twin's drift" if twin is not None else "no twin: as a jump or drift"
