@@ -246,6 +246,8 @@ def test_a_lockstep_pair_s_side_fingerprints_every_update_once_lockstep_is_off(t
     recorder.follower.off = "the optimizers' states differ"
     assert recorder.dense(st)
     recorder.role, recorder.streamer = roles.REFERENCE, SimpleNamespace(off=False)
+    assert recorder.dense(st)  # its first updates, before it can know the candidate follows
+    st.recorder.step = 9
     assert not recorder.dense(st)
     recorder.streamer.off = True  # every candidate rank stopped following
     assert recorder.dense(st)

@@ -249,11 +249,13 @@ class ProcessRecorder:
 
     def dense(self, st: _Optimizer) -> bool:
         """Whether ``st`` is fingerprinted at every update: the first optimizer of either side
-        of a lockstep pair where lockstep is off (its parameters sharded, or stopped), so that
-        what lockstep did not judge is judged free-running (``plan.judging``)."""
+        of a lockstep pair where lockstep is off (its parameters sharded, or stopped; the
+        reference's first updates too, before it can know), so that what lockstep did not judge
+        is judged free-running (``plan.judging``)."""
         side = self.streamer if self.role == roles.REFERENCE else self.follower
+        early = self.role == roles.REFERENCE and st.recorder.step <= lockstep.DEPTH + 1
         return st.index == 0 and self.role in (roles.REFERENCE, roles.CANDIDATE) and (
-            st.sharded or side is not None and bool(side.off))
+            st.sharded or early or side is not None and bool(side.off))
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
