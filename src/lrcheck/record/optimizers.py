@@ -131,7 +131,7 @@ class Settings:
                      if all(counts(key, v) for v in values)}
 
     def line(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        state = [sorted({key for p in g["params"] for key in optimizer.state.get(p, {})})
+        state = [sorted({str(key) for p in g["params"] for key in optimizer.state.get(p, {})})
                  for g in optimizer.param_groups]
         now = {SETTINGS: self.read, STATE: state}
         out = {key: value for key, value in now.items() if self.last.get(key) != value}
