@@ -1,6 +1,5 @@
-"""What a recorded pair does to an optimizer's parameters at its start: the fingerprint of
-each optimizer's parameters when it was made (a lockstep pair's candidate compares them), and
-the twin's nudge of one unit in the last place (``lrcheck run`` free-running)."""
+"""The fingerprint of each optimizer's parameters when it was made, which a lockstep pair's
+candidate compares with the reference's (the twin's nudge is ``optimizers.nudge``)."""
 
 from __future__ import annotations
 
@@ -15,16 +14,6 @@ from lrcheck.recorder import fingerprint
 # In a lockstep pair, the fingerprint of an optimizer's parameters when it was made, set on it:
 # the weights before anything the user's loop does to them.
 BORN = "_lrcheck_born"
-
-
-def nudge(params: list[torch.Tensor]) -> None:
-    """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
-    a twin's start, the floor of a free-running pair's drift."""
-    with torch.no_grad():
-        for p in params:
-            local = optimizers.local_tensor(p)
-            if local.is_floating_point() and local.numel():
-                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
 
 
 def fingerprint_at_birth() -> None:

@@ -70,6 +70,14 @@ class Guard:
 
         return guarded
 
+    def anyway(self, where: str, body: Callable[[], object]) -> None:
+        """``body`` run even where the guard is off (closing files at the process's exit); an
+        exception it raises trips the guard."""
+        try:
+            body()
+        except Exception as exc:  # noqa: BLE001 - the user's program ends as it would have
+            self.trip(reason(where, exc))
+
 
 # One recording per process: the guard of its hooks, armed by ``record.process.install_hooks``.
 RECORDING = Guard("recording")

@@ -36,7 +36,8 @@ from typing import Any
 import torch
 
 from lrcheck.procs.owner import gone, identity
-from lrcheck.record.exchange import DEPTH, MARGIN, free_space, need, place, state_bytes
+from lrcheck.record.exchange import DEPTH as DEPTH  # read by record.process
+from lrcheck.record.exchange import MARGIN, free_space, need, place, state_bytes
 from lrcheck.record.roles import CANDIDATE, ENV_SPARE, ENV_WAIT, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 

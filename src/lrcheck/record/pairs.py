@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, ParamSpec, TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import Interrupted, SpecError, stop_words
+from lrcheck.plan.judging import RecordedJudging
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
@@ -200,14 +201,18 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                                    echo=echo, timeout=timeout,
                                    deterministic=deterministic).values():
             _stepped(run)
+    from lrcheck.record.sides import read_judging
+
     report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                        strict=strict)
-    if not _needs_twin(report):
+    if not _needs_twin(report, read_judging(folders["candidate"])[0]):
         if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
             shutil.rmtree(folders["twin"], ignore_errors=True)
     else:
+        # Beside a pair recorded together, whose reference fingerprinted every update
+        # (``record.process``), the twin does too.
         _record_alone("twin of the reference", commands["reference"], folders["twin"],
-                      samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
+                      samples, every if free else 1, echo, {ENV_NUDGE: "1"}, deterministic)
         report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                            twin=folders["twin"], strict=strict)
     report.logs = [*findings(folders["reference"], "reference", _path(ref_logs), stated),
@@ -230,18 +235,21 @@ def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None,
     return run
 
 
-def _needs_twin(report: Report) -> bool:
-    """Whether a free-running pair's effects (``params``, ``grad-norm``) go beyond their
-    tolerance where no cause (``lr``, ``updates``) already differs, at or before them."""
+def _needs_twin(report: Report, judging: RecordedJudging) -> bool:
+    """Whether the effects (``params``, ``grad-norm``) of the updates judged free-running
+    (``judging.free_from`` on: all, or those after lockstep stopped) go beyond their tolerance
+    where no cause (``lr``, ``updates``, ``optimizer``) already differs, at or before them."""
     checks = {c.name: c for c in report.checks}
-    if "grads" in checks:  # in lockstep
+    start = judging.free_from
+    if start is None:  # in lockstep throughout
         return False
     effects = [c.first_divergence for name in ("params", "grad-norm")
                if (c := checks.get(name)) is not None and c.status in (FAIL, WARN)
-               and c.first_divergence is not None and "not comparable:" not in c.detail]
+               and c.first_divergence is not None and c.first_divergence >= start
+               and "not comparable:" not in c.detail]
     if not effects:
         return False
-    causes = [c.first_divergence for name in ("lr", "updates", "ranks (reference)",
+    causes = [c.first_divergence for name in ("lr", "updates", "optimizer", "ranks (reference)",
                                               "ranks (candidate)")
               if (c := checks.get(name)) is not None and c.status == FAIL]
     known = [k for k in causes if k is not None]

@@ -3,10 +3,11 @@
 process, whatever framework steps it.
 
 Per optimizer update it writes one Recorder line (``lrcheck.recorder``): the LR of every param
-group (read in the pre-hook, as the step is about to use it), the other hyperparameters a
-schedule may drive (momentum or betas, weight decay), the ``scheduler.step()`` calls made on
+group (read in the pre-hook, as the step is about to use it), the optimizer's class, other
+settings and state's keys (``lrcheck.hparams``), the ``scheduler.step()`` calls made on
 the optimizer since the previous update, the steps a GradScaler skipped since then, and every
-``every``-th update the gradient norm and a parameter fingerprint, taken in the post-hook (where
+``every``-th update (every update of a lockstep pair once lockstep is off: ``dense``) the
+gradient norm and a parameter fingerprint, taken in the post-hook (where
 Lightning, which runs the last backward inside ``optimizer.step`` through its closure, has the
 final gradients and parameters).
 
@@ -47,7 +48,7 @@ from torch.optim.optimizer import (
 )
 
 from lrcheck.record import ema, guard, lockstep, modules, optimizers, roles, stages, taps
-from lrcheck.record.birth import BORN, fingerprint_at_birth, nudge
+from lrcheck.record.birth import BORN, fingerprint_at_birth
 from lrcheck.record.calls import (
     Args,
     Imported,
@@ -61,7 +62,6 @@ from lrcheck.record.losses import Losses
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 from lrcheck.runner.determinism import in_effect
 
-HPARAMS = ("momentum", "betas", "weight_decay")
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
 CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "scaler_update",
          "ema_update")
@@ -85,7 +85,7 @@ class _Optimizer:
         self.sharded = self.partitioned or any(hasattr(p, "to_local") for p in params)
         self.depth = 0
         self.lr: list[float] = []
-        self.hparams: dict[str, list[Any]] = {}
+        self.settings = optimizers.Settings(self.cls)
         self.scheduler_steps = 0
         self.skipped = 0
         self.phantom = 0
@@ -130,8 +130,7 @@ class ProcessRecorder:
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
         self.off: dict[str, Any] | None = None  # why its guard switched the recording off
-        self.lockstep = guard.Guard("lockstep")
-        self.lockstep.arm(self._lockstep_off)
+        self.lockstep = guard.Guard("lockstep")  # armed with the side's stop at its start
         self.standing = stages.Standing()  # where it began and ended (``record.stages``)
 
     def _claim(self) -> str:
@@ -184,22 +183,14 @@ class ProcessRecorder:
             self.lockstep.trip(f"the recording is off ({why})")
         self.describe()
 
-    def _lockstep_off(self, why: str) -> None:
-        """Lockstep off (``self.lockstep``), this process's side told so."""
-        for side in (self.streamer, self.follower):
-            if side is not None:
-                side.stop(why)
-
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         self.stepped[id(optimizer)] = self.stepped.get(id(optimizer), 0) + 1
         st = self.state(optimizer)
         st.depth += 1
         if st.depth > 1:  # super().step() of a subclass: the outer step is the update
             return
-        groups = optimizer.param_groups
-        st.lr = [float(g["lr"]) for g in groups]
-        st.hparams = {key: [optimizers.plain(g[key]) for g in groups] for key in HPARAMS
-                      if all(key in g for g in groups)}
+        st.lr = [float(g["lr"]) for g in optimizer.param_groups]
+        st.settings.before(optimizer)
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
         if self.imported is not None:
@@ -218,7 +209,7 @@ class ProcessRecorder:
             self.logs = modules.log_folders()
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
-            nudge(params)
+            optimizers.nudge(params)
         if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
                 or "-p" in str(self.name):  # a later process of the rank: not in lockstep
             return
@@ -226,10 +217,12 @@ class ProcessRecorder:
         born = getattr(st.optimizer, BORN, None)
         if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
+            self.lockstep.arm(self.streamer.stop)
             self.lockstep("lockstep's start", self.streamer.start)(params, st.sharded, born,
                                                                    st.optimizer)
         elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
+            self.lockstep.arm(self.follower.stop)
             self.lockstep("lockstep's start", self.follower.start)(params, st.names,
                                                                    st.sharded, born)
 
@@ -247,9 +240,9 @@ class ProcessRecorder:
             self.describe()
             return
         extra: dict[str, Any] = {"scheduler_steps": st.scheduler_steps, "skipped": st.skipped,
-                                 **st.hparams}
+                                 **st.settings.line(optimizer)}
         fp = None
-        if self.every and st.recorder.step % self.every == 0:
+        if self.every and (st.recorder.step % self.every == 0 or self.dense(st)):
             with torch.no_grad():
                 norms = torch.stack([torch.linalg.vector_norm(optimizers.stored(g.detach()),
                                                               dtype=torch.float64)
@@ -267,6 +260,16 @@ class ProcessRecorder:
             side = self.streamer or self.follower
             if side is not None:
                 self.lockstep(f"lockstep at update {k}", side.after)(k, optimizer, params)
+
+    def dense(self, st: _Optimizer) -> bool:
+        """Whether ``st`` is fingerprinted at every update: the first optimizer of either side
+        of a lockstep pair where lockstep is off (its parameters sharded, or stopped; the
+        reference's first updates too, before it can know), so that what lockstep did not judge
+        is judged free-running (``plan.judging``)."""
+        side = self.streamer if self.role == roles.REFERENCE else self.follower
+        early = self.role == roles.REFERENCE and st.recorder.step <= lockstep.DEPTH + 1
+        return st.index == 0 and self.role in (roles.REFERENCE, roles.CANDIDATE) and (
+            st.sharded or early or side is not None and bool(side.off))
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
@@ -335,10 +338,7 @@ class ProcessRecorder:
         return self.folder / ema.FILE.format(stem=self.name)
 
     def close(self) -> None:
-        try:  # even where the recording is off: its files closed, what it had said kept
-            self._close()
-        except Exception as exc:  # noqa: BLE001 - at the user's exit, as in any hook
-            guard.RECORDING.trip(guard.reason("the recording's end", exc))
+        guard.RECORDING.anyway("the recording's end", self._close)  # its files closed
         for side in (self.streamer, self.follower):  # the other side's waits released
             if side is not None:
                 side.close()
@@ -366,8 +366,7 @@ def install_hooks(folder: str, *, samples: int | None, every: int,
     """Record every optimizer of this process into ``folder`` (see ``ProcessRecorder``;
     ``deterministic``: its description says what ``--deterministic`` set, as in effect)."""
     recorder = ProcessRecorder(Path(folder), samples, every, deterministic)
-    on = guard.RECORDING
-    on.arm(recorder.switch_off)
+    (on := guard.RECORDING).arm(recorder.switch_off)
     modules.count_dropout()
     if recorder.role:
         fingerprint_at_birth()
