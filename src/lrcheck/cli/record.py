@@ -73,6 +73,10 @@ def run_command(
     deterministic: DeterministicOpt = False,
     ref_logs: Annotated[Path | None, typer.Option("--ref-logs", metavar="DIR", help=f"The reference's log: {LogsHelp}")] = None,
     logs: LogsOpt = None,
+    interrupt_at: Annotated[int | None, typer.Option("--interrupt-at", metavar="N", help="Interrupt the candidate once it has made N updates (before update N's step), as a preemption does, then run --resume: the two processes are held against the uninterrupted reference as one run, with what a resume must carry checked (docs/resume.md).")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="CMD", help="With --interrupt-at: the command line that resumes the candidate from its checkpoint, quoted.")] = None,
+    interrupt_signal: Annotated[str, typer.Option("--interrupt-signal", metavar="TERM|KILL", help="With --interrupt-at: SIGTERM to the candidate's process group, then SIGKILL after --grace seconds (TERM); or SIGKILL at once (KILL).")] = "TERM",
+    grace: Annotated[float, typer.Option("--grace", metavar="SECONDS", help="With --interrupt-signal TERM: the seconds the candidate is given to end before SIGKILL.")] = 30.0,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -95,7 +99,9 @@ def run_command(
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,
                               timeout=timeout or None, strict=strict,
-                              deterministic=deterministic, ref_logs=ref_logs, logs=logs)
+                              deterministic=deterministic, ref_logs=ref_logs, logs=logs,
+                              interrupt_at=interrupt_at, resume=resume,
+                              interrupt_signal=interrupt_signal, grace=grace)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import SpecError
+from lrcheck.record.interrupt import Interrupt
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
@@ -113,7 +114,7 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None) -> Report:
+                 logs: str | Path | None = None, interrupt: Interrupt | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
     where its trainer logged: ``record.logged``) held against its record, in the report's
@@ -125,12 +126,15 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
     the update where the twin decorrelated fail there). A command that fails is a
     ``RunError`` with its exit code and last lines. ``deterministic``: every command with
-    ``--deterministic``'s settings."""
+    ``--deterministic``'s settings. ``interrupt``: the candidate interrupted and resumed
+    (``record.interrupt``), its processes joined into one timeline."""
     if timeout is not None and not timeout >= 0:
         raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
                         f"{timeout!r}")
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
+    if interrupt is not None:
+        commands["candidate"] = interrupt.command(commands["candidate"])
     every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
     folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
     if free:
