@@ -204,8 +204,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     once it made ``interrupt_at`` updates (``interrupt_signal``: ``TERM``, then ``KILL`` after
     ``grace`` seconds, or ``KILL``), then resumed by the command line ``resume``, and the two
     processes held against the reference as one run (docs/resume.md)."""
-    from lrcheck.record.interrupt import Interrupt
     from lrcheck.record.pairs import run_commands as run
+    from lrcheck.spec.interrupt import Interrupt
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
                echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict,

@@ -17,7 +17,7 @@ import pytest
 from lrcheck import api
 from lrcheck.errors import SpecError
 from lrcheck.record import interrupt
-from lrcheck.record.interrupt import Interrupt
+from lrcheck.spec.interrupt import Interrupt
 
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
 RUN = [sys.executable, str(SCRIPT), "--updates", "24", "--dtype", "float64"]

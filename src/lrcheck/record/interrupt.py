@@ -32,66 +32,23 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from lrcheck.errors import SpecError
+if TYPE_CHECKING:
+    from lrcheck.record.process import ProcessRecorder
+
+# ``spec.interrupt``'s, not imported from there: every recorded process imports this module.
+SIGNALS = ("TERM", "KILL")
+DEFAULT_GRACE_S = 30.0
 
 ENV_INTERRUPT = "PYTHON_LRCHECK_INTERRUPT"
-SIGNALS = {"TERM": signal.SIGTERM, "KILL": signal.SIGKILL}
-DEFAULT_GRACE_S = 30.0
 EXITED = "exited"
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    """``--interrupt-at``, ``--resume``, ``--interrupt-signal`` and ``--grace``: the candidate
-    interrupted once it made ``at`` updates (before update ``at``'s step), by ``signal``
-    (``TERM``: SIGTERM, then SIGKILL after ``grace`` seconds; ``KILL``: at once), then the
-    command line ``resume`` (split as a shell would)."""
-
-    at: int
-    resume: str
-    signal: str = "TERM"
-    grace: float = DEFAULT_GRACE_S
-
-    @classmethod
-    def given(cls, at: int | None, resume: str | None, sig: str = "TERM",
-              grace: float = DEFAULT_GRACE_S) -> Interrupt | None:
-        """The options checked (None: no interrupt); a ``SpecError`` naming the bad value."""
-        if at is None and resume is None:
-            return None
-        if at is None or resume is None:
-            raise SpecError("--interrupt-at and --resume go together: the update to interrupt "
-                            f"the candidate before, and the command that resumes it (got "
-                            f"--interrupt-at {at!r}, --resume {resume!r})")
-        if isinstance(at, bool) or not isinstance(at, int) or at < 1:
-            raise SpecError(f"--interrupt-at must be a number of updates >= 1, got {at!r}")
-        if sig not in SIGNALS:
-            raise SpecError(f"--interrupt-signal must be one of {', '.join(SIGNALS)}, got "
-                            f"{sig!r}")
-        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
-            raise SpecError(f"--grace must be a number of seconds >= 0, got {grace!r}")
-        try:
-            argv = shlex.split(resume)
-        except ValueError as exc:
-            raise SpecError(f"the resume command {resume!r} does not split: {exc}") from None
-        if not argv:
-            raise SpecError("the resume command line is empty: give the command that resumes "
-                            "the candidate from its checkpoint, quoted")
-        return cls(at, resume, sig, float(grace))
-
-    def command(self, candidate: list[str]) -> list[str]:
-        """The command line ``lrcheck run`` records in the candidate's place."""
-        return [sys.executable, "-m", "lrcheck.record.interrupt", "--at", str(self.at),
-                "--signal", self.signal, "--grace", repr(self.grace), "--resume", self.resume,
-                "--", *candidate]
 
 
 # In the recorded process -----------------------------------------------------------------
 
-def install(recorder: Any) -> None:
+def install(recorder: ProcessRecorder) -> None:
     """With ``ENV_INTERRUPT`` set, stop this process's first optimizer before its update N's
     step (see the module's docstring); ``recorder``: ``record.process.ProcessRecorder``."""
     value = os.environ.get(ENV_INTERRUPT, "")  # torchrun's ranks are told too
@@ -122,7 +79,7 @@ def install(recorder: Any) -> None:
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lrcheck.record.interrupt")
     parser.add_argument("--at", type=int, required=True)
-    parser.add_argument("--signal", choices=sorted(SIGNALS), default="TERM")
+    parser.add_argument("--signal", choices=SIGNALS, default="TERM")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S)
     parser.add_argument("--resume", required=True)
     parser.add_argument("candidate", nargs=argparse.REMAINDER)
@@ -164,7 +121,7 @@ def interrupt(proc: subprocess.Popen[bytes], sig: str, grace: float) -> int | No
         except (ProcessLookupError, PermissionError):
             pass
 
-    kill(SIGNALS[sig])
+    kill(signal.SIGKILL if sig == "KILL" else signal.SIGTERM)
     if sig == "TERM":
         try:
             proc.wait(timeout=grace)

@@ -15,13 +15,13 @@ from typing import TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import SpecError
-from lrcheck.record.interrupt import Interrupt
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
+from lrcheck.spec.interrupt import Interrupt
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,

@@ -202,7 +202,8 @@ def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
     pair = entry.pair
     assert not isinstance(pair, PairSpec)
     return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
-                        tolerances=pair.tolerances, deterministic=pair.deterministic)
+                        tolerances=pair.tolerances, deterministic=pair.deterministic,
+                        interrupt=pair.interrupt)
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:

@@ -35,6 +35,7 @@ from lrcheck.spec import (
     Tolerances,
     pair_from_options,
 )
+from lrcheck.spec.interrupt import DEFAULT_GRACE_S, Interrupt
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,7 +51,9 @@ META_KEYS = ("name", "expect")
 # A [[pair]] of a user's own commands (``lrcheck run 'REF' 'CAND'``): these, a name, expect and
 # tolerances; no run key.
 COMMAND_KEYS = ("ref_command", "command", "samples_per_update")
-KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS)
+# A pair of commands' candidate interrupted and resumed (``lrcheck run --interrupt-at``).
+INTERRUPT_KEYS = ("interrupt_at", "resume", "interrupt_signal", "grace")
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS, *INTERRUPT_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
 # expands.
 UPDATE_LIST_KEYS = ("inject_overflow",)
@@ -130,7 +133,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
     _check_keys(source, "[defaults]", defaults, lists=False)
-    for key in (k for k in COMMAND_KEYS if k in defaults):
+    for key in (k for k in (*COMMAND_KEYS, *INTERRUPT_KEYS) if k in defaults):
         raise SpecError(f"{source}: [defaults], key {key!r}: a command belongs to one pair; "
                         "set it in [[pair]]")
     if "name" in defaults:
@@ -145,7 +148,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
         for number, item in enumerate(items, 1):
             origin = f"[[{kind}]] #{number}"
             _check_keys(source, origin, item, lists=kind == "grid")
-            if any(k in item for k in COMMAND_KEYS):
+            if any(k in item for k in (*COMMAND_KEYS, *INTERRUPT_KEYS)):
                 entries.append(_command_entry(source, origin, kind, defaults, item))
             else:
                 entries += (_expand(source, origin, defaults, item) if kind == "grid"
@@ -190,7 +193,7 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
     (lrcheck does not train it), but for ``deterministic``; its tolerances, ``expect`` and the
     defaults' tolerances do."""
     if kind != "pair":
-        key = next(k for k in COMMAND_KEYS if k in item)
+        key = next(k for k in (*COMMAND_KEYS, *INTERRUPT_KEYS) if k in item)
         raise SpecError(f"{source}: {where}, key {key!r}: commands belong in a [[pair]], "
                         "not a [[grid]]")
     for key in ("ref_command", "command"):
@@ -201,12 +204,19 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
         if (key in RUN_KEYS or key in PAIR_KEYS) and key not in COMMAND_RUN_KEYS:
             raise SpecError(f"{source}: {where}, key {key!r}: a pair of commands runs the "
                             "commands as they are; it takes no run key (only name, expect, "
-                            "samples_per_update, deterministic and tol_*)")
+                            "samples_per_update, deterministic, interrupt_at, resume, "
+                            "interrupt_signal, grace and tol_*)")
     values = {**defaults, **item}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
+    try:
+        stop = Interrupt.given(item.get("interrupt_at"), item.get("resume"),
+                               item.get("interrupt_signal", "TERM"),
+                               item.get("grace", DEFAULT_GRACE_S))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     pair = CommandPair(item["ref_command"], item["command"],
                        Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"),
-                       values.get("deterministic", False))
+                       values.get("deterministic", False), stop)
     name = item.get("name", "commands")
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
@@ -298,8 +308,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     elif key == "ref_nproc":
         if not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1, got {value!r}")
-    elif key == "fast":
-        pass  # a boolean, checked above
+    elif key == "fast" or key in INTERRUPT_KEYS:
+        pass  # a boolean, checked above; the interrupt's, checked with the pair's (Interrupt)
     else:
         try:
             if key in TOLERANCE_KEYS:
