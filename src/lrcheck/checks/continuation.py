@@ -65,11 +65,12 @@ def _ordinal(order: int) -> str:
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
-    """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``), whether the later process
-    started where the earlier one ended (None: not known on both sides)."""
+    """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``, ``scale``: a GradScaler's loss
+    scale), whether the later process started where the earlier one ended (None: not known on
+    both sides)."""
     before, after = b.before or {}, b.after or {}
     out: dict[str, bool | None] = {}
-    for key in ("opt_step", "sched_epoch", "fingerprint"):
+    for key in ("opt_step", "sched_epoch", "fingerprint", "scale"):
         x, y = before.get(key), after.get(key)
         out[key] = None if x is None or y is None else x == y
     if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
@@ -112,6 +113,10 @@ def _not_carried(b: Boundary) -> list[str]:
         else:
             out.append(f"{who} started update {k} from another optimizer state: its step "
                        f"counter was {y:g}, {stood(f'{x:g}')}")
+    if found["scale"] is False:
+        x, y = before["scale"], after["scale"]
+        out.append(f"{who} started update {k} with the GradScaler's loss scale at {y:g} (its "
+                   f"state_dict not loaded: a fresh scaler), {stood(f'{x:g}')}")
     if found["fingerprint"] is False:
         had = f"had after update {k - 1}" if b.twice else "ended with"
         out.append(f"{who} did not start update {k} from the weights {prev[:-2]} {had} "
@@ -125,7 +130,8 @@ def _what_carried(b: Boundary) -> str:
         ("fingerprint", "the weights"),
         ("opt_step", f"the optimizer's state (step counter {after.get('opt_step', 0):g})"
          if after.get("opt_step") is not None else ""),
-        ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})")) if found[key]]
+        ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})"),
+        ("scale", f"the GradScaler's loss scale ({after.get('scale')})")) if found[key]]
     return ", ".join(said) + " carried"
 
 

@@ -172,7 +172,7 @@ class ProcessRecorder:
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
-            "logs": self.logs, **self.standing.described(self.optimizers)}, indent=1)
+            "logs": self.logs, **self.standing.described(self.optimizers, self.scaler)}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
