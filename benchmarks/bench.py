@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed", "lockstep")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "resume")
 
 
 class RunFailed(Exception):
@@ -309,6 +309,14 @@ def bench_lockstep(table: Table, runs: int) -> None:
                   lock["wall"] / bare["wall"], LOCKSTEP_TARGET)
 
 
+def bench_resume(table: Table, runs: int, out: Path) -> None:
+    """``lrcheck run --interrupt-at`` against the same pair uninterrupted (resume_cost.py)."""
+    sys.path.insert(0, str(HERE))
+    import resume_cost
+
+    resume_cost.bench(table, runs, out, alternate, wall_rss)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -373,7 +381,8 @@ def main() -> None:
                    "lightning": lambda: bench_framework(table, args.runs, out, "lightning"),
                    "fsdp": lambda: bench_sharded(table, args.runs, out, "fsdp"),
                    "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed"),
-                   "lockstep": lambda: bench_lockstep(table, args.runs)}
+                   "lockstep": lambda: bench_lockstep(table, args.runs),
+                   "resume": lambda: bench_resume(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
                 try:
