@@ -95,8 +95,14 @@ def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> bool:
     """Whether every rank of ``proc`` reached the interrupt point (False: it exited first)."""
     def waiter() -> None:
         proc.wait()
-        with open(fifo, "w", encoding="utf-8") as f:
-            f.write(f"{EXITED}\n")
+        try:  # no reader left (the point was reached; the FIFO gone): nothing to tell
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return
+        try:
+            os.write(fd, f"{EXITED}\n".encode())
+        finally:
+            os.close(fd)
 
     threading.Thread(target=waiter, daemon=True).start()
     seen: set[int] = set()
