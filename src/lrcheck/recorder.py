@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, SupportsFloat
 
 from lrcheck.errors import SpecError
+from lrcheck.hparams import read_settings
 
 REQUIRED = ("step", "samples_seen", "lr")
 # What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
@@ -274,6 +275,7 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
     if "fed" in item:
         record.update(_fed(item, where))
     record.update(_losses(item, where))
+    record.update(read_settings(item, where))
     return record
 
 

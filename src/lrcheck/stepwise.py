@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.errors import SpecError
+from lrcheck.plan.judging import Recorded, RecordedJudging
 from lrcheck.trace import RunTrace
 
 # A candidate rank's lockstep file, in its record folder.
@@ -72,15 +73,16 @@ class StepGaps:
 @dataclass(frozen=True)
 class RecordedFacts:
     """What two record folders say beyond their Recorder lines, for ``checks.recorded``:
-    the candidate's lockstep gaps (None: it ran free, with ``free`` saying why), why the
-    effects are not comparable (``stochastic``: dropout active), the reference's optimizer
-    class name, and the reference command's twin where one ran (``twin``: its parameters
-    nudged by one ulp at its first step, the floor of a free-running pair's drift);
+    the candidate's lockstep gaps (None: it ran free), how its effects are judged
+    (``judging``: ``plan.judging.recorded_judging``), why the effects are not comparable
+    (``stochastic``: dropout active), the reference's optimizer class name, and the reference
+    command's twin where one ran (``twin``: its parameters nudged by one ulp at its first step,
+    the floor of a free-running pair's drift);
     ``other_ranks``: the lockstep gaps of the candidate's ranks 1, 2, … (each rank loads the
     reference's state and compares its own update)."""
 
     lockstep: StepGaps | None = None
-    free: str | None = None
+    judging: RecordedJudging = RecordedJudging(Recorded.FREE)
     stochastic: str | None = None
     optimizer: str = ""
     twin: RunTrace | None = None

@@ -170,3 +170,37 @@ def test_judging_imports_no_torch_and_no_numpy():
     assert lines[-1] == "[]"
     assert lines[:-1] == [f"{name} {floor} {3 if floor is AGAINST_TWIN else 2}"
                           for name, (floor, _) in JUDGED.items()]
+
+
+# Recorded runs (``lrcheck run``, ``diff``): how far lockstep judged, decided once.
+
+def test_a_pair_recorded_apart_is_judged_free_running_and_says_why():
+    from lrcheck.plan.judging import Recorded, recorded_judging
+
+    judging = recorded_judging(None, free="recorded one after the other")
+    assert judging.mode is Recorded.FREE and judging.free_from == 0
+    assert judging.why == "recorded one after the other"
+    sharded = recorded_judging([], "the parameters are sharded")  # lockstep never compared one
+    assert sharded.mode is Recorded.FREE and sharded.why == "the parameters are sharded"
+    assert sharded.lead(32) \
+        == "judged in lockstep at no update; lockstep off: the parameters are sharded"
+
+
+def test_lockstep_throughout_leaves_nothing_free_running():
+    from lrcheck.plan.judging import Recorded, recorded_judging
+
+    judging = recorded_judging(range(32))
+    assert judging.mode is Recorded.LOCKSTEP and judging.through == 31
+    assert judging.free_from is None and judging.why is None
+    assert judging.lead(32) == "judged in lockstep at all 32 updates"
+
+
+def test_lockstep_that_stopped_is_judged_in_part_and_free_running_after():
+    from lrcheck.plan.judging import Recorded, recorded_judging
+
+    judging = recorded_judging([0], "the optimizers' states differ")
+    assert judging.mode is Recorded.PARTIAL and (judging.through, judging.free_from) == (0, 1)
+    assert judging.lead(32) == ("judged in lockstep at 1 update of 32 (0 to 0); lockstep "
+                                "stopped after update 0: the optimizers' states differ")
+    assert recorded_judging([0, 1, 2], "gone").lead(12).startswith(
+        "judged in lockstep at 3 updates of 12 (0 to 2)")

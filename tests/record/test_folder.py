@@ -154,15 +154,17 @@ def test_a_ranks_failure_is_a_cause_that_spares_the_twin():
     from types import SimpleNamespace
 
     from lrcheck.checks.status import FAIL, PASS, CheckResult
+    from lrcheck.plan.judging import recorded_judging
     from lrcheck.record.pairs import _needs_twin
 
     params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
     lr = CheckResult("lr", PASS, 0.0, None, "equal at all 32 updates")
     ranks = CheckResult("ranks (candidate)", FAIL, 0.001, 1, "rank 1's LR differs …")
-    assert _needs_twin(SimpleNamespace(checks=[lr, params]))
-    assert not _needs_twin(SimpleNamespace(checks=[lr, params, ranks]))
+    free = recorded_judging(None, free="recorded apart")
+    assert _needs_twin(SimpleNamespace(checks=[lr, params]), free)
+    assert not _needs_twin(SimpleNamespace(checks=[lr, params, ranks]), free)
     later = CheckResult("ranks (candidate)", FAIL, 0.001, 5, "rank 1's LR differs …")
-    assert _needs_twin(SimpleNamespace(checks=[lr, params, later]))  # the effect came first
+    assert _needs_twin(SimpleNamespace(checks=[lr, params, later]), free)  # the effect first
 
 
 def _process_files(folder, stem, pid, started, records, start, end):
@@ -195,3 +197,20 @@ def test_a_second_process_that_started_first_comes_first(tmp_path):
     run = read_folder(tmp_path)
     assert [r["lr"] for r in run.records] == [[0.1], [0.2]]
     assert run.boundaries[0].pid == 5
+
+
+def test_only_the_updates_judged_free_running_may_need_the_twin():
+    from types import SimpleNamespace
+
+    from lrcheck.checks.status import FAIL, CheckResult
+    from lrcheck.plan.judging import recorded_judging
+    from lrcheck.record.pairs import _needs_twin
+
+    params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
+    report = SimpleNamespace(checks=[params])
+    assert not _needs_twin(report, recorded_judging(range(12)))  # in lockstep throughout
+    assert _needs_twin(report, recorded_judging([0, 1], "states differ"))  # free from 2
+    assert not _needs_twin(report, recorded_judging([0, 1, 2], "states differ"))  # lockstep's
+    optimizer = CheckResult("optimizer", FAIL, None, 0, "momentum 0 against 0.9")
+    assert not _needs_twin(SimpleNamespace(checks=[params, optimizer]),
+                           recorded_judging([0], "states differ"))  # a cause explains it

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from lrcheck.hparams import OptimizerSettings
 from lrcheck.record.calls import count_calls, count_scheduler_steps
 from lrcheck.record.process import ProcessRecorder
 from lrcheck.recorder import read_records
@@ -39,11 +40,33 @@ def test_each_update_is_one_line_with_lr_hparams_and_a_fingerprint_every_k(tmp_p
     records = read_records(tmp_path / "rank0.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
     assert [r["samples_seen"] for r in records] == [32, 64, 96]
-    assert lines[0]["betas"] == [[0.9, 0.999]] and lines[0]["weight_decay"] == [0.5]
+    assert lines[0]["hparams"]["betas"] == [[0.9, 0.999]]
+    assert lines[0]["hparams"]["weight_decay"] == [0.5] and "lr" not in lines[0]["hparams"]
+    assert lines[0]["optimizer"] == "torch.optim.adamw.AdamW"
+    assert lines[0]["state_keys"] == [["exp_avg", "exp_avg_sq", "step"]]
+    assert not any(key in line for line in lines[1:]  # written where they change only
+                   for key in ("optimizer", "hparams", "state_keys"))
     assert ["fingerprint" in r for r in records] == [True, False, True]
     assert ["grad_sq" in r for r in records] == [True, False, True]
     about = json.loads((tmp_path / "rank0.json").read_text())
     assert about["optimizers"][0]["updates"] == 3 and about["optimizers"][0]["tensors"] == 2
+
+
+def test_a_setting_a_schedule_drives_is_written_where_it_changes(tmp_path):
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=4)
+    for _ in range(3):
+        _update(recorder, optimizer, model)
+        scheduler.step()
+    recorder.close()
+    settings = OptimizerSettings.from_records(read_records(tmp_path / "rank0.jsonl"))
+    assert settings is not None and settings.cls == "torch.optim.sgd.SGD"
+    momenta = [s["momentum"][0] for s in settings.settings]
+    assert len(set(momenta)) == 3 and momenta[0] == 0.95  # OneCycleLR's max_momentum first
+    assert "max_momentum" not in settings.settings[0]  # the scheduler's own, not compared
+    assert settings.state == ((("momentum_buffer",),),) * 3
 
 
 def test_a_nested_step_counts_once_and_a_step_without_gradients_is_a_phantom(tmp_path):
@@ -270,3 +293,27 @@ def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):
     assert (r["backward"], r["reached"], r["zero_grad"]) == (4, 3, 1)
     assert (r["clip_grad_value"], r["clip_value"], r["clip_grad_norm"]) == (1, 0.1, 0)
     assert "opt_step" not in r and "clip_norm" not in r  # SGD keeps no step counter
+
+
+def test_a_lockstep_pair_s_side_fingerprints_every_update_once_lockstep_is_off(tmp_path):
+    from types import SimpleNamespace
+
+    from lrcheck.record import roles
+
+    recorder = ProcessRecorder(tmp_path, samples=None, every=50)
+    st = recorder.state(torch.optim.SGD(_model().parameters(), lr=0.1))
+    assert not recorder.dense(st)  # lrcheck record: every 50th update
+    recorder.role, recorder.follower = roles.CANDIDATE, SimpleNamespace(off=None)
+    assert not recorder.dense(st)  # in lockstep: lockstep judges every update
+    recorder.follower.off = "the optimizers' states differ"
+    assert recorder.dense(st)
+    recorder.role, recorder.streamer = roles.REFERENCE, SimpleNamespace(off=False)
+    assert recorder.dense(st)  # its first updates, before it can know the candidate follows
+    st.recorder.step = 9
+    assert not recorder.dense(st)
+    recorder.streamer.off = True  # every candidate rank stopped following
+    assert recorder.dense(st)
+    recorder.streamer, st.sharded = None, True  # a rank of a sharded reference
+    assert recorder.dense(st)
+    recorder.follower = None
+    recorder.close()

@@ -15,7 +15,8 @@ from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, lo
 from lrcheck.checks.ema import EmaPrints, check_ema
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
-from lrcheck.checks.status import CHECK_NAMES, FAIL, PASS, SKIP, WARN, CheckResult
+from lrcheck.checks.status import CHECK_NAMES, FAIL, JUDGED_UP_TO, PASS, SKIP, WARN, CheckResult
+from lrcheck.plan.judging import Recorded, RecordedJudging
 from lrcheck.spec import Tolerances
 from lrcheck.stepwise import RecordedFacts
 from lrcheck.trace import RunTrace
@@ -167,9 +168,10 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     (``checks.cadence``), ``ema-params`` (``checks.ema``, where ``ema`` holds both folders'
     EMA and the twin's) and ``grad-norm`` (``checks.commands``), and ``more`` (the ranks'
     and the replicas' agreement) follows.
-    Where the candidate ran in lockstep (``facts.lockstep``), ``params`` and ``grads`` are
+    Where the candidate ran in lockstep (``facts.judging``), ``params`` and ``grads`` are
     judged update by update from the same state (``checks.lockstep``) instead of
-    fingerprints and gradient norms; ``evidence`` says whether a pass proves anything."""
+    fingerprints and gradient norms; where lockstep stopped, the updates after it free-running
+    (``then_free``; ``grad-norm``); ``evidence`` says whether a pass proves anything."""
     facts = facts or RecordedFacts()
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
@@ -182,34 +184,24 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
         skipped["data"], skipped["weights"] = check_data(ref, cand), check_weights(ref, cand)
     found = {**skipped, "updates": _ended(check_aligned_updates(ref, cand, pairs), incomplete),
              "lr": lr, "loss": loss}
-    twin = facts.twin
-    found["params"] = _fingerprints(ref, cand, pairs, tol.params, twin) or found["params"]
-    reason = facts.stochastic
-    grads: CheckResult | None
-    if facts.lockstep is not None:
-        ranks = (facts.lockstep, *facts.other_ranks)
-        found["params"] = every_rank([check_updates(g, reason, facts.optimizer) for g in ranks])
-        grads = every_rank([check_grads(g, reason, facts.optimizer) for g in ranks])
-    else:
-        grads = check_grad_norm(ref, cand, pairs, tol.params, twin)
-        found["params"] = _not_comparable(found["params"], reason) or found["params"]
-        if facts.free and found["params"].status != SKIP:
-            judge = ("against the twin's drift" if twin is not None
-                     else "no twin: as a jump or drift")
-            found["params"] = replace(found["params"], detail=f"free-running ({facts.free}; "
-                                                              f"judged {judge}): "
-                                                              f"{found['params'].detail}")
+    reason, judging = facts.stochastic, facts.judging
+    fingerprints = _fingerprints(ref, cand, pairs, tol.params, facts.twin) or found["params"]
+    found["params"], grads, later = _effects(ref, cand, pairs, tol.params, facts, fingerprints,
+                                             _cause(more))
     found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
-    lockstep = facts.lockstep is not None
+    lockstep = judging.mode is not Recorded.FREE
     kind = next((e.call for e in (ema or ())[:2] if e is not None), None)
     extra = [check_skips(ref, cand, pairs),
              check_cadence(ref, cand, pairs, lockstep, kind),
              None if ema is None else check_ema(ema[0], ema[1], pairs, tol.params, lockstep,
                                                 ema[2]),
-             _not_comparable(grads, reason),
+             _not_comparable(grads, reason), later,
              check_evidence(ref, cand, facts)]
-    return ([found[name] for name in CHECK_NAMES] + [c for c in extra if c is not None]
-            + list(more))
+    causes = [c for c in more if c.name == "optimizer"]  # beside the LR, the other cause
+    named = [found[name] for name in CHECK_NAMES]
+    at = CHECK_NAMES.index("lr") + 1
+    return (named[:at] + causes + named[at:] + [c for c in extra if c is not None]
+            + [c for c in more if c.name != "optimizer"])
 
 
 def _fingerprints(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray],
@@ -246,3 +238,98 @@ def _ended(updates: CheckResult, incomplete: Sequence[str]) -> CheckResult:
     if not incomplete:
         return updates
     return replace(updates, status=FAIL, detail="; ".join([*incomplete, updates.detail]))
+
+
+def _effects(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray], tol: float,
+             facts: RecordedFacts, fingerprints: CheckResult, cause: str | None
+             ) -> tuple[CheckResult, CheckResult | None, CheckResult | None]:
+    """``params``, ``grads`` (or, free-running, ``grad-norm``) and the ``grad-norm`` of the
+    updates after lockstep stopped, as ``facts.judging`` says (``fingerprints``: ``params``
+    judged free-running from the fingerprints, at every update)."""
+    twin, judging, reason = facts.twin, facts.judging, facts.stochastic
+    if facts.lockstep is not None and judging.mode is not Recorded.FREE:
+        ranks = (facts.lockstep, *facts.other_ranks)
+        locked = every_rank([check_updates(g, reason, facts.optimizer) for g in ranks])
+        grads = every_rank([check_grads(g, reason, facts.optimizer) for g in ranks])
+        if judging.free_from is None:
+            return locked, grads, None
+        after = _after(pairs, judging.free_from)
+        free = _not_comparable(_fingerprints(ref, cand, after, tol, twin), reason)
+        norms = check_grad_norm(ref, cand, after, tol, twin)
+        if norms is not None and not norms.detail.startswith(JUDGED_UP_TO):  # --strict's
+            norms = replace(norms, detail=f"free-running from update {judging.free_from}, "
+                                          f"after lockstep stopped: {norms.detail}")
+        return (then_free(locked, free, judging, len(cand.updates),
+                          _fingerprinted(ref, cand, after), cause), grads,
+                _not_comparable(norms, reason))
+    params = _not_comparable(fingerprints, reason) or fingerprints
+    if judging.why and params.status != SKIP:
+        judge = "against the twin's drift" if twin is not None else "no twin: as a jump or drift"
+        params = replace(params, detail=f"free-running ({judging.why}; judged {judge}): "
+                                        f"{params.detail}")
+    return params, check_grad_norm(ref, cand, pairs, tol, twin), None
+
+
+def _after(pairs: tuple[np.ndarray, np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The aligned updates from the candidate's update ``k`` on."""
+    keep = pairs[1] >= k
+    return pairs[0][keep], pairs[1][keep]
+
+
+def _fingerprinted(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.ndarray]
+                   ) -> list[int]:
+    """The reference's updates among ``pairs`` that both runs fingerprinted."""
+    a, b = ref.fingerprints or [], cand.fingerprints or []
+    return [int(i) for i, j in zip(*pairs, strict=True)
+            if i < len(a) and j < len(b) and a[i] is not None and b[j] is not None]
+
+
+def _cause(more: Sequence[CheckResult]) -> str | None:
+    """Why the runs part after lockstep stopped, where a cause says so: the optimizers."""
+    found = next((c for c in more if c.name == "optimizer" and c.status == FAIL), None)
+    return None if found is None else (f"the optimizers differ from update "
+                                       f"{found.first_divergence} (see optimizer), so this is "
+                                       "not rounding drift")
+
+
+def then_free(locked: CheckResult, free: CheckResult | None, judging: RecordedJudging,
+              updates: int, fingerprinted: Sequence[int], cause: str | None = None
+              ) -> CheckResult:
+    """``params`` of a pair whose lockstep stopped (``judging``): ``locked``, its judgement in
+    lockstep, and ``free``, the updates after it judged free-running from the fingerprints
+    (``fingerprinted``: the updates both runs fingerprinted there; ``cause``: a cause that
+    explains a gap there, said first where it is a warning). Never a pass of updates
+    nobody compared: where the fingerprints end before the last of ``updates``, a warning
+    saying how far the effects were judged, which ``--strict`` fails (``strictly``)."""
+    k = judging.free_from
+    assert k is not None
+    if k >= updates:  # lockstep stopped at the last update: it judged them all
+        return locked
+    if locked.status == FAIL:
+        return replace(locked, detail=f"{locked.detail}; {judging.lead(updates)}")
+    last = max(fingerprinted, default=judging.through)
+    if free is None or free.status == SKIP or last < updates - 1:
+        if free is not None and free.status == FAIL:
+            return _free_failed(free, judging, locked)
+        unjudged = (f"updates {last + 1} to {updates - 1} have no parameter fingerprint in "
+                    "both runs, so nobody compared them")
+        return CheckResult("params", WARN, locked.max_abs_diff, last,
+                           f"{JUDGED_UP_TO} {last} of {updates}: {judging.lead(updates)}; "
+                           f"{unjudged}; {locked.detail}", locked.max_rel_diff)
+    if free.status == FAIL:
+        return _free_failed(free, judging, locked)
+    status = WARN if WARN in (free.status, locked.status) else PASS
+    lead = (f"free-running from update {k}, at {len(fingerprinted)} fingerprinted updates: "
+            f"{free.detail}; before it, {locked.detail}")
+    if free.detail.startswith(JUDGED_UP_TO):
+        lead = f"{free.detail}; before update {k}, {locked.detail}"
+    elif status == WARN and cause:
+        lead = f"{cause}; {lead}"
+    return CheckResult("params", status, free.max_abs_diff, free.first_divergence
+                       if status != PASS else None, lead, free.max_rel_diff)
+
+
+def _free_failed(free: CheckResult, judging: RecordedJudging, locked: CheckResult
+                 ) -> CheckResult:
+    return replace(free, detail=f"free-running from update {judging.free_from}: "
+                                f"{free.detail}; before it, {locked.detail}")

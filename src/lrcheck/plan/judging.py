@@ -9,11 +9,16 @@ reference, the candidate, the twin — in order, with what each keeps or loads, 
 run; ``runner.pair`` (in this process, or inside torchrun) and ``runner.ranks.worker`` (a
 launched job) execute it, and nothing else decides it.
 
+``recorded_judging`` decides the same for two recorded commands (``lrcheck run``, ``diff``):
+in lockstep, in part (lockstep stopped, free-running after), or free-running; ``record.sides``,
+``record.pairs`` and ``checks.recorded`` read it.
+
 Pure: it reads a run's fields and the registry, and imports no torch (``tests/plan``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -166,3 +171,56 @@ def run_order(reference: Run, candidate: Run, noise_floor: bool = True, *,
     twin = (Step(TWIN, if_needed=True),) if judging is Judging.TWIN else ()
     first = where is not Where.ONE_JOB or judging is Judging.LOCKSTEP
     return RunOrder(judging, where, (*ref, *cand, *twin) if first else (*cand, *ref, *twin))
+
+
+class Recorded(Word):
+    """How two recorded runs' effects were judged (``recorded_judging``)."""
+
+    LOCKSTEP = "lockstep"  # every update from the reference's state
+    PARTIAL = "partial"  # in lockstep up to an update, then free-running
+    FREE = "free"  # free-running throughout, from the parameter fingerprints
+
+
+@dataclass(frozen=True)
+class RecordedJudging:
+    """How the effects of two recorded runs (``lrcheck diff``, ``lrcheck run``) are judged:
+    ``mode``; ``through``: the last update judged in lockstep (-1: none); ``why``: why
+    lockstep was off or stopped (None: it ran throughout). The updates after ``through``
+    (``free_from`` on) are judged free-running, from the parameter fingerprints and gradient
+    norms, against the reference command's twin where one ran; what neither judged is a
+    warning that ``--strict`` fails (``checks.recorded``)."""
+
+    mode: Recorded
+    through: int = -1
+    why: str | None = None
+
+    @property
+    def free_from(self) -> int | None:
+        """The first update judged free-running (None: every update is judged in lockstep)."""
+        return None if self.mode is Recorded.LOCKSTEP else self.through + 1
+
+    def lead(self, updates: int) -> str:
+        """How far lockstep judged ``updates`` updates, and why it stopped, in words."""
+        if self.mode is Recorded.LOCKSTEP:
+            return f"judged in lockstep at all {updates} updates"
+        judged = "no update" if self.through < 0 else (
+            f"{self.through + 1} update{'s' * (self.through > 0)} of {updates} "
+            f"(0 to {self.through})")
+        stop = (f"lockstep stopped after update {self.through}" if self.through >= 0
+                else "lockstep off")
+        return f"judged in lockstep at {judged}; {stop}: {self.why or 'not asked for'}"
+
+
+def recorded_judging(compared: Sequence[int] | None, stopped: str | None = None,
+                     free: str | None = None) -> RecordedJudging:
+    """How two recorded runs' effects are judged, decided once from what was recorded:
+    ``compared``, the updates the candidate's lockstep file holds (None: it has none, the runs
+    were recorded apart, ``free`` saying why); ``stopped``, why lockstep stopped early (its
+    file's last line). In lockstep where it compared updates and never stopped; in part where
+    it stopped after some; else free-running."""
+    if compared is None or not len(compared):
+        return RecordedJudging(Recorded.FREE, -1, stopped or free)
+    last = int(max(compared))
+    if stopped is None:
+        return RecordedJudging(Recorded.LOCKSTEP, last)
+    return RecordedJudging(Recorded.PARTIAL, last, stopped)

@@ -40,7 +40,7 @@ def first_input(args: tuple[Any, ...], kwargs: dict[str, Any]
     return x, named.get("attention_mask")
 
 
-def first_tensor(value: Any) -> torch.Tensor | None:
+def first_tensor(value: object) -> torch.Tensor | None:
     """The first tensor of a module's output: itself, or the first of a tuple, list or dict
     (a ``ModelOutput`` is a dict), one level deep."""
     if isinstance(value, torch.Tensor):

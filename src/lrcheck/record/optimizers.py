@@ -1,16 +1,19 @@
 """What ``lrcheck record`` reads of an optimizer and its parameters, whatever wraps them: the
 tensors (a DTensor's local shard), the wrapper stepping it (DeepSpeed's, Accelerate's), the torch
 optimizer behind a wrapper, the state's own step counter; and the numbers a line holds (a
-setting, a norm; a GradScaler's loss scale)."""
+setting, a norm; a GradScaler's loss scale); the optimizer's class, settings and state's keys
+(``Settings``)."""
 
 from __future__ import annotations
 
+import math
 import sys
 from types import FrameType
 from typing import Any, SupportsFloat
 
 import torch
 
+from lrcheck.hparams import CLASS, SETTINGS, STATE, counts
 from lrcheck.recorder import _number as json_number
 
 
@@ -62,10 +65,14 @@ def local_tensor(t: torch.Tensor) -> torch.Tensor:
     return found
 
 
-def plain(value: object) -> float | list[float] | None:
-    if isinstance(value, (tuple, list)):
-        return [float(v) for v in value]
-    return float(value) if isinstance(value, (int, float, torch.Tensor)) else None
+def nudge(params: list[torch.Tensor]) -> None:
+    """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
+    a twin's start, the floor of a free-running pair's drift."""
+    with torch.no_grad():
+        for p in params:
+            local = local_tensor(p)
+            if local.is_floating_point() and local.numel():
+                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
 
 
 def torch_optimizer(optimizer: object) -> object:
@@ -94,3 +101,41 @@ def scale(scaler: Any) -> float:
         return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else 1.0
     except (AttributeError, TypeError, RuntimeError):
         return 1.0
+
+
+def _setting(value: object) -> object:
+    """A param group's setting as a Recorder line holds it (a one-element tensor: its number)."""
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else None
+    if isinstance(value, (tuple, list)):
+        return [_setting(v) for v in value]
+    if isinstance(value, bool):
+        return value
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+class Settings:
+    """The optimizer's keys of its Recorder lines (``lrcheck.hparams``): its class on the first
+    line; its settings (read in the pre-hook, as the step is about to use them) and its state's
+    keys per param group (read after the step), each where it changed since the last line."""
+
+    def __init__(self, cls: str) -> None:
+        self.cls = cls
+        self.read: dict[str, list[Any]] = {}
+        self.last: dict[str, Any] = {}
+
+    def before(self, optimizer: torch.optim.Optimizer) -> None:
+        groups = optimizer.param_groups
+        found = {key: [_setting(g.get(key)) for g in groups] for key in groups[0]}
+        self.read = {key: values for key, values in found.items()
+                     if all(counts(key, v) for v in values)}
+
+    def line(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        state = [sorted({str(key) for p in g["params"] for key in optimizer.state.get(p, {})})
+                 for g in optimizer.param_groups]
+        now = {SETTINGS: self.read, STATE: state}
+        out = {key: value for key, value in now.items() if self.last.get(key) != value}
+        if not self.last:
+            out[CLASS] = self.cls
+        self.last = now
+        return out

@@ -11,10 +11,11 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import SpecError
+from lrcheck.plan.judging import RecordedJudging
 from lrcheck.record.launch import DEFAULT_EVERY, RecordedRun, command_failed, record_command
 from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
@@ -23,14 +24,18 @@ from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 from lrcheck.spec.interrupt import Interrupt
 
+if TYPE_CHECKING:
+    from lrcheck.logs.model import Reading
+
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
               tolerances: Tolerances | None = None, twin: Path | None = None,
-              strict: bool = False) -> Report:
+              strict: bool = False, stated: Reading | None = None) -> Report:
     """``lrcheck.diff``'s report of the two runs (files, record folders, or two runs' own
     logs: ``logs.pairs``); ``twin``: the record folder of the reference command's twin, the
     floor of free-running effects; ``strict``: effects judged only up to some update fail
-    there (``checks.strictly``)."""
+    there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
+    a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
@@ -42,9 +47,13 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances)
+        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
+                                      stated)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
+    if stated is not None and stated.stated:
+        raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
+                        f"{candidate} are recordings, not logs")
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
                                              pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
@@ -71,7 +80,7 @@ def _deterministic(folder: Path) -> dict[str, object] | None:
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
                fingerprint_every: int | None = None, echo: TextIO | None = None,
                capture: bool = False, deterministic: bool = False,
-               logs: str | Path | None = None) -> RecordedRun:
+               logs: str | Path | None = None, stated: Reading | None = None) -> RecordedRun:
     """``lrcheck.record``: ``command`` recorded into ``out`` (``deterministic``: with
     ``--deterministic``'s settings); a command that ended well but made no optimizer update is
     a ``SpecError`` saying what it saw. Its log (``logs``, else where its trainer logged) held
@@ -80,7 +89,7 @@ def record_run(command: Sequence[str], out: str | Path, *, samples: int | None =
         command, Path(out), samples=samples,
         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
         echo=echo, capture=capture, deterministic=deterministic))
-    found = findings(Path(out), "recorded", _path(logs)) if run.updates else []
+    found = findings(Path(out), "recorded", _path(logs), stated) if run.updates else []
     if found:
         write_findings(Path(out), found)
     return dataclasses.replace(run, logs=tuple(found))
@@ -114,7 +123,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None, interrupt: Interrupt | None = None) -> Report:
+                 logs: str | Path | None = None, stated: Reading | None = None,
+                 interrupt: Interrupt | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
     where its trainer logged: ``record.logged``) held against its record, in the report's
@@ -146,18 +156,22 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                                    echo=echo, timeout=timeout,
                                    deterministic=deterministic).values():
             _stepped(run)
+    from lrcheck.record.sides import read_judging
+
     report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                        strict=strict)
-    if not _needs_twin(report):
+    if not _needs_twin(report, read_judging(folders["candidate"])[0]):
         if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
             shutil.rmtree(folders["twin"], ignore_errors=True)
     else:
+        # Beside a pair recorded together, whose reference fingerprinted every update
+        # (``record.process``), the twin does too.
         _record_alone("twin of the reference", commands["reference"], folders["twin"],
-                      samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
+                      samples, every if free else 1, echo, {ENV_NUDGE: "1"}, deterministic)
         report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                            twin=folders["twin"], strict=strict)
-    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs)),
-                   *findings(folders["candidate"], "candidate", _path(logs))]
+    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs), stated),
+                   *findings(folders["candidate"], "candidate", _path(logs), stated)]
     return report
 
 
@@ -176,18 +190,21 @@ def _record_alone(side: str, argv: list[str], folder: Path, samples: int | None,
     return run
 
 
-def _needs_twin(report: Report) -> bool:
-    """Whether a free-running pair's effects (``params``, ``grad-norm``) go beyond their
-    tolerance where no cause (``lr``, ``updates``) already differs, at or before them."""
+def _needs_twin(report: Report, judging: RecordedJudging) -> bool:
+    """Whether the effects (``params``, ``grad-norm``) of the updates judged free-running
+    (``judging.free_from`` on: all, or those after lockstep stopped) go beyond their tolerance
+    where no cause (``lr``, ``updates``, ``optimizer``) already differs, at or before them."""
     checks = {c.name: c for c in report.checks}
-    if "grads" in checks:  # in lockstep
+    start = judging.free_from
+    if start is None:  # in lockstep throughout
         return False
     effects = [c.first_divergence for name in ("params", "grad-norm")
                if (c := checks.get(name)) is not None and c.status in (FAIL, WARN)
-               and c.first_divergence is not None and "not comparable:" not in c.detail]
+               and c.first_divergence is not None and c.first_divergence >= start
+               and "not comparable:" not in c.detail]
     if not effects:
         return False
-    causes = [c.first_divergence for name in ("lr", "updates", "ranks (reference)",
+    causes = [c.first_divergence for name in ("lr", "updates", "optimizer", "ranks (reference)",
                                               "ranks (candidate)")
               if (c := checks.get(name)) is not None and c.status == FAIL]
     known = [k for k in causes if k is not None]

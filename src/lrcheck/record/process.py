@@ -3,10 +3,11 @@
 process, whatever framework steps it.
 
 Per optimizer update it writes one Recorder line (``lrcheck.recorder``): the LR of every param
-group (read in the pre-hook, as the step is about to use it), the other hyperparameters a
-schedule may drive (momentum or betas, weight decay), the ``scheduler.step()`` calls made on
+group (read in the pre-hook, as the step is about to use it), the optimizer's class, other
+settings and state's keys (``lrcheck.hparams``), the ``scheduler.step()`` calls made on
 the optimizer since the previous update, the steps a GradScaler skipped since then, and every
-``every``-th update the gradient norm and a parameter fingerprint, taken in the post-hook (where
+``every``-th update (every update of a lockstep pair once lockstep is off: ``dense``) the
+gradient norm and a parameter fingerprint, taken in the post-hook (where
 Lightning, which runs the last backward inside ``optimizer.step`` through its closure, has the
 final gradients and parameters).
 
@@ -61,7 +62,6 @@ from lrcheck.record.losses import Losses
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 from lrcheck.runner.determinism import in_effect
 
-HPARAMS = ("momentum", "betas", "weight_decay")
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
 CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "scaler_update",
          "ema_update")
@@ -88,7 +88,7 @@ class _Optimizer:
         self.sharded = self.partitioned or any(hasattr(p, "to_local") for p in params)
         self.depth = 0
         self.lr: list[float] = []
-        self.hparams: dict[str, list[Any]] = {}
+        self.settings = optimizers.Settings(self.cls)
         self.scheduler_steps = 0
         self.skipped = 0
         self.phantom = 0
@@ -181,10 +181,8 @@ class ProcessRecorder:
         st.depth += 1
         if st.depth > 1:  # super().step() of a subclass: the outer step is the update
             return
-        groups = optimizer.param_groups
-        st.lr = [float(g["lr"]) for g in groups]
-        st.hparams = {key: [optimizers.plain(g[key]) for g in groups] for key in HPARAMS
-                      if all(key in g for g in groups)}
+        st.lr = [float(g["lr"]) for g in optimizer.param_groups]
+        st.settings.before(optimizer)
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
         if self.imported is not None:
@@ -203,7 +201,7 @@ class ProcessRecorder:
             self.logs = modules.log_folders()
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
-            _nudge(params)
+            optimizers.nudge(params)
         if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
                 or "-p" in str(self.name):  # a later process of the rank: not in lockstep
             return
@@ -230,9 +228,9 @@ class ProcessRecorder:
             self.describe()
             return
         extra: dict[str, Any] = {"scheduler_steps": st.scheduler_steps, "skipped": st.skipped,
-                                 **st.hparams}
+                                 **st.settings.line(optimizer)}
         fp = None
-        if self.every and st.recorder.step % self.every == 0:
+        if self.every and (st.recorder.step % self.every == 0 or self.dense(st)):
             with torch.no_grad():
                 norms = torch.stack([torch.linalg.vector_norm(g.detach(), dtype=torch.float64)
                                      for g in grads])
@@ -250,6 +248,16 @@ class ProcessRecorder:
                 self.streamer.after(k, optimizer, params)
             elif self.follower is not None:
                 self.follower.after(k, optimizer, params)
+
+    def dense(self, st: _Optimizer) -> bool:
+        """Whether ``st`` is fingerprinted at every update: the first optimizer of either side
+        of a lockstep pair where lockstep is off (its parameters sharded, or stopped; the
+        reference's first updates too, before it can know), so that what lockstep did not judge
+        is judged free-running (``plan.judging``)."""
+        side = self.streamer if self.role == roles.REFERENCE else self.follower
+        early = self.role == roles.REFERENCE and st.recorder.step <= lockstep.DEPTH + 1
+        return st.index == 0 and self.role in (roles.REFERENCE, roles.CANDIDATE) and (
+            st.sharded or early or side is not None and bool(side.off))
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the
@@ -336,16 +344,6 @@ def _rank_and_world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _nudge(params: list[torch.Tensor]) -> None:
-    """Every floating-point parameter (this rank's shard of it) one unit in the last place up:
-    a twin's start, the floor of a free-running pair's drift."""
-    with torch.no_grad():
-        for p in params:
-            local = optimizers.local_tensor(p)
-            if local.is_floating_point() and local.numel():
-                local.copy_(torch.nextafter(local, torch.full_like(local, float("inf"))))
 
 
 def _fingerprint_at_birth() -> None:

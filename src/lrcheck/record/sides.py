@@ -15,8 +15,12 @@ import numpy as np
 from lrcheck.checks.commands import check_ranks, check_replicas
 from lrcheck.checks.continuation import check_continuation, shifted_data
 from lrcheck.checks.ema import EmaPrints
+from lrcheck.checks.optimizer import check_optimizer
+from lrcheck.checks.recorded import align
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
+from lrcheck.hparams import OptimizerSettings
+from lrcheck.plan.judging import Recorded, RecordedJudging, recorded_judging
 from lrcheck.record.folder import (
     FolderRun,
     description,
@@ -34,8 +38,9 @@ from lrcheck.words import plural
 
 def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tolerances.lr
                ) -> tuple[RunTrace, RunTrace, list[CheckResult], list[str]]:
-    """Both runs as traces, the checks of their ranks (every rank's LR against rank 0's within
-    ``lr_tol``, the replicas' agreement within ``tol``), and why a record folder is incomplete
+    """Both runs as traces, the checks of their optimizers (``checks.optimizer``) and of their
+    ranks (every rank's LR against rank 0's within ``lr_tol``, the replicas' agreement within
+    ``tol``), and why a record folder is incomplete
     (``FolderRun.incomplete``: its command failed or was stopped)."""
     sides: list[tuple[list[dict[str, Any]], FolderRun | None]] = []
     for path in (reference, candidate):
@@ -54,6 +59,10 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
     traces = [RunTrace.from_records(records, str(path), None if run is None else _command(run))
               for (records, run), path in zip(sides, (reference, candidate), strict=True)]
     more, incomplete = [], []
+    settings = [OptimizerSettings.from_records(records) for records, _ in sides]
+    optimizer = check_optimizer(settings[0], settings[1], align(traces[0], traces[1]), lr_tol)
+    if optimizer is not None:
+        more.append(optimizer)
     for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
         if run is not None and (why := run.incomplete(name)) is not None:
             incomplete.append(why)
@@ -132,17 +141,7 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
         return RecordedFacts()
     about = {side: description(path) for side, path in (("reference", reference),
                                                        ("candidate", candidate))}
-    lines = candidate / LINES.format(rank=0)
-    gaps: StepGaps | None = None
-    free: str | None = None
-    if lines.exists():
-        found = StepGaps.from_lines(_json_lines(lines), str(lines))
-        if len(found.steps) or not found.stopped:
-            gaps = found
-        else:
-            free = found.stopped
-    else:
-        free = "the runs were recorded one after the other, by lrcheck run --free or lrcheck record"
+    judging, gaps = read_judging(candidate)
     first = [o for p in about["reference"].get("processes", []) for o in p.get("optimizers", [])
              if o.get("index") == 0]
     optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
@@ -152,7 +151,19 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
         path = candidate / LINES.format(rank=rank)
         if gaps is not None and path.exists():
             others.append(StepGaps.from_lines(_json_lines(path), str(path)))
-    return RecordedFacts(gaps, free, _stochastic(about), optimizer, twin_trace, tuple(others))
+    return RecordedFacts(gaps, judging, _stochastic(about), optimizer, twin_trace, tuple(others))
+
+
+def read_judging(candidate: Path) -> tuple[RecordedJudging, StepGaps | None]:
+    """How the effects of a candidate's record folder are judged (``recorded_judging``), from
+    its rank 0's lockstep file, and that file's gaps (None: it judged no update in lockstep)."""
+    lines = candidate / LINES.format(rank=0)
+    if not lines.exists():
+        return recorded_judging(None, free="the runs were recorded one after the other, by "
+                                           "lrcheck run --free or lrcheck record"), None
+    found = StepGaps.from_lines(_json_lines(lines), str(lines))
+    judging = recorded_judging(found.steps.tolist(), found.stopped)
+    return judging, None if judging.mode is Recorded.FREE else found
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:

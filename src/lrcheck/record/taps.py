@@ -124,7 +124,7 @@ class Taps:
         self.micro.append(micro)
         self.current = micro
 
-    def called(self, out: Any) -> None:
+    def called(self, out: object) -> None:
         """An outermost training call returned ``out``: a backward pass that reaches it marks
         the current micro-batch as reached (no later call joins it)."""
         micro = self.current

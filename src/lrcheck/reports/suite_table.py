@@ -29,10 +29,10 @@ OUTCOME_LABEL = {OK: "ok", UNEXPECTED: "UNEXPECTED", REGRESSION: "REGRESSION", E
 
 
 # Checks only some reports have (a GradScaler's skipped steps; a recorded command's gradient
-# norm; how often each call ran per update; in lockstep, its gradients; whether a pass proves
-# anything): the suite's matrix has a column for each that some pair's report has.
-OPTIONAL_CHECKS = ("skipped-steps", "scaler-skips", "cadence", "ema-params", "grad-norm", "grads",
-                   "evidence")
+# norm and optimizer; how often each call ran per update; in lockstep, its gradients; whether a
+# pass proves anything): the suite's matrix has a column for each that some pair's report has.
+OPTIONAL_CHECKS = ("optimizer", "skipped-steps", "scaler-skips", "cadence", "ema-params",
+                   "grad-norm", "grads", "evidence")
 
 
 def matrix_checks(result: SuiteResult) -> tuple[str, ...]:

@@ -118,10 +118,12 @@ def shared() -> dict[str, Schema]:
         "metrics": closed(fields_of(Metrics)),
         "environment": environment(),
         "deterministic": deterministic(),
-        "command_pair": closed(COMMAND_PAIR_KEYS, {"deterministic": BOOLEAN, "interrupt": closed(
-            {"at": INTEGER, "resume": STRING, "signal": words(SIGNALS),
-             "grace": NUMBER}, description="lrcheck run --interrupt-at's options "
-            "(docs/resume.md)")},
+        "command_pair": closed(COMMAND_PAIR_KEYS, {
+            "deterministic": BOOLEAN, "tags": array(STRING), "log_steps": STRING,
+            "interrupt": closed({"at": INTEGER, "resume": STRING, "signal": words(SIGNALS),
+                                 "grace": NUMBER},
+                                description="lrcheck run --interrupt-at's options "
+                                            "(docs/resume.md)")},
                                description="a suite's pair of a user's own commands"),
     }
 
