@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs", "resume")
 
 
 class RunFailed(Exception):
@@ -360,6 +360,14 @@ def bench_lockstep(table: Table, runs: int) -> None:
                   lock["wall"] / bare["wall"], LOCKSTEP_TARGET)
 
 
+def bench_resume(table: Table, runs: int, out: Path) -> None:
+    """``lrcheck run --interrupt-at`` against the same pair uninterrupted (resume_cost.py)."""
+    sys.path.insert(0, str(HERE))
+    import resume_cost
+
+    resume_cost.bench(table, runs, out, alternate, wall_rss)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -432,7 +440,8 @@ def main() -> None:
                    "fsdp": lambda: bench_sharded(table, args.runs, out, "fsdp"),
                    "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed"),
                    "lockstep": lambda: bench_lockstep(table, args.runs),
-                   "logs": lambda: bench_logs(table, args.runs, out)}
+                   "logs": lambda: bench_logs(table, args.runs, out),
+                   "resume": lambda: bench_resume(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
                 try:

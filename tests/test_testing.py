@@ -81,3 +81,18 @@ def test_runs_equivalent_names_an_unknown_keyword_before_running_anything(monkey
                                         r"takes the two commands and out, samples"):
         assert_runs_equivalent("python a.py", "python b.py", sample=32)
     assert calls == []
+
+
+def test_runs_equivalent_takes_an_interrupt_and_checks_it_before_running_anything(
+        monkeypatch, tmp_path):
+    from lrcheck.record import launch
+
+    def never(*args, **kwargs):
+        raise AssertionError("a command ran")
+
+    monkeypatch.setattr(launch, "record_command", never)
+    with pytest.raises(SpecError, match="--interrupt-at and --resume go together"):
+        assert_runs_equivalent("python a.py", "python b.py", out=tmp_path, interrupt_at=3)
+    with pytest.raises(SpecError, match="--grace must be a number of seconds >= 0"):
+        assert_runs_equivalent("python a.py", "python b.py", out=tmp_path, interrupt_at=3,
+                               resume=["python", "b.py"], grace=-1.0)

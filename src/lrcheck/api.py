@@ -200,7 +200,9 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
                  logs: str | Path | None = None, tags: LogTags = None,
-                 log_steps: str | None = None) -> Report:
+                 log_steps: str | None = None, interrupt_at: int | None = None,
+                 resume: str | None = None, interrupt_signal: str = "TERM",
+                 grace: float = 30.0) -> Report:
     """``lrcheck run``: record the two command lines (each split as a shell would, not run
     through one) into ``out``/reference and ``out``/candidate, side by side with the
     candidate in lockstep (``free``: one after the other, each free-running), then ``diff``
@@ -211,14 +213,19 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     to read them, as ``diff``'s. A command that fails, or makes
     no update for ``timeout`` seconds in lockstep, is a ``RunError`` with its exit code and
     last lines; Ctrl-C keeps what was recorded. ``deterministic``: both with
-    ``--deterministic``'s settings."""
+    ``--deterministic``'s settings. ``interrupt_at`` and ``resume``: the candidate interrupted
+    once it made ``interrupt_at`` updates (``interrupt_signal``: ``TERM``, then ``KILL`` after
+    ``grace`` seconds, or ``KILL``), then resumed by the command line ``resume``, and the two
+    processes held against the reference as one run (docs/resume.md)."""
     from lrcheck.logs.read import reading
     from lrcheck.record.pairs import run_commands as run
+    from lrcheck.spec.interrupt import Interrupt
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
                echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict,
                deterministic=deterministic, ref_logs=ref_logs, logs=logs,
-               stated=reading(tags, log_steps))
+               stated=reading(tags, log_steps),
+               interrupt=Interrupt.given(interrupt_at, resume, interrupt_signal, grace))
 
 
 def save_report(report: Report, out: str | Path) -> Path:

@@ -58,6 +58,8 @@ def assert_runs_equivalent(reference: Command, candidate: Command, *,
                            fingerprint_every: int | None = None, echo: TextIO | None = None,
                            tolerances: Tolerances | None = None, free: bool = False,
                            timeout: float | None = RUN_STALL_S, strict: bool = False,
+                           interrupt_at: int | None = None, resume: Command | None = None,
+                           interrupt_signal: str = "TERM", grace: float = 30.0,
                            **unknown: object) -> Report:
     """``lrcheck run`` from a test: record the two commands (each a command line, split as a
     shell would, or a list of arguments) and compare them (``lrcheck.api.run_commands``, whose
@@ -65,7 +67,9 @@ def assert_runs_equivalent(reference: Command, candidate: Command, *,
     pytest plugin's ``--lrcheck-reports``, else under the system's temporary folder). Returns
     the report when the verdict is pass; else raises ``AssertionError`` naming each failed or
     warned check with its update and detail, and the report folder. A command that fails is a
-    ``RunError``, a bad option a ``SpecError`` (an unknown keyword named, as the api does)."""
+    ``RunError``, a bad option a ``SpecError`` (an unknown keyword named, as the api does).
+    ``interrupt_at`` and ``resume`` (a command too): the candidate interrupted once it made
+    that many updates, then resumed by ``resume`` (docs/resume.md)."""
     from lrcheck.api import run_commands, save_report, unknown_keywords
 
     __tracebackhide__ = True  # pytest shows the test's line and this message, not this frame
@@ -78,7 +82,10 @@ def assert_runs_equivalent(reference: Command, candidate: Command, *,
     folder = Path(out) if out is not None else new_report_folder()
     report = run_commands(lines["reference"], lines["candidate"], folder, samples=samples,
                           fingerprint_every=fingerprint_every, echo=echo, tolerances=tolerances,
-                          free=free, timeout=timeout, strict=strict)
+                          free=free, timeout=timeout, strict=strict,
+                          interrupt_at=interrupt_at,
+                          resume=None if resume is None else _line(resume),
+                          interrupt_signal=interrupt_signal, grace=grace)
     save_report(report, folder)
     if not report.ok:
         raise AssertionError(failure_message(report, lines, folder))

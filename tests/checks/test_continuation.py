@@ -64,3 +64,15 @@ def test_a_later_process_of_a_lockstep_candidate_is_said_to_run_free():
 
 def test_one_process_per_rank_is_not_judged():
     assert check_continuation("reference", []) is None
+
+
+def test_a_gradscaler_whose_scale_was_not_carried_fails_at_the_first_resumed_update():
+    scaled = {**END, "scale": 1024.0}
+    found = check_continuation("candidate", [Boundary(12, 7, 1, scaled, {**scaled,
+                                                                          "scale": 65536.0})])
+    assert found.status == "fail" and found.first_divergence == 12
+    assert ("the second process (pid 7) started update 12 with the GradScaler's loss scale at "
+            "65536 (its state_dict not loaded: a fresh scaler), the first process's ended at "
+            "1024") in found.detail
+    ok = check_continuation("candidate", [Boundary(12, 7, 1, scaled, scaled)])
+    assert ok.status == "pass" and "the GradScaler's loss scale (1024.0) carried" in ok.detail

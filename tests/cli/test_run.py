@@ -48,3 +48,20 @@ def test_a_second_run_of_the_same_script_gets_a_new_folder_and_says_so(tmp_path,
     assert again.exit_code == 3 and "earlier run" not in again.stderr
     assert (first / "reference").is_dir()
     assert not (tmp_path / "lrcheck-reports" / "run-train-4").exists()
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    (["--interrupt-at", "3"], "--interrupt-at and --resume go together"),
+    (["--interrupt-at", "0", "--resume", "python b.py"],
+     "--interrupt-at must be a number of updates >= 1, got 0"),
+    (["--interrupt-at", "3", "--resume", "python b.py", "--interrupt-signal", "HUP"],
+     "--interrupt-signal must be one of TERM, KILL, got 'HUP'"),
+])
+def test_a_bad_interrupt_is_bad_input_before_anything_runs(tmp_path, monkeypatch, options,
+                                                           words):
+    monkeypatch.chdir(tmp_path)
+    ran = f"{sys.executable} -c \"open('ran', 'w')\""
+    result = invoke("run", "--out", str(tmp_path / "r"), *options, ran, ran)
+    assert result.exit_code == 2
+    assert one_error_line(result).startswith(words)
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "r").exists()

@@ -341,3 +341,29 @@ def test_deterministic_is_a_suite_key_for_every_pair_commands_included(tmp_path)
         [[pair]]
         deterministic = "yes"
         """)
+
+
+def test_a_pair_of_commands_takes_an_interrupt_and_a_resume(tmp_path):
+    from lrcheck.spec import CommandPair
+    from lrcheck.spec.interrupt import Interrupt
+
+    (entry,) = suite(tmp_path, """
+        [[pair]]
+        ref_command = "python train.py --bs 32"
+        command = "python train.py --bs 16 --accum 2 --save-every 4 --save c.pt"
+        interrupt_at = 14
+        resume = "python train.py --bs 16 --accum 2 --resume c.pt"
+        interrupt_signal = "KILL"
+    """).entries
+    assert entry.pair.interrupt == Interrupt(
+        14, "python train.py --bs 16 --accum 2 --resume c.pt", "KILL", 30.0)
+    assert CommandPair.from_dict(entry.pair.to_dict()) == entry.pair
+    plain = 'ref_command = "python a.py"\ncommand = "python b.py"\n'
+    assert "[[pair]] #1: interrupt_at and resume go together" in error(
+        tmp_path, "[[pair]]\n" + plain + "interrupt_at = 3")
+    assert "[[pair]] #1: interrupt_at must be a number of updates >= 1, got 0" in error(
+        tmp_path, "[[pair]]\n" + plain + 'interrupt_at = 0\nresume = "python b.py"')
+    assert "a pair of commands needs both 'ref_command' and 'command'" in error(
+        tmp_path, '[[pair]]\ninterrupt_at = 3\nresume = "python b.py"')
+    assert "[defaults], key 'resume': a command belongs to one pair" in error(
+        tmp_path, '[defaults]\nresume = "python b.py"\n[[pair]]\naccum = 2')

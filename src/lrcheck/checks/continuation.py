@@ -12,9 +12,13 @@ keeps neither (SGD without momentum, no scheduler), the weights. Otherwise it is
 training (a second stage: pretraining, then fine-tuning, with a fresh optimizer and
 schedule): its updates follow the earlier ones in the timeline, and nothing is judged at the
 boundary. In a resume, whatever was not carried fails, at the first update after the
-boundary: a schedule restarted, an optimizer's state lost, weights not loaded. Whether a
-sample was repeated or skipped is judged by ``data`` against the reference, update by update,
-not here."""
+boundary: a schedule restarted, an optimizer's state lost, weights not loaded; and, held
+against the reference's samples, a data position not carried (``shifted_data``: the samples of
+earlier updates fed again, or updates' samples skipped), which ``data`` finds as differing
+samples, update by update. A resume from an earlier checkpoint than where the process before it
+stopped (a checkpoint every K updates, a preemption between two) joins at that checkpoint's
+update (``record.restore``): the updates after it were trained twice, which is said, and the
+earlier process's are left out of the comparison."""
 
 from __future__ import annotations
 
@@ -41,6 +45,19 @@ class Boundary:
     before: dict[str, Any] | None
     after: dict[str, Any] | None
     lockstep: bool = False
+    ended: int | None = None  # the update count the earlier processes reached (None: update)
+
+    @property
+    def twice(self) -> str:
+        """The updates trained twice (the resume restored an earlier checkpoint than where the
+        earlier process stopped: ``record.restore``), in words; empty where none."""
+        if self.ended is None or self.ended <= self.update:
+            return ""
+        k, e = self.update, self.ended - 1
+        span = f"update {k} was" if k == e else f"updates {k}-{e} were"
+        return (f"{span} trained twice: the resume restored the checkpoint of update {k - 1}, "
+                f"the {_ordinal(self.order - 1)} process had made {self.ended} updates (its "
+                f"updates after update {k - 1} are left out of the comparison); ")
 
 
 def _ordinal(order: int) -> str:
@@ -48,11 +65,12 @@ def _ordinal(order: int) -> str:
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
-    """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``), whether the later process
-    started where the earlier one ended (None: not known on both sides)."""
+    """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``, ``scale``: a GradScaler's loss
+    scale), whether the later process started where the earlier one ended (None: not known on
+    both sides)."""
     before, after = b.before or {}, b.after or {}
     out: dict[str, bool | None] = {}
-    for key in ("opt_step", "sched_epoch", "fingerprint"):
+    for key in ("opt_step", "sched_epoch", "fingerprint", "scale"):
         x, y = before.get(key), after.get(key)
         out[key] = None if x is None or y is None else x == y
     if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
@@ -76,23 +94,32 @@ def _not_carried(b: Boundary) -> list[str]:
     who = f"the {_ordinal(b.order)} process (pid {b.pid})"
     prev = f"the {_ordinal(b.order - 1)} process's"
     k = b.update
+
+    def stood(x: object) -> str:
+        return (f"{prev} was {x} after update {k - 1}" if b.twice else f"{prev} ended at {x}")
+
     out = []
     if found["sched_epoch"] is False:
         x, y = before["sched_epoch"], after["sched_epoch"]
         how = ("restarted the schedule" if y == 0 else
                "set the schedule back" if y < x else "moved the schedule ahead")
-        out.append(f"{who} {how} at update {k}: its step counter was {y}, {prev} ended at {x}")
+        out.append(f"{who} {how} at update {k}: its step counter was {y}, {stood(x)}")
     if found["opt_step"] is False:
         x, y = before["opt_step"], after["opt_step"]
         if y == 0:
             out.append(f"{who} lost the optimizer's state at update {k}: its step counter was 0 "
-                       f"(a fresh optimizer, or its state_dict not loaded), {prev} ended at "
-                       f"{x:g}")
+                       f"(a fresh optimizer, or its state_dict not loaded), "
+                       f"{stood(f'{x:g}')}")
         else:
             out.append(f"{who} started update {k} from another optimizer state: its step "
-                       f"counter was {y:g}, {prev} ended at {x:g}")
+                       f"counter was {y:g}, {stood(f'{x:g}')}")
+    if found["scale"] is False:
+        x, y = before["scale"], after["scale"]
+        out.append(f"{who} started update {k} with the GradScaler's loss scale at {y:g} (its "
+                   f"state_dict not loaded: a fresh scaler), {stood(f'{x:g}')}")
     if found["fingerprint"] is False:
-        out.append(f"{who} did not start update {k} from the weights {prev[:-2]} ended with "
+        had = f"had after update {k - 1}" if b.twice else "ended with"
+        out.append(f"{who} did not start update {k} from the weights {prev[:-2]} {had} "
                    "(the model's state_dict not loaded, or another checkpoint's)")
     return out
 
@@ -103,7 +130,8 @@ def _what_carried(b: Boundary) -> str:
         ("fingerprint", "the weights"),
         ("opt_step", f"the optimizer's state (step counter {after.get('opt_step', 0):g})"
          if after.get("opt_step") is not None else ""),
-        ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})")) if found[key]]
+        ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})"),
+        ("scale", f"the GradScaler's loss scale ({after.get('scale')})")) if found[key]]
     return ", ".join(said) + " carried"
 
 
@@ -112,25 +140,59 @@ def _free(b: Boundary, name: str) -> str:
             "ran free (a later process does not follow the reference)" if b.lockstep else "")
 
 
-def check_continuation(name: str, boundaries: Sequence[Boundary]) -> CheckResult | None:
+def _samples(window: Sequence[Any]) -> tuple[int, ...]:
+    return tuple(sorted(int(i) for micro in window for i in micro.ids))
+
+
+def shifted_data(ref_windows: Sequence[Any] | None, windows: Sequence[Any] | None,
+                 at: int) -> str | None:
+    """Where a resumed run's samples from update ``at`` on are the reference's of another
+    window (``trace.Window``'s, compared as multisets): which updates it repeated or skipped,
+    in words; None where they are the reference's own, or no window of it."""
+    if ref_windows is None or windows is None or at >= min(len(ref_windows), len(windows)):
+        return None
+    ref = [_samples(w) for w in ref_windows]
+    mine = [_samples(w) for w in windows]
+    if mine[at] == ref[at] or mine[at] not in ref:
+        return None
+    j = ref.index(mine[at])
+    n = 1
+    while at + n < len(mine) and j + n < len(ref) and mine[at + n] == ref[j + n]:
+        n += 1
+    fed = f"update {at}" if n == 1 else f"updates {at}-{at + n - 1}"
+    if j < at:
+        were = f"update {j}" if n == 1 else f"updates {j}-{j + n - 1}"
+        start = "the beginning" if j == 0 else f"update {j}"
+        return (f"the resumed run repeated the samples of {were} at {fed}: its data restarted "
+                f"from {start} (a sampler or loader whose position the checkpoint did not "
+                "carry: a sampler without its epoch, data that restarts at each start)")
+    were = f"update {at}" if j == at + 1 else f"updates {at}-{j - 1}"
+    return (f"the resumed run skipped the samples of {were}: from update {at} it fed the "
+            f"samples of update {j} on (its data position moved ahead)")
+
+
+def check_continuation(name: str, boundaries: Sequence[Boundary],
+                       data: Sequence[str | None] = ()) -> CheckResult | None:
     """``continuation (name)``: the boundaries of the run's timeline judged (see the module's
-    docstring); None where each rank ran one process."""
+    docstring); ``data``: per boundary, the samples the resumed run repeated or skipped
+    (``shifted_data``), a failure of its own. None where each rank ran one process."""
     if not boundaries:
         return None
     check = f"continuation ({name})"
     told = []
-    for b in boundaries:
+    for b, shifted in zip(boundaries, [*data, *[None] * len(boundaries)], strict=False):
         if not is_resume(b):
             told.append(f"at update {b.update} a new training began (the {_ordinal(b.order)} "
                         f"process, pid {b.pid}: a fresh optimizer and schedule), a stage of "
                         f"its own, not judged as a resume{_free(b, name)}")
             continue
-        problems = _not_carried(b)
+        problems = [*_not_carried(b), *([shifted] if shifted else [])]
         if problems:
             return CheckResult(check, FAIL, None, b.update,
-                               "; ".join(problems) + f": the {name} did not resume where it "
-                               f"stopped{_free(b, name)}")
-        told.append(f"at update {b.update} the {_ordinal(b.order)} process (pid {b.pid}) "
+                               b.twice + "; ".join(problems) + f": the {name} did not resume "
+                               f"where it stopped{_free(b, name)}")
+        told.append(f"{b.twice}at update {b.update} the {_ordinal(b.order)} process "
+                    f"(pid {b.pid}) "
                     f"resumed: {_what_carried(b)}{_free(b, name)}")
     return CheckResult(check, PASS, None, None,
                        f"rank 0's {len(boundaries) + 1} processes joined into one timeline; "

@@ -84,6 +84,10 @@ def run_command(
     logs: LogsOpt = None,
     tag: TagOpt = None,
     log_steps: LogStepsOpt = None,
+    interrupt_at: Annotated[int | None, typer.Option("--interrupt-at", metavar="N", help="Interrupt the candidate once it has made N updates (before update N's step), as a preemption does, then run --resume: the two processes are held against the uninterrupted reference as one run, with what a resume must carry checked (docs/resume.md).")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="CMD", help="With --interrupt-at: the command line that resumes the candidate from its checkpoint, quoted.")] = None,
+    interrupt_signal: Annotated[str, typer.Option("--interrupt-signal", metavar="TERM|KILL", help="With --interrupt-at: SIGTERM to the candidate's process group, then SIGKILL after --grace seconds (TERM); or SIGKILL at once (KILL).")] = "TERM",
+    grace: Annotated[float, typer.Option("--grace", metavar="SECONDS", help="With --interrupt-signal TERM: the seconds the candidate is given to end before SIGKILL.")] = 30.0,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -108,7 +112,8 @@ def run_command(
                               echo=None if quiet or json_out else sys.stderr, free=free,
                               timeout=timeout or None, strict=strict,
                               deterministic=deterministic, ref_logs=ref_logs, logs=logs,
-                              tags=tag, log_steps=log_steps)
+                              tags=tag, log_steps=log_steps, interrupt_at=interrupt_at,
+                              resume=resume, interrupt_signal=interrupt_signal, grace=grace)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -17,8 +17,11 @@ Several processes of one rank in one command (a resume, a second stage: ``rank{R
 ``rank{R}-p{pid}.jsonl``, ``record.process``) are joined into one timeline per rank, in the
 order they started (``started`` in each process's description, not the pids): each later
 process's updates follow the earlier ones', their ``samples_seen`` and update numbers
-continued; where each boundary of rank 0 lies, and where the training stood there
-(``record.stages``), is kept for ``checks.continuation``. The EMA is the first process's."""
+continued; a later process that restored an earlier checkpoint than where the one before it
+stopped joins at that checkpoint's update (``record.restore``: the updates after it, trained
+twice, are the later process's in the timeline); where each boundary of rank 0 lies, and where
+the training stood there (``record.stages``), is kept for ``checks.continuation``. The EMA is
+the first process's."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ import numpy as np
 from lrcheck.checks.continuation import Boundary
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
+from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 
@@ -178,10 +182,13 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
     records = list(parts[0][0])
     boundaries = []
     for order, (lines, about) in enumerate(parts[1:], start=1):
+        earlier, ended = parts[order - 1], len(records)
+        restored = restore_point(records[ended - len(earlier[0]):], earlier[1], about)
+        del records[ended - len(earlier[0]) + restored.at:]  # trained twice: the resumed's count
         seen, step = records[-1]["samples_seen"], records[-1]["step"] + 1
-        boundaries.append(Boundary(len(records), about.get("pid"), order,
-                                   parts[order - 1][1].get("end"), about.get("start"),
-                                   about.get("lockstep") == CANDIDATE))
+        boundaries.append(Boundary(len(records), about.get("pid"), order, restored.standing,
+                                   about.get("start"), about.get("lockstep") == CANDIDATE,
+                                   ended))
         records.extend({**r, "samples_seen": r["samples_seen"] + seen, "step": r["step"] + step}
                        for r in lines)
     return records, tuple(boundaries)

@@ -24,6 +24,7 @@ from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
+from lrcheck.spec.interrupt import Interrupt
 from lrcheck.words import plural
 
 if TYPE_CHECKING:
@@ -172,7 +173,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None, stated: Reading | None = None) -> Report:
+                 logs: str | Path | None = None, stated: Reading | None = None,
+                 interrupt: Interrupt | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
     where its trainer logged: ``record.logged``) held against its record, in the report's
@@ -184,12 +186,15 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
     the update where the twin decorrelated fail there). A command that fails is a
     ``RunError`` with its exit code and last lines. ``deterministic``: every command with
-    ``--deterministic``'s settings."""
+    ``--deterministic``'s settings. ``interrupt``: the candidate interrupted and resumed
+    (``record.interrupt``), its processes joined into one timeline."""
     if timeout is not None and not timeout >= 0:
         raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
                         f"{timeout!r}")
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
+    if interrupt is not None:
+        commands["candidate"] = interrupt.command(commands["candidate"])
     every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
     folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
     if free:

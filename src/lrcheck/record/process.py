@@ -172,7 +172,7 @@ class ProcessRecorder:
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
             "logs": self.logs, "recording_off": self.off,
-            **self.standing.described(self.optimizers)}, indent=1)
+            **self.standing.described(self.optimizers, self.scaler)}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def switch_off(self, why: str) -> None:

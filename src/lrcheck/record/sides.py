@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
-from lrcheck.checks.continuation import check_continuation
+from lrcheck.checks.continuation import check_continuation, shifted_data
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.checks.optimizer import check_optimizer
 from lrcheck.checks.recorded import align
@@ -71,7 +71,9 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
         off = check_recording(name, run.description.get("processes", []))
         if off is not None:
             more.append(off)
-        if (joined := check_continuation(name, run.boundaries)) is not None:
+        shifted = [shifted_data(traces[0].windows, traces[1].windows, b.update)
+                   if name == "candidate" else None for b in run.boundaries]
+        if (joined := check_continuation(name, run.boundaries, shifted)) is not None:
             more.append(joined)
         if run.schedules is not None:
             found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,

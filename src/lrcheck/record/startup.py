@@ -72,10 +72,12 @@ def _torch_ready() -> None:
             from lrcheck.runner.determinism import apply_flags
 
             apply_flags()
+        from lrcheck.record import interrupt
         from lrcheck.record.process import install_hooks
 
-        install_hooks(os.environ[ENV_DIR], samples=_number(ENV_SAMPLES),
-                      every=_number(ENV_EVERY) or 0, deterministic=deterministic)
+        interrupt.install(install_hooks(os.environ[ENV_DIR], samples=_number(ENV_SAMPLES),
+                                        every=_number(ENV_EVERY) or 0,
+                                        deterministic=deterministic))
     except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens
         print(f"lrcheck: warning: recording is off in process {os.getpid()}: {exc!r}",
               file=sys.stderr)

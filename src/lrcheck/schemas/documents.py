@@ -147,7 +147,7 @@ def _process() -> Schema:
         "stochastic": array(closed({"module": STRING, "kind": STRING, "p": NUMBER})),
     })
     standing = closed({"opt_step": nullable(NUMBER), "sched_epoch": nullable(INTEGER),
-                       "fingerprint": array(NUMBER)},
+                       "fingerprint": array(NUMBER)}, {"scale": nullable(NUMBER)},
                       description="where the first optimizer's training stood before the "
                                   "process's first update (start) or at its end "
                                   "(record.stages)")

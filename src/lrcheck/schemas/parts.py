@@ -26,6 +26,7 @@ from lrcheck.schemas.build import (
 )
 from lrcheck.spec import Note, RunSpec, Tolerances
 from lrcheck.spec.determinism import DETERMINISM
+from lrcheck.spec.interrupt import SIGNALS
 from lrcheck.trace import EpochMetrics, Metrics, RecordedCommand, Resumed, SkippedStep, UpdateRecord
 
 EMPTY: Schema = {"type": "object", "maxProperties": 0}
@@ -117,8 +118,12 @@ def shared() -> dict[str, Schema]:
         "metrics": closed(fields_of(Metrics)),
         "environment": environment(),
         "deterministic": deterministic(),
-        "command_pair": closed(COMMAND_PAIR_KEYS, {"deterministic": BOOLEAN,
-                                                   "tags": array(STRING), "log_steps": STRING},
+        "command_pair": closed(COMMAND_PAIR_KEYS, {
+            "deterministic": BOOLEAN, "tags": array(STRING), "log_steps": STRING,
+            "interrupt": closed({"at": INTEGER, "resume": STRING, "signal": words(SIGNALS),
+                                 "grace": NUMBER},
+                                description="lrcheck run --interrupt-at's options "
+                                            "(docs/resume.md)")},
                                description="a suite's pair of a user's own commands"),
     }
 

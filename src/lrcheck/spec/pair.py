@@ -15,6 +15,7 @@ from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.judging import Judging, judging_mode
 from lrcheck.plan.steps import batch_breakdown
 from lrcheck.spec.choices import Dtype, LossNorm, Tail, at_least, one_of
+from lrcheck.spec.interrupt import Interrupt
 from lrcheck.spec.resolve import Note, is_resolved, resolve
 from lrcheck.spec.run import (
     DIFF_DTYPE,
@@ -202,7 +203,8 @@ class FilePair:
 class CommandPair:
     """A suite's pair of a user's own commands (``ref_command`` and ``command``), each a quoted
     command line that ``lrcheck run`` records and diffs; ``samples``: samples per update, where
-    known; ``deterministic``: both recorded with ``--deterministic``'s settings. It has no noise
+    known; ``deterministic``: both recorded with ``--deterministic``'s settings; ``interrupt``:
+    the candidate interrupted and resumed (``lrcheck run --interrupt-at``). It has no noise
     floor: the commands run as they are, not in lockstep."""
 
     reference: str
@@ -214,6 +216,7 @@ class CommandPair:
     # logged step counts ("updates-from-1").
     tags: tuple[str, ...] = ()
     log_steps: str | None = None
+    interrupt: Interrupt | None = None  # ``interrupt_at``, ``resume``: docs/resume.md
 
     noise_floor = False
 
@@ -222,13 +225,16 @@ class CommandPair:
                 **({"log_steps": self.log_steps} if self.log_steps else {})}
         return {"kind": "commands", "ref_command": self.reference, "command": self.candidate,
                 "samples": self.samples, "tolerances": asdict(self.tolerances),
-                "deterministic": self.deterministic, **logs}
+                "deterministic": self.deterministic, **logs,
+                **({} if self.interrupt is None else {"interrupt": asdict(self.interrupt)})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandPair:
+        stop = data.get("interrupt")
         return cls(data["ref_command"], data["command"], Tolerances(**data["tolerances"]),
                    data.get("samples"), bool(data.get("deterministic", False)),
-                   tuple(data.get("tags", ())), data.get("log_steps"))
+                   tuple(data.get("tags", ())), data.get("log_steps"),
+                   None if stop is None else Interrupt(**stop))
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:

@@ -205,7 +205,7 @@ def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
 
     return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
                         tolerances=pair.tolerances, deterministic=pair.deterministic,
-                        stated=reading(pair.tags, pair.log_steps))
+                        stated=reading(pair.tags, pair.log_steps), interrupt=pair.interrupt)
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:

@@ -36,6 +36,7 @@ from lrcheck.spec import (
     Tolerances,
     pair_from_options,
 )
+from lrcheck.spec.interrupt import DEFAULT_GRACE_S, Interrupt
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,10 +52,13 @@ META_KEYS = ("name", "expect")
 # A [[pair]] of a user's own commands (``lrcheck run 'REF' 'CAND'``): these, a name, expect and
 # tolerances; no run key.
 COMMAND_KEYS = ("ref_command", "command", "samples_per_update")
+# A pair of commands' candidate interrupted and resumed (``lrcheck run --interrupt-at``).
+INTERRUPT_KEYS = ("interrupt_at", "resume", "interrupt_signal", "grace")
 # How a pair of commands' own logs are read (docs/logs.md): tags = {lr = "LearningRate"},
 # log_steps = "updates-from-1".
 LOG_KEYS = ("tags", "log_steps")
-KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS, *LOG_KEYS)
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS, *LOG_KEYS,
+        *INTERRUPT_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
 # expands.
 UPDATE_LIST_KEYS = ("inject_overflow",)
@@ -134,7 +138,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
     _check_keys(source, "[defaults]", defaults, lists=False)
-    for key in (k for k in (*COMMAND_KEYS, *LOG_KEYS) if k in defaults):
+    for key in (k for k in (*COMMAND_KEYS, *LOG_KEYS, *INTERRUPT_KEYS) if k in defaults):
         raise SpecError(f"{source}: [defaults], key {key!r}: a command belongs to one pair; "
                         "set it in [[pair]]")
     if "name" in defaults:
@@ -149,7 +153,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
         for number, item in enumerate(items, 1):
             origin = f"[[{kind}]] #{number}"
             _check_keys(source, origin, item, lists=kind == "grid")
-            if any(k in item for k in COMMAND_KEYS):
+            if any(k in item for k in (*COMMAND_KEYS, *INTERRUPT_KEYS)):
                 entries.append(_command_entry(source, origin, kind, defaults, item))
             elif logs := [k for k in LOG_KEYS if k in item]:
                 raise SpecError(f"{source}: {origin}, key {logs[0]!r}: says how to read the "
@@ -197,7 +201,7 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
     (lrcheck does not train it), but for ``deterministic``; its tolerances, ``expect`` and the
     defaults' tolerances do."""
     if kind != "pair":
-        key = next(k for k in COMMAND_KEYS if k in item)
+        key = next(k for k in (*COMMAND_KEYS, *INTERRUPT_KEYS) if k in item)
         raise SpecError(f"{source}: {where}, key {key!r}: commands belong in a [[pair]], "
                         "not a [[grid]]")
     for key in ("ref_command", "command"):
@@ -208,13 +212,20 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
         if (key in RUN_KEYS or key in PAIR_KEYS) and key not in COMMAND_RUN_KEYS:
             raise SpecError(f"{source}: {where}, key {key!r}: a pair of commands runs the "
                             "commands as they are; it takes no run key (only name, expect, "
-                            "samples_per_update, deterministic and tol_*)")
+                            "samples_per_update, deterministic, interrupt_at, resume, "
+                            "interrupt_signal, grace and tol_*)")
     values = {**defaults, **item}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
+    try:
+        stop = Interrupt.given(item.get("interrupt_at"), item.get("resume"),
+                               item.get("interrupt_signal", "TERM"),
+                               item.get("grace", DEFAULT_GRACE_S))
+    except SpecError as exc:
+        raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     tags = tuple(f"{q}={t}" for q, t in item.get("tags", {}).items())
     pair = CommandPair(item["ref_command"], item["command"],
                        Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"),
-                       values.get("deterministic", False), tags, item.get("log_steps"))
+                       values.get("deterministic", False), tags, item.get("log_steps"), stop)
     name = item.get("name", "commands")
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
@@ -308,8 +319,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     elif key == "ref_nproc":
         if not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1, got {value!r}")
-    elif key == "fast":
-        pass  # a boolean, checked above
+    elif key == "fast" or key in INTERRUPT_KEYS:
+        pass  # a boolean, checked above; the interrupt's, checked with the pair's (Interrupt)
     else:
         try:
             if key in TOLERANCE_KEYS:

@@ -1,0 +1,83 @@
+"""Where a resumed process joins its rank's timeline: at the update its checkpoint was saved
+after, not where the interrupted process stopped. A checkpoint is saved every K updates; a
+preemption lands anywhere, so the updates the interrupted process made after its last
+checkpoint are trained twice: once by it, once by the resumed process. The resumed process is
+aligned by what it restored: its first optimizer state's step counter before its first update
+(``record.stages``'s ``start``), matched with the step counter each update of the earlier
+process ended with (the Recorder line's ``opt_step``); where the optimizer keeps none or it
+was not restored (0), its scheduler's position, matched with the earlier process's positions
+(its ``start`` plus the ``scheduler.step()`` calls counted per update). The judged timeline
+continues from that restore point: the earlier process's updates after it are left out
+(``record.folder.join``) and said (``checks.continuation``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Where a later process joins: ``at`` (the first of the earlier process's updates left
+    out, in the earlier process's own numbering; ``len(earlier)``: none) and where the earlier
+    process's training stood there (``record.stages.standing``'s keys, None where unknown)."""
+
+    at: int
+    standing: dict[str, Any] | None
+
+
+def positions(lines: list[dict[str, Any]], start: dict[str, Any] | None,
+              end: dict[str, Any] | None) -> list[int | None]:
+    """The scheduler's position after each update of a process and the ``scheduler.step()``
+    calls that followed it before the next (the last: its ``end``); None where not known.
+    ``start`` is read in the first update's pre-hook, after the calls its line counts."""
+    begun = (start or {}).get("sched_epoch")
+    out: list[int | None] = []
+    for k in range(len(lines)):
+        if k + 1 == len(lines):
+            out.append((end or {}).get("sched_epoch"))
+            continue
+        steps = [line.get("scheduler_steps") for line in lines[1:k + 2]]
+        known = isinstance(begun, int) and all(isinstance(s, int) for s in steps)
+        out.append(begun + sum(steps) if known else None)  # type: ignore[operator,arg-type]
+    return out
+
+
+def _trusted_end(lines: list[dict[str, Any]], end: dict[str, Any] | None
+                 ) -> dict[str, Any] | None:
+    """``end``, unless it is older than the process's last update: a process killed (SIGKILL,
+    or SIGTERM without a handler) never wrote its description at exit, and the last one it
+    wrote (at its first update) is not where it stopped."""
+    last = lines[-1].get("opt_step") if lines else None
+    step = (end or {}).get("opt_step")
+    if isinstance(last, (int, float)) and isinstance(step, (int, float)) and last != step:
+        return None
+    return end
+
+
+def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
+                  later: dict[str, Any]) -> Restore:
+    """Where the process described by ``later`` joins after the one described by ``earlier``
+    (its Recorder lines ``lines``): see the module's docstring. Where nothing matches, after
+    the earlier process's last update (its ``end``), which ``checks.continuation`` judges."""
+    end = _trusted_end(lines, earlier.get("end"))
+    after = later.get("start") or {}
+    whole = Restore(len(lines), end)
+    if not lines:
+        return whole
+    counter = after.get("opt_step")
+    at = positions(lines, earlier.get("start"), end)
+    places: list[Any]
+    if isinstance(counter, (int, float)) and counter > 0:
+        places, wanted = [line.get("opt_step") for line in lines], float(counter)
+    elif isinstance(after.get("sched_epoch"), int):
+        places, wanted = at, after["sched_epoch"]
+    else:
+        return whole
+    found = [k for k, value in enumerate(places) if value == wanted]
+    if not found or (found[-1] + 1 == len(lines) and end is not None):
+        return whole
+    k = found[-1]
+    free = earlier.get("lockstep") is None  # in lockstep its weights became the reference's
+    return Restore(k + 1, {"opt_step": lines[k].get("opt_step"), "sched_epoch": at[k],
+                           "fingerprint": lines[k].get("fingerprint") if free else None})

@@ -1,0 +1,98 @@
+"""``lrcheck run --interrupt-at N --resume CMD``: the candidate (a plain ``torch.save`` loop that
+checkpoints every 4 updates) interrupted as a preemption interrupts it, resumed by its own
+command, and held against the uninterrupted reference as one run. Between two checkpoints
+(SIGTERM before update 14's step) the correct resume passes in float64, the updates 12-13 it
+trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose data
+restarted fails at update 16, the repeated updates named. And the driver on its own (no torch):
+the resume runs once every rank reached the point; a candidate that ends first is said. Slow:
+each pair is four processes importing torch (the options' checks are not)."""
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+from lrcheck.errors import SpecError
+from lrcheck.record import interrupt
+from lrcheck.spec.interrupt import Interrupt
+
+SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
+RUN = [sys.executable, str(SCRIPT), "--updates", "24", "--dtype", "float64"]
+
+
+def _pair(tmp_path: Path, at: int, sig: str, *bug: str):
+    saved = str(tmp_path / "c.pt")
+    cand = [*RUN, "--bs", "4", "--accum", "4", "--save-every", "4", "--save", saved]
+    report = api.run_commands(shlex.join([*RUN, "--bs", "16"]), shlex.join(cand),
+                              tmp_path / "out", fingerprint_every=1, interrupt_at=at,
+                              resume=shlex.join([*cand, "--resume", saved, *bug]),
+                              interrupt_signal=sig, grace=60)
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return report, {c.name: c for c in report.checks}
+
+
+@pytest.mark.slow
+def test_a_resume_between_checkpoints_passes_and_says_what_was_trained_twice(tmp_path):
+    report, checks = _pair(tmp_path, 14, "TERM")
+    assert report.ok, [c.name for c in report.checks if c.status == "fail"]
+    assert checks["updates"].detail.startswith("24 in both files")
+    assert checks["data"].status == "pass" and checks["lr"].status == "pass"
+    joined = checks["continuation (candidate)"].detail
+    assert ("updates 12-13 were trained twice: the resume restored the checkpoint of update 11, "
+            "the first process had made 14 updates") in joined
+    assert ("at update 12 the second process (pid " in joined and "resumed: the optimizer's "
+            "state (step counter 12), the schedule (step 12) carried") in joined
+    assert checks["params"].status == "pass"  # float64: the resumed updates exactly
+
+
+@pytest.mark.slow
+def test_a_resume_at_a_checkpoint_whose_data_restarted_fails_there_named(tmp_path):
+    report, checks = _pair(tmp_path, 16, "KILL", "--fresh", "data")
+    joined = checks["continuation (candidate)"]
+    assert not report.ok and joined.status == "fail" and joined.first_divergence == 16
+    assert "trained twice" not in joined.detail
+    assert ("the resumed run repeated the samples of updates 0-7 at updates 16-23: its data "
+            "restarted from the beginning") in joined.detail
+    assert checks["data"].first_divergence == 16 and checks["lr"].status == "pass"
+
+
+FAKE = ("import os, signal; fd = os.open(os.environ[{env!r}].split(':', 1)[1], os.O_WRONLY); "
+        "os.write(fd, b'0 1\\n'); os.close(fd); signal.pause()")
+
+
+@pytest.mark.slow
+def test_the_driver_interrupts_once_the_point_is_reached_then_resumes(tmp_path, capfd):
+    marker = tmp_path / "resumed"
+    resume = shlex.join([sys.executable, "-c", f"open({str(marker)!r}, 'w').write('1')"])
+    fake = [sys.executable, "-c", FAKE.format(env=interrupt.ENV_INTERRUPT)]
+    code = interrupt.main(["--at", "3", "--signal", "TERM", "--grace", "60", "--resume", resume,
+                           "--", *fake])
+    assert code == 0 and marker.read_text() == "1"
+    assert "interrupted before update 3's step (SIGTERM; exit code -15)" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_candidate_that_ends_before_the_point_is_said_and_not_resumed(tmp_path, capfd):
+    marker = tmp_path / "resumed"
+    code = interrupt.main(["--at", "3", "--resume", f"touch {marker}", "--",
+                           sys.executable, "-c", "raise SystemExit(0)"])
+    assert code == 3 and not marker.exists()
+    assert "ended (exit code 0) before update 3: it was not interrupted" in capfd.readouterr().err
+    assert interrupt.ENV_INTERRUPT not in os.environ
+
+
+@pytest.mark.parametrize(("given", "words"), [
+    ((3, None), "--interrupt-at and --resume go together"),
+    ((0, "x"), "--interrupt-at must be a number of updates >= 1, got 0"),
+    ((3, "x", "HUP"), "--interrupt-signal must be one of TERM, KILL, got 'HUP'"),
+    ((3, "x", "TERM", -1), "--grace must be a number of seconds >= 0, got -1"),
+    ((3, "'"), "the resume command \"'\" does not split"),
+])
+def test_bad_options_are_named(given, words):
+    with pytest.raises(SpecError, match=words.replace("(", r"\(").replace("'", ".")):
+        Interrupt.given(*given)
+    assert Interrupt.given(None, None) is None

@@ -1,0 +1,118 @@
+"""A resumed process joins its rank's timeline at the checkpoint it restored (``record.restore``),
+the updates after it trained twice left out and said (``checks.continuation``): on processes'
+files built in code."""
+
+import json
+
+from lrcheck.checks.continuation import check_continuation
+from lrcheck.record.folder import read_folder
+from lrcheck.record.restore import positions, restore_point
+from tests.schema_files import process_json, run_json
+
+MADE = 14  # the interrupted process's updates; a checkpoint every 4: the last after update 11
+
+
+def _lines(count, *, step0=0, fp=True):
+    """An AdamW process's Recorder lines: one scheduler.step() between updates, the state's
+    step counter after each update, a fingerprint per update."""
+    return [{"step": k, "samples_seen": 4 * (k + 1), "lr": [0.1], "loss": None,
+             "fingerprint": [float(step0 + k + 1), 1.0] if fp else None,
+             "scheduler_steps": int(k > 0), "opt_step": float(step0 + k + 1)}
+            for k in range(count)]
+
+
+def _standing(step, epoch=None, fp=None):
+    return {"opt_step": float(step), "sched_epoch": step if epoch is None else epoch,
+            "fingerprint": [float(step), 1.0] if fp is None else fp}
+
+
+EARLIER = {"start": _standing(0, fp=[0.0, 1.0]), "end": _standing(MADE)}
+
+
+def test_a_resume_is_placed_at_the_update_its_optimizer_step_counter_restored():
+    restored = restore_point(_lines(MADE), EARLIER, {"start": _standing(12)})
+    assert restored.at == 12 and restored.standing == _standing(12)
+
+
+def test_the_schedule_places_a_resume_whose_optimizer_state_was_lost():
+    start = {"opt_step": 0.0, "sched_epoch": 8, "fingerprint": [8.0, 1.0]}
+    restored = restore_point(_lines(MADE), EARLIER, {"start": start})
+    assert restored.at == 8 and restored.standing == _standing(8)
+
+
+def test_a_resume_from_where_the_process_stopped_or_from_nowhere_joins_at_its_end():
+    for start in (_standing(MADE), _standing(0, epoch=0), _standing(30), None):
+        assert restore_point(_lines(MADE), EARLIER, {"start": start}).at == MADE
+    # in lockstep the process's weights became the reference's after each update: not its own
+    lockstep = restore_point(_lines(MADE), {**EARLIER, "lockstep": "candidate"},
+                             {"start": _standing(12)})
+    assert lockstep.at == 12 and lockstep.standing["fingerprint"] is None
+
+
+def test_the_schedules_positions_count_the_steps_after_each_update():
+    lines = _lines(4)
+    lines[2]["scheduler_steps"] = 2  # two steps after update 1
+    assert positions(lines, {"sched_epoch": 0}, {"sched_epoch": 9}) == [1, 3, 4, 9]
+    lines[1].pop("scheduler_steps")
+    assert positions(lines, {"sched_epoch": 0}, None) == [None, None, None, None]
+
+
+def _files(folder, later_start, later_count):
+    (folder / "run.json").write_text(json.dumps(run_json()))
+    for stem, pid, started, lines, start, end in (
+            ("rank0", 50, 100.0, _lines(MADE), EARLIER["start"], EARLIER["end"]),
+            ("rank0-p60", 60, 200.0, _lines(later_count, step0=12), later_start,
+             _standing(12 + later_count))):
+        (folder / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        (folder / f"{stem}.json").write_text(json.dumps(process_json(
+            pid=pid, started=started, start=start, end=end)))
+
+
+def test_the_timeline_continues_from_the_restore_point_and_says_what_was_trained_twice(
+        tmp_path):
+    _files(tmp_path, _standing(12), 12)
+    run = read_folder(tmp_path)
+    assert len(run.records) == 24  # 12 of the first process, 12 of the second
+    assert [r["opt_step"] for r in run.records] == [float(k + 1) for k in range(24)]
+    assert [r["samples_seen"] for r in run.records] == [4 * (k + 1) for k in range(24)]
+    (boundary,) = run.boundaries
+    assert (boundary.update, boundary.ended) == (12, MADE)
+    found = check_continuation("candidate", run.boundaries)
+    assert found.status == "pass", found.detail
+    assert found.detail.startswith(
+        "rank 0's 2 processes joined into one timeline; updates 12-13 were trained twice: the "
+        "resume restored the checkpoint of update 11, the first process had made 14 updates "
+        "(its updates after update 11 are left out of the comparison); at update 12 the second "
+        "process (pid 60) resumed: the weights, the optimizer's state (step counter 12), the "
+        "schedule (step 12) carried")
+
+
+def test_a_resume_from_an_earlier_checkpoint_with_a_fresh_scheduler_fails_there(tmp_path):
+    _files(tmp_path, _standing(12, epoch=0), 12)
+    found = check_continuation("candidate", read_folder(tmp_path).boundaries)
+    assert found.status == "fail" and found.first_divergence == 12
+    assert "updates 12-13 were trained twice" in found.detail
+    assert ("the second process (pid 60) restarted the schedule at update 12: its step counter "
+            "was 0, the first process's was 12 after update 11") in found.detail
+
+
+def test_a_resume_that_lost_its_optimizer_state_is_placed_by_its_schedule_and_fails(tmp_path):
+    _files(tmp_path, {"opt_step": 0.0, "sched_epoch": 8, "fingerprint": [8.0, 1.0]}, 12)
+    run = read_folder(tmp_path)
+    assert len(run.records) == 20
+    found = check_continuation("candidate", run.boundaries)
+    assert found.status == "fail" and found.first_divergence == 8
+    assert "updates 8-13 were trained twice: the resume restored the checkpoint of update 7" \
+        in found.detail
+    assert ("lost the optimizer's state at update 8: its step counter was 0 (a fresh optimizer, "
+            "or its state_dict not loaded), the first process's was 8 after update 7"
+            in found.detail)
+
+
+def test_a_killed_process_whose_description_is_older_than_its_last_update_is_read_by_its_lines():
+    """Killed before its description at exit: its ``end`` is where its first update stood; a
+    resume from its last update's checkpoint joins there, judged by the lines' standing."""
+    stale = {**EARLIER, "end": _standing(0, fp=[0.0, 1.0])}
+    restored = restore_point(_lines(MADE), stale, {"start": _standing(MADE)})
+    assert restored.at == MADE and restored.standing == {**_standing(MADE), "sched_epoch": None}
+    assert restore_point(_lines(MADE), stale, {"start": _standing(12)}).standing == _standing(12)
