@@ -29,11 +29,20 @@ from typing import Any
 
 import torch
 
+from lrcheck.record.precision import EPS, coarsest
 from lrcheck.record.roles import CANDIDATE, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
 # Updates the reference may run ahead of the slowest candidate rank: two states on disk.
 DEPTH = 2
+# A coordinate's gradient is rounding noise where it is at most this many units of the compute
+# precision's roundoff of its tensor's largest (at most ``NOISE_CAP`` of it) and the runs do not
+# share it (they differ by ``UNSHARED`` of it or more): the key-bias slice of a fused qkv
+# projection, whose exact gradient is 0.
+NOISE_UNITS, NOISE_CAP, UNSHARED = 64, 1e-2, 0.1
+# Each coordinate's relative gap (Δ_i / ref_i) is summed clipped to ±RATIO_CAP: a coordinate
+# whose own value is near 0 (all rounding) weighs no more than that.
+RATIO_CAP = 1e-2
 END = 1 << 62  # a candidate rank's progress once it follows no more
 
 
@@ -100,9 +109,9 @@ class Streamer:
         self.off = False
 
     def start(self, params: list[torch.Tensor], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None, compute: dict[str, Any] | None = None) -> None:
         """Before update 0 (``born``: the parameters' fingerprint when the optimizer was
-        made)."""
+        made; ``compute``: the precision update 0 computed in, ``record.precision``)."""
         if sharded:  # a shard per rank: nothing whole to load
             self.off = True
             _write_text(self.folder / "reference.json",
@@ -112,7 +121,7 @@ class Streamer:
         _save({"params": _cpu(list(params))}, self.folder / "ref-init.pt")
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
-             "dtype": dtype_of(params), "born": born}))
+             "dtype": dtype_of(params), "born": born, "compute": compute}))
 
     def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
         if self.off:
@@ -166,6 +175,7 @@ class Follower:
         self.folder, self.rank = folder, rank
         self.off: str | None = None
         self.start_params: list[torch.Tensor] | None = None
+        self.noise = 0.0  # a coordinate's share of its tensor's largest gradient, at most
         self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
         self.header: dict[str, Any] = {}
         if rank == 0:
@@ -185,12 +195,14 @@ class Follower:
         self.lines.flush()
 
     def start(self, params: list[torch.Tensor], names: list[str], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None, compute: dict[str, Any] | None = None) -> None:
         """Before update 0: the weights compared with the reference's, as the step is about
-        to use them and (``born``) when the optimizer was made."""
+        to use them and (``born``) when the optimizer was made; ``compute``: the precision
+        update 0 computed in."""
         release = ended(self.folder, REFERENCE)
         info_path = self.folder / "reference.json"
-        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS)}
+        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS),
+                       "sizes": [p.numel() for p in params], "compute": compute}
         if sharded:
             self._write(self.header)
             return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
@@ -216,8 +228,13 @@ class Follower:
             scale = max((float(torch.max(torch.abs(r.double()))) for r in ref if r.numel()),
                         default=0.0)
         theirs = info.get("born")
+        theirs_compute = info.get("compute")
+        kinds = [str(c.get("precision")) for c in (compute, theirs_compute) if c]
+        self.noise = min(NOISE_UNITS * EPS[coarsest(kinds or info["dtype"].split("+"))],
+                         NOISE_CAP)
         self.header.update({"init_gap": gap, "init_scale": scale,
                             "reference_dtype": info["dtype"],
+                            "reference_compute": theirs_compute, "noise_share": self.noise,
                             "born_equal": None if born is None or theirs is None
                             else born == theirs})
         self._write(self.header)
@@ -230,7 +247,7 @@ class Follower:
         if not _wait(path.exists, ended(self.folder, REFERENCE)):
             return self._stop(f"the reference ended after {k} update(s)", k)
         ref = _read(path)
-        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
+        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params, self.noise)})
         problem = _load(optimizer, params, ref)
         if problem:
             return self._stop(problem, k)
@@ -255,28 +272,66 @@ def _norm(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64))
 
 
+def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    """<a, b>, summed in float64."""
+    return float(torch.sum(a.to(torch.float64) * b.to(torch.float64)))
+
+
+def _ratios(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, int]:
+    """The sum of Δ_i / ref_i over the coordinates where ref_i is not 0, each clipped to
+    ±``RATIO_CAP``, and how many they are: a scale of the whole is their mean, where
+    rounding's averages out."""
+    held = ref != 0
+    count = int(held.sum())
+    if not count:
+        return 0.0, 0
+    ratio = torch.where(held, diff / torch.where(held, ref, 1), 0).clamp(-RATIO_CAP, RATIO_CAP)
+    return float(torch.sum(ratio, dtype=torch.float64)), count
+
+
 _UP = torch.tensor(float("inf"))
 
 
-def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
-          start: list[torch.Tensor]) -> list[list[float]]:
+def _noise(g_c: torch.Tensor, g_r: torch.Tensor, share: float) -> torch.Tensor | None:
+    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``): at most ``share``
+    of the tensor's largest and unshared by the runs; None where there is none."""
+    if not share or not g_r.is_floating_point() or not g_r.numel():
+        return None
+    size = torch.abs(g_r)
+    gap = torch.abs(g_c - g_r)
+    found = (size <= share * torch.max(size)) & (gap >= UNSHARED * size) & (gap > 0)
+    return found if bool(found.any()) else None
+
+
+def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Tensor],
+          share: float = 0.0) -> list[list[float]]:
     """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
     differences are taken in the parameters' own type: two values this close subtract
-    exactly (Sterbenz), and only the norms are summed in float64."""
+    exactly (Sterbenz), and only the norms and dot products are summed in float64. The
+    parameters' columns leave out the coordinates whose gradient is rounding noise
+    (``_noise``), counted in the last column."""
     rows = []
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
             mine = p.detach().to("cpu")
             g_c = None if p.grad is None else p.grad.detach().to("cpu")
+            noise = None
+            g_ratio: tuple[float, int] = (0.0, 0)
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
-                gr = 0.0 if g_r is None else _norm(g_r)
+                gr, g_dot = (0.0 if g_r is None else _norm(g_r)), 0.0
             else:
-                gd, gr = _norm(g_c - g_r), _norm(g_r)
-            ulp = _norm(torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r) \
-                if p_r.is_floating_point() and p_r.numel() else 0.0
-            rows.append([float(f"{v:.4g}") for v in (gd, gr, _norm(mine - p_r), _norm(p_r - p_0),
-                                                     ulp)])
+                gd, gr, g_dot = _norm(g_c - g_r), _norm(g_r), _dot(g_c - g_r, g_r)
+                g_ratio = _ratios(g_c - g_r, g_r)
+                noise = _noise(g_c, g_r, share) if g_c.shape == p_r.shape else None
+            moved, update = mine - p_r, p_r - p_0
+            ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
+                if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
+            if noise is not None:
+                moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
+            rows.append([float(f"{v:.4g}") for v in (
+                gd, gr, _norm(moved), _norm(update), _norm(ulp), g_dot, _dot(moved, update),
+                0 if noise is None else int(noise.sum()), *g_ratio, *_ratios(moved, update))])
     return rows
 
 
