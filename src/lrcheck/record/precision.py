@@ -142,7 +142,8 @@ class Precision:
             why = f"{SHORT.get(found, found)} autocast on {device}"
         elif found in seen and found != own:
             who = ", ".join(seen[found])
-            why = f"{found} inside a {own} model ({who} compute in {found})"
+            verb = "computes" if len(seen[found]) == 1 else "compute"
+            why = f"{found} inside a {own} model ({who} {verb} in {found})"
         elif found == "tfloat32":
             why = f"TF32 on cuda ({tf32})"
         else:
