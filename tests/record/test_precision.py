@@ -86,8 +86,14 @@ def test_the_gaps_hold_the_scale_and_leave_out_coordinates_of_rounding_noise():
     assert len(row) == len(COLUMNS)
     print(dict(zip(COLUMNS, row, strict=True)))
     assert row[NOISE] == 16 and row[PARAM_DIFF] == 0  # the noisy steps left out
-    assert row[GRAD_COUNT] == 48
+    assert row[GRAD_COUNT] == 32  # the noise's ratios left out too
     assert row[GRAD_DOT] == pytest.approx(1e-3 * float(g_r[:16].square().sum()
                                                       + g_r[32:].square().sum()), rel=1e-2)
-    # The 32 real coordinates' ratios 1e-3 each, the noise's (-2 each) clipped to -1e-2.
-    assert row[GRAD_RATIO] == pytest.approx(32e-3 - 16e-2, rel=1e-3)
+    assert row[GRAD_RATIO] == pytest.approx(32e-3, rel=1e-3)  # 1e-3 each
+
+
+def test_a_coordinate_near_0_weighs_at_most_the_cap_in_the_scale():
+    from lrcheck.record.lockstep import RATIO_CAP, _ratios
+
+    total, count = _ratios(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([1e-6, 1.0, 0.0]))
+    assert count == 2 and total == pytest.approx(RATIO_CAP + 1e-3)

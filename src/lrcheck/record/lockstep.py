@@ -308,8 +308,8 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
     """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
     differences are taken in the parameters' own type: two values this close subtract
     exactly (Sterbenz), and only the norms and dot products are summed in float64. The
-    parameters' columns leave out the coordinates whose gradient is rounding noise
-    (``_noise``), counted in the last column."""
+    parameters' columns and the gradient's ratios leave out the coordinates whose gradient is
+    rounding noise (``_noise``), counted in their column."""
     rows = []
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
@@ -322,8 +322,8 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
                 gr, g_dot = (0.0 if g_r is None else _norm(g_r)), 0.0
             else:
                 gd, gr, g_dot = _norm(g_c - g_r), _norm(g_r), _dot(g_c - g_r, g_r)
-                g_ratio = _ratios(g_c - g_r, g_r)
                 noise = _noise(g_c, g_r, share) if g_c.shape == p_r.shape else None
+                g_ratio = _ratios(g_c - g_r, g_r if noise is None else torch.where(noise, 0, g_r))
             moved, update = mine - p_r, p_r - p_0
             ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
                 if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
