@@ -29,7 +29,7 @@ class Upcast(torch.nn.Module):
 @pytest.fixture
 def watched():
     found = precision.Precision()
-    undo = precision.watch(found)
+    undo = precision.watch(precision=found)
     yield found
     undo()
 
@@ -97,3 +97,15 @@ def test_a_coordinate_near_0_weighs_at_most_the_cap_in_the_scale():
 
     total, count = _ratios(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([1e-6, 1.0, 0.0]))
     assert count == 2 and total == pytest.approx(RATIO_CAP + 1e-3)
+
+
+def test_finish_ends_the_watch_and_falls_back_to_the_parameters_type(monkeypatch):
+    before = torch.nn.Module.__call__
+    found = precision.Precision()
+    precision.watch(precision=found)
+    assert torch.nn.Module.__call__ is not before
+    monkeypatch.setattr(found, "summary", lambda params: 1 / 0)
+    got = precision.finish([torch.nn.Parameter(torch.ones(2, dtype=torch.float64))], found)
+    assert torch.nn.Module.__call__ is before
+    assert got["precision"] == "float64"
+    assert got["why"].startswith("float64 parameters (the precision was not observed: ")

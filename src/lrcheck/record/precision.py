@@ -164,8 +164,16 @@ def _tf32(devices: list[str], conv: bool) -> str:
     return ", ".join(found)
 
 
-def watch(precision: Precision) -> Callable[[], None]:
-    """Wrap ``Module.__call__`` for ``precision`` until its ``done``; returns the undo."""
+# This process's: what its forward computed in before its first update (``watch``, ``finish``).
+OBSERVED = Precision()
+_undo: list[Callable[[], None]] = []
+
+
+def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None]:
+    """Wrap ``Module.__call__`` for ``precision`` (where ``on``) until ``finish``; returns the
+    undo."""
+    if not on:
+        return lambda: None
     module_call = torch.nn.Module.__call__
 
     @functools.wraps(module_call)
@@ -180,4 +188,19 @@ def watch(precision: Precision) -> Callable[[], None]:
         if torch.nn.Module.__call__ is call:
             torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
 
+    _undo.append(restore)
     return restore
+
+
+def finish(params: list[torch.Tensor], precision: Precision = OBSERVED) -> dict[str, Any]:
+    """What update 0 of ``params`` computed in (``Precision.summary``; the parameters' type
+    where that fails, with the reason); the watch ends here."""
+    precision.done = True
+    while _undo:
+        _undo.pop()()
+    try:
+        return precision.summary(params)
+    except Exception as exc:  # noqa: BLE001 - never in the way of the user's training
+        kinds = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+        return {"precision": coarsest(kinds), "why": f"{'+'.join(kinds)} parameters (the "
+                f"precision was not observed: {exc})"}

@@ -131,9 +131,6 @@ class ProcessRecorder:
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
-        # In a lockstep pair: what the forward computed in before the first update.
-        self.precision = precision.Precision()
-        self.unwatch: Callable[[], None] | None = None
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -210,24 +207,12 @@ class ProcessRecorder:
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
-        compute = self._compute(params)
         if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
-            self.streamer.start(params, st.sharded, born, compute)
+            self.streamer.start(params, st.sharded, born, precision.finish(params))
         elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
-            self.follower.start(params, st.names, st.sharded, born, compute)
-
-    def _compute(self, params: list[torch.Tensor]) -> dict[str, Any]:
-        """The precision update 0 computed in (``record.precision``); the watch ends here."""
-        self.precision.done = True
-        if self.unwatch is not None:
-            self.unwatch()
-        try:
-            return self.precision.summary(params)
-        except Exception as exc:  # noqa: BLE001 - the parameters' type then, and why
-            return {"precision": lockstep.dtype_of(params).split("+")[-1],
-                    "why": f"the parameters' type (the precision was not observed: {exc})"}
+            self.follower.start(params, st.names, st.sharded, born, precision.finish(params))
 
     def post(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         st = self.optimizers.get(id(optimizer))
@@ -387,8 +372,7 @@ def install_hooks(folder: str, *, samples: int | None, every: int,
     modules.count_dropout()
     if recorder.role:
         _fingerprint_at_birth()
-    if recorder.role in (roles.REFERENCE, roles.CANDIDATE):
-        recorder.unwatch = precision.watch(recorder.precision)
+    precision.watch(recorder.role in (roles.REFERENCE, roles.CANDIDATE))
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
     count_calls(recorder)
