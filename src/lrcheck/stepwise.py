@@ -21,14 +21,14 @@ LINES = "lockstep-rank{rank}.jsonl"
 # products <g_c − g_r, g_r> and <p_c − p_r, p_r − p_start> (the part of a gap along the
 # reference's own gradient or update: a scale, where rounding is nearly orthogonal to it), and
 # how many coordinates' gradients are rounding noise (left out of the parameters' columns:
-# ``record.lockstep._noise``), and the sum of each coordinate's relative gap, clipped
-# (``record.lockstep._ratios``), with how many were summed, for the gradient and the update;
+# ``record.lockstep._noise``), and Σ sign(ref_i)·Δ_i with Σ |ref_i| (``record.lockstep._along``:
+# their ratio is a scale of the gap over the reference's own) for the gradient and the update;
 # the indices of ``StepGaps.gaps``' last axis. A file of the first five columns (lrcheck before
 # the rest) reads with the others 0.
 COLUMNS = ("grad_diff", "grad_ref", "param_diff", "update_ref", "ulp", "grad_dot", "update_dot",
-           "noise", "grad_ratio", "grad_count", "update_ratio", "update_count")
-(GRAD_DIFF, GRAD_REF, PARAM_DIFF, UPDATE_REF, ULP, GRAD_DOT, UPDATE_DOT, NOISE, GRAD_RATIO,
- GRAD_COUNT, UPDATE_RATIO, UPDATE_COUNT) = range(len(COLUMNS))
+           "noise", "grad_along", "grad_l1", "update_along", "update_l1")
+(GRAD_DIFF, GRAD_REF, PARAM_DIFF, UPDATE_REF, ULP, GRAD_DOT, UPDATE_DOT, NOISE, GRAD_ALONG,
+ GRAD_L1, UPDATE_ALONG, UPDATE_L1) = range(len(COLUMNS))
 FIRST_COLUMNS = 5
 
 

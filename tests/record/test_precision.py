@@ -9,7 +9,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from lrcheck.record import precision
 from lrcheck.record.lockstep import _gaps
-from lrcheck.stepwise import COLUMNS, GRAD_COUNT, GRAD_DOT, GRAD_RATIO, NOISE, PARAM_DIFF
+from lrcheck.stepwise import COLUMNS, GRAD_ALONG, GRAD_DOT, GRAD_L1, NOISE, PARAM_DIFF
 
 
 class Passing(TorchDispatchMode):
@@ -86,17 +86,17 @@ def test_the_gaps_hold_the_scale_and_leave_out_coordinates_of_rounding_noise():
     assert len(row) == len(COLUMNS)
     print(dict(zip(COLUMNS, row, strict=True)))
     assert row[NOISE] == 16 and row[PARAM_DIFF] == 0  # the noisy steps left out
-    assert row[GRAD_COUNT] == 32  # the noise's ratios left out too
-    assert row[GRAD_DOT] == pytest.approx(1e-3 * float(g_r[:16].square().sum()
-                                                      + g_r[32:].square().sum()), rel=1e-2)
-    assert row[GRAD_RATIO] == pytest.approx(32e-3, rel=1e-3)  # 1e-3 each
+    real = torch.cat([g_r[:16], g_r[32:]])
+    assert row[GRAD_L1] == pytest.approx(float(real.abs().sum()), rel=1e-3)  # the noise left out
+    assert row[GRAD_DOT] == pytest.approx(1e-3 * float(real.square().sum()), rel=1e-2)
+    assert row[GRAD_ALONG] / row[GRAD_L1] == pytest.approx(1e-3, rel=1e-2)  # the scale
 
 
-def test_a_coordinate_near_0_weighs_at_most_the_cap_in_the_scale():
-    from lrcheck.record.lockstep import RATIO_CAP, _ratios
+def test_a_coordinate_near_0_weighs_by_its_size_in_the_scale():
+    from lrcheck.record.lockstep import _along
 
-    total, count = _ratios(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([1e-6, 1.0, 0.0]))
-    assert count == 2 and total == pytest.approx(RATIO_CAP + 1e-3)
+    along, l1 = _along(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([-1e-6, 1.0, 0.0]))
+    assert l1 == pytest.approx(1.0 + 1e-6) and along == pytest.approx(-1.0 + 1e-3)
 
 
 def test_finish_ends_the_watch_and_falls_back_to_the_parameters_type(monkeypatch):

@@ -28,17 +28,17 @@ import numpy as np
 
 from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, WARN, CheckResult
 from lrcheck.stepwise import (
-    GRAD_COUNT,
+    GRAD_ALONG,
     GRAD_DIFF,
     GRAD_DOT,
-    GRAD_RATIO,
+    GRAD_L1,
     GRAD_REF,
     NOISE,
     PARAM_DIFF,
     ULP,
-    UPDATE_COUNT,
+    UPDATE_ALONG,
     UPDATE_DOT,
-    UPDATE_RATIO,
+    UPDATE_L1,
     UPDATE_REF,
     StepGaps,
 )
@@ -138,18 +138,18 @@ def _lead(gaps: StepGaps) -> str:
 
 def scales(gaps: StepGaps, keep: np.ndarray, columns: tuple[int, int, int, int, int],
            floor: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per update, the scale of the gap over the model: the mean of every coordinate's
-    relative gap Δ_i / ref_i, each clipped (``columns``' ratio and count, ``keep``'s tensors:
-    each coordinate weighs alike, so a few large ones cannot carry their rounding into it);
+    """Per update, the scale of the gap over the model: Σ sign(ref_i)·Δ_i / Σ |ref_i|
+    (``columns``' along and l1, ``keep``'s tensors; ``record.lockstep._along``: a few large
+    coordinates cannot carry their rounding into it);
     and ``(updates, tensors)`` each tensor's own, <Δ, ref> / ‖ref‖² (``columns``' dot, ref
     and diff), where it is judged on its own (0 elsewhere): a gap along its own
     (``PARALLEL``), of a tensor of ``SCALED_SIZE`` elements or more (where the sizes are
     recorded), beyond its rounding floor (``floor``: the column of its norm)."""
-    dot, ref, diff, ratio, count = columns
+    dot, ref, diff, along, l1 = columns
     g = gaps.gaps
     d, r = np.where(keep, g[:, :, dot], 0.0), np.where(keep, g[:, :, ref], 0.0)
-    model = (np.sum(np.where(keep, g[:, :, ratio], 0.0), axis=1)
-             / np.maximum(np.sum(np.where(keep, g[:, :, count], 0.0), axis=1), 1.0))
+    model = (np.sum(np.where(keep, g[:, :, along], 0.0), axis=1)
+             / np.maximum(np.sum(np.where(keep, g[:, :, l1], 0.0), axis=1), TINY))
     sizes = np.array(gaps.sizes if len(gaps.sizes) == len(gaps.names) else [0] * len(gaps.names))
     alone = (np.abs(d) >= PARALLEL * g[:, :, diff] * r) & (sizes >= SCALED_SIZE) & (r > 0)
     if floor is not None:
@@ -195,7 +195,7 @@ def check_grads(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Chec
     keep = ~noise
     diff, ref = _norms(gaps, keep, GRAD_DIFF), _norms(gaps, keep, GRAD_REF)
     rel = diff / np.maximum(ref, TINY)
-    found = scales(gaps, keep, (GRAD_DOT, GRAD_REF, GRAD_DIFF, GRAD_RATIO, GRAD_COUNT))
+    found = scales(gaps, keep, (GRAD_DOT, GRAD_REF, GRAD_DIFF, GRAD_ALONG, GRAD_L1))
     judged = np.ones(len(rel), dtype=bool)
     if gaps.init_gap:  # update 0 started from other weights: its gradient is not comparable
         judged &= gaps.steps != 0
@@ -268,8 +268,7 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
     # update: what is judged against the bound.
     excess = np.maximum(diff - ulp, 0.0) / np.maximum(size, TINY)
     rel = diff / np.maximum(size, TINY)
-    found = scales(gaps, keep, (UPDATE_DOT, UPDATE_REF, PARAM_DIFF, UPDATE_RATIO, UPDATE_COUNT),
-                   ULP)
+    found = scales(gaps, keep, (UPDATE_DOT, UPDATE_REF, PARAM_DIFF, UPDATE_ALONG, UPDATE_L1), ULP)
     over = np.flatnonzero(~(excess <= bound.update) | _beyond_scale(found, bound))
     moved = size > 0
     worst = float(np.max(np.where(moved, excess, 0.0), initial=0.0))

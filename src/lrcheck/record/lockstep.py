@@ -40,9 +40,6 @@ DEPTH = 2
 # share it (they differ by ``UNSHARED`` of it or more): the key-bias slice of a fused qkv
 # projection, whose exact gradient is 0.
 NOISE_UNITS, NOISE_CAP, UNSHARED = 64, 1e-2, 0.1
-# Each coordinate's relative gap (Δ_i / ref_i) is summed clipped to ±RATIO_CAP: a coordinate
-# whose own value is near 0 (all rounding) weighs no more than that.
-RATIO_CAP = 1e-2
 END = 1 << 62  # a candidate rank's progress once it follows no more
 
 
@@ -277,16 +274,13 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.sum(a.to(torch.float64) * b.to(torch.float64)))
 
 
-def _ratios(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, int]:
-    """The sum of Δ_i / ref_i over the coordinates where ref_i is not 0, each clipped to
-    ±``RATIO_CAP``, and how many they are: a scale of the whole is their mean, where
-    rounding's averages out."""
-    held = ref != 0
-    count = int(held.sum())
-    if not count:
-        return 0.0, 0
-    ratio = torch.where(held, diff / torch.where(held, ref, 1), 0).clamp(-RATIO_CAP, RATIO_CAP)
-    return float(torch.sum(ratio, dtype=torch.float64)), count
+def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """Σ sign(ref_i)·Δ_i and Σ |ref_i|: their ratio is the mean of the coordinates' relative
+    gaps Δ_i / ref_i weighted by |ref_i|, exactly s where Δ = s·ref, and where each
+    coordinate's rounding is its own it averages out over many more coordinates than
+    <Δ, ref> / ‖ref‖² (which a few of the largest carry); a coordinate near 0 weighs little."""
+    return (float(torch.sum(torch.sign(ref) * diff, dtype=torch.float64)),
+            float(torch.sum(torch.abs(ref), dtype=torch.float64)))
 
 
 _UP = torch.tensor(float("inf"))
@@ -308,7 +302,7 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
     """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
     differences are taken in the parameters' own type: two values this close subtract
     exactly (Sterbenz), and only the norms and dot products are summed in float64. The
-    parameters' columns and the gradient's ratios leave out the coordinates whose gradient is
+    parameters' columns and the gradient's ``_along`` leave out the coordinates whose gradient is
     rounding noise (``_noise``), counted in their column."""
     rows = []
     with torch.no_grad():
@@ -316,14 +310,14 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
             mine = p.detach().to("cpu")
             g_c = None if p.grad is None else p.grad.detach().to("cpu")
             noise = None
-            g_ratio: tuple[float, int] = (0.0, 0)
+            g_along = (0.0, 0.0)
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
                 gr, g_dot = (0.0 if g_r is None else _norm(g_r)), 0.0
             else:
                 gd, gr, g_dot = _norm(g_c - g_r), _norm(g_r), _dot(g_c - g_r, g_r)
                 noise = _noise(g_c, g_r, share) if g_c.shape == p_r.shape else None
-                g_ratio = _ratios(g_c - g_r, g_r if noise is None else torch.where(noise, 0, g_r))
+                g_along = _along(g_c - g_r, g_r if noise is None else torch.where(noise, 0, g_r))
             moved, update = mine - p_r, p_r - p_0
             ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
                 if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
@@ -331,7 +325,7 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
                 moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
             rows.append([float(f"{v:.4g}") for v in (
                 gd, gr, _norm(moved), _norm(update), _norm(ulp), g_dot, _dot(moved, update),
-                0 if noise is None else int(noise.sum()), *g_ratio, *_ratios(moved, update))])
+                0 if noise is None else int(noise.sum()), *g_along, *_along(moved, update))])
     return rows
 
 
