@@ -290,8 +290,8 @@ def check_updates(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Ch
     figures = (f"{what} {rel[i]:.3g} at update {k}, {excess[i]:.3g} beyond the rounding floor"
                f"{' > ' if excess[i] > bound.update else ' within '}{limit}, from the same "
                f"state ({diff[i]:.3g} apart, the update {size[i]:.3g}, the floor {ulp[i]:.3g})")
-    text = (f"{scaled}; {figures}" if scaled else
-            f"{figures}: {_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}")
+    text = (f"{scaled + '; ' if scaled else ''}{figures}: "
+            f"{_worst_tensor(gaps, i, keep, PARAM_DIFF, UPDATE_REF)}")
     return _ended("params", k, float(diff[i]), worst, reason,
                   f"{_lead(gaps)}: {text}{_beyond(gaps.steps[over])}{named}")
 
@@ -308,9 +308,9 @@ def _coordinates_text(gaps: StepGaps, optimizer: str) -> str:
                       + (f" of {gaps.sizes[t]}" if sized else "") for t in tensors[:4])
     more = f" and {len(tensors) - 4} more tensors" if len(tensors) > 4 else ""
     whose = f"{optimizer}'s steps" if optimizer else "the steps"
-    return (f"; coordinates whose gradient is only rounding noise (tiny against their tensor's "
-            f"largest, and unshared by the runs: a slice of a fused tensor, as a key bias), at "
-            f"most at one update: {shown}{more}: {whose} on them are not compared")
+    return (f"; coordinates whose gradient is rounding noise (tiny against their tensor's "
+            f"largest, and unshared by the runs: as the key-bias slice of a fused qkv), at most "
+            f"at one update: {shown}{more}: {whose} on them are not compared")
 
 
 def moved(gaps: StepGaps) -> tuple[int, int]:
