@@ -216,9 +216,9 @@ def check_grads(gaps: StepGaps, reason: str | None, optimizer: str = "") -> Chec
     if rel[i] <= bound.grad:
         text = f"{scaled}; {what} {rel[i]:.3g} within {limit}"
     else:
-        text = (f"{what} {rel[i]:.3g} > {limit} at update {k}, from the same state: "
-                f"{_worst_tensor(gaps, i, keep, GRAD_DIFF, GRAD_REF)}{'; ' if scaled else ''}"
-                f"{scaled}")
+        text = (f"{what} {rel[i]:.3g} > {bound.grad:g} at update {k}, from the same state "
+                f"(the bound for {source}): {_worst_tensor(gaps, i, keep, GRAD_DIFF, GRAD_REF)}"
+                f"{'; ' if scaled else ''}{scaled}")
     return _ended("grads", k, float(diff[i]), worst, reason,
                   f"{_lead(gaps)}: {text}; max {worst:.3g}{_beyond(gaps.steps[over])}{named}")
 
