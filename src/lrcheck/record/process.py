@@ -372,7 +372,6 @@ def install_hooks(folder: str, *, samples: int | None, every: int,
     modules.count_dropout()
     if recorder.role:
         _fingerprint_at_birth()
-    precision.watch(recorder.role in (roles.REFERENCE, roles.CANDIDATE))
     register_optimizer_step_pre_hook(recorder.pre)
     register_optimizer_step_post_hook(recorder.post)
     count_calls(recorder)
