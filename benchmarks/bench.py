@@ -5,7 +5,7 @@ peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest sing
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
 The recording overhead is measured in one process instead (see ``record_child``).
 
-    python benchmarks/bench.py [--runs 5] [--only help,compare,...,suite-jobs,fsdp,deepspeed]
+    python benchmarks/bench.py [--runs 5] [--only help,compare,...,fsdp,deepspeed,lockstep,logs]
                                [--trace-steps 1000000] [--scale]
 """
 
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs")
 
 
 class RunFailed(Exception):
@@ -97,6 +97,9 @@ WALL_TARGET, RSS_TARGET = 1.1, 1.2
 FRAMEWORK_TARGET = 1.3
 # lrcheck suite --jobs 2 against lrcheck's own sequential suite on 2 cores (issue 32): wall.
 JOBS_TARGET = 0.75
+# lrcheck run in lockstep against the user's two commands run bare one after the other, on three
+# scripts (issue 37): wall.
+LOCKSTEP_TARGET = 1.5
 
 
 def add_workflow(table: Table, what: str, lr: tuple[float, float],
@@ -235,6 +238,57 @@ def bare_trace(steps: int) -> None:
             sched.step()
 
 
+# Reading a run's TensorBoard log of 100,000 steps (issue 39): seconds.
+LOGS_STEPS, LOGS_TARGET = 100_000, 3.0
+
+
+def bench_logs(table: Table, runs: int, out: Path) -> None:
+    """``logs_read_100k``: ``read_logs`` of a SummaryWriter log of 100,000 steps of ``lr``,
+    ``loss`` and ``grad_norm`` (written once, not timed), in a process of its own, median of
+    ``runs``; the bare figure is tensorboard's own ``EventAccumulator`` loading it."""
+    folder = out / "tb-100k"
+    subprocess.run([PY, str(Path(__file__)), "--write-logs", str(folder)], check=True)
+    ours = [float(subprocess.run([PY, str(Path(__file__)), "--read-logs", str(folder)],
+                                 check=True, capture_output=True, text=True).stdout)
+            for _ in range(runs)]
+    bare = [float(subprocess.run([PY, str(Path(__file__)), "--read-logs", str(folder),
+                                  "--accumulator"], check=True, capture_output=True,
+                                 text=True).stdout) for _ in range(runs)]
+    wall = statistics.median(ours)
+    table.add(f"logs_read_100k: read_logs of {LOGS_STEPS:,} TensorBoard steps x 3 tags",
+              f"{wall:.2f} s", f"EventAccumulator {statistics.median(bare):.2f} s", wall,
+              LOGS_TARGET, " s")
+
+
+def write_logs(folder: str) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(folder, max_queue=10_000, flush_secs=600)
+    for k in range(LOGS_STEPS):
+        writer.add_scalar("lr", 0.1 * (1 - k / LOGS_STEPS), k)
+        writer.add_scalar("loss", 1.0 / (k + 1), k)
+        writer.add_scalar("grad_norm", 0.5, k)
+    writer.close()
+
+
+def read_logs_seconds(folder: str, accumulator: bool) -> None:
+    """Print the seconds ``read_logs`` (or ``EventAccumulator``) takes on ``folder``, imports
+    included."""
+    started = time.perf_counter()
+    if accumulator:
+        from tensorboard.backend.event_processing import event_accumulator as ea
+
+        events = ea.EventAccumulator(folder, size_guidance={ea.SCALARS: 0})
+        events.Reload()
+        assert all(len(events.Scalars(t)) == LOGS_STEPS for t in events.Tags()["scalars"])
+    else:
+        from lrcheck.logs.read import read_logs
+
+        run = read_logs(Path(folder))
+        assert all(len(s.steps) == LOGS_STEPS for s in run.series.values())
+    print(time.perf_counter() - started)
+
+
 def bench_suite(table: Table, runs: int, out: Path) -> None:
     lr, bare = alternate(
         LRCHECK + ["suite", str(HERE / "suite-12.toml"), "--quiet", "--out", str(out / "suite")],
@@ -291,6 +345,21 @@ def bench_sharded(table: Table, runs: int, out: Path, engine: str) -> None:
                  FRAMEWORK_TARGET)
 
 
+def bench_lockstep(table: Table, runs: int) -> None:
+    """``lrcheck run`` in lockstep on ``lockstep_cost.SCRIPTS``' three users' scripts against
+    the two commands run bare one after the other (issue 37: at most 1.5x)."""
+    sys.path.insert(0, str(HERE))
+    import lockstep_cost
+
+    for name in lockstep_cost.SCRIPTS:
+        got = lockstep_cost.measure(name, runs)
+        lock, bare = got["lrcheck run (lockstep)"], got["bare one after the other"]
+        assert isinstance(lock, dict) and isinstance(bare, dict)
+        table.add(f"lrcheck run in lockstep ({name}) against the two commands bare, wall",
+                  wall_rss(lock["wall"], lock["rss"]), wall_rss(bare["wall"], bare["rss"]),
+                  lock["wall"] / bare["wall"], LOCKSTEP_TARGET)
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -326,7 +395,14 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="also the scale tables")
     parser.add_argument("--record-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bare-trace", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--write-logs", help=argparse.SUPPRESS)
+    parser.add_argument("--read-logs", help=argparse.SUPPRESS)
+    parser.add_argument("--accumulator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_logs:
+        return write_logs(args.write_logs)
+    if args.read_logs:
+        return read_logs_seconds(args.read_logs, args.accumulator)
     if args.record_child:
         return record_child(args.record_child)
     if args.bare_trace:
@@ -354,7 +430,9 @@ def main() -> None:
                                                            "transformers"),
                    "lightning": lambda: bench_framework(table, args.runs, out, "lightning"),
                    "fsdp": lambda: bench_sharded(table, args.runs, out, "fsdp"),
-                   "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed")}
+                   "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed"),
+                   "lockstep": lambda: bench_lockstep(table, args.runs),
+                   "logs": lambda: bench_logs(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
                 try:

@@ -1,15 +1,18 @@
-"""What ``lrcheck run`` in lockstep costs against the two commands run bare: a user's script of
-a 2.1 M-parameter MLP (AdamW, float32, one torch thread each), the reference at bs 64 and the
-candidate at 32 × 2, 100 updates. Alternated ``runs`` times:
+"""What ``lrcheck run`` in lockstep costs against the two commands run bare, on three users'
+scripts (``SCRIPTS``, one torch thread each): a 2.1 M-parameter MLP (AdamW, float32, bs 64 against
+32 × 2, 100 updates), a causal transformer with a fused qkv projection (AdamW, float32, bs 16
+against 4 × 4, 60 updates) and a small CNN (SGD with momentum, float64, a cosine schedule, bs 32
+against 8 × 4, 60 updates). Alternated ``runs`` times, per script:
 
 - bare: the two commands one after the other (what a user runs without lrcheck), and side by
   side (both at once, as lrcheck runs them);
 - ``lrcheck run`` (lockstep, the default) and ``lrcheck run --free``.
 
 Wall time, the peak resident memory of the largest process (``ru_maxrss`` of the children) and
-the peak size of lockstep's exchange folder (sampled every 5 ms). One JSON line of medians.
+the peak size of lockstep's exchange folder (sampled every 5 ms). One JSON line of medians per
+script. The goal (issue 37): lockstep at most 1.5× the two commands one after the other.
 
-    python benchmarks/lockstep_cost.py [RUNS]
+    python benchmarks/lockstep_cost.py [RUNS] [SCRIPT,...]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-SCRIPT = '''
+MLP = '''
 import sys, torch
 torch.set_num_threads(1)
 bs, accum = int(sys.argv[1]), int(sys.argv[2])
@@ -44,6 +47,70 @@ for k in range(100):
         (torch.nn.functional.cross_entropy(model(x[part]), y[part], reduction="sum") / E).backward()
     opt.step(); opt.zero_grad(); sched.step()
 '''
+
+TRANSFORMER = '''
+import math, sys, torch
+from torch import nn
+torch.set_num_threads(1)
+bs, accum = int(sys.argv[1]), int(sys.argv[2])
+V, T, D, H = 64, 32, 128, 4
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=-1)
+        heads = lambda t: t.view(t.shape[0], T, H, D // H).transpose(1, 2)
+        a = nn.functional.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(x.shape))
+        return x + self.mlp(self.ln2(x))
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Embedding(V, D), Block(), Block(), nn.LayerNorm(D), nn.Linear(D, V))
+opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+g = torch.Generator().manual_seed(1)
+data = torch.randint(0, V, (960, T + 1), generator=g)
+E = bs * accum
+for k in range(60):
+    for m in range(accum):
+        rows = data[k * E + m * bs:k * E + (m + 1) * bs]
+        logits = model(rows[:, :-1])
+        loss = nn.functional.cross_entropy(logits.reshape(-1, V), rows[:, 1:].reshape(-1),
+                                           reduction="sum") / (E * T)
+        loss.backward()
+    opt.step(); opt.zero_grad(); sched.step()
+'''
+
+CNN = '''
+import sys, torch
+from torch import nn
+torch.set_num_threads(1)
+torch.set_default_dtype(torch.float64)
+bs, accum = int(sys.argv[1]), int(sys.argv[2])
+torch.manual_seed(0)
+model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(32 * 4 * 4, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=60)
+g = torch.Generator().manual_seed(1)
+x, y = torch.randn(1920, 3, 16, 16, generator=g), torch.randint(0, 10, (1920,), generator=g)
+E = bs * accum
+for k in range(60):
+    for m in range(accum):
+        part = slice(k * E + m * bs, k * E + (m + 1) * bs)
+        (nn.functional.cross_entropy(model(x[part]), y[part], reduction="sum") / E).backward()
+    opt.step(); opt.zero_grad(); sched.step()
+'''
+
+# name: (script, the reference's (bs, accum), the candidate's)
+SCRIPTS = {"mlp-adamw-float32": (MLP, (64, 1), (32, 2)),
+           "transformer-adamw-float32": (TRANSFORMER, (16, 1), (4, 4)),
+           "cnn-sgd-momentum-float64": (CNN, (32, 1), (8, 4))}
 PY = sys.executable
 
 
@@ -92,11 +159,14 @@ def _measure(argvs: list[list[str]], together: bool, shm: Path | None = None) ->
     return {"wall": res["wall"], "rss": res["rss"] / 1024, "disk": peak[0] / 2**20}
 
 
-def main(runs: int) -> None:
+def measure(name: str, runs: int) -> dict[str, object]:
+    """Medians of each way of running script ``name`` (``SCRIPTS``), and their ratios to the
+    two commands run bare one after the other."""
+    text, (rb, ra), (cb, ca) = SCRIPTS[name]
     with tempfile.TemporaryDirectory(prefix="lrcheck-lockstep-bench-") as tmp:
         script = Path(tmp) / "user.py"
-        script.write_text(SCRIPT)
-        ref, cand = [PY, str(script), "64", "1"], [PY, str(script), "32", "2"]
+        script.write_text(text)
+        ref, cand = [PY, str(script), str(rb), str(ra)], [PY, str(script), str(cb), str(ca)]
         line = [shlex.join(ref), shlex.join(cand)]
         lrcheck = [PY, "-m", "lrcheck", "run", "--quiet", "--out", f"{tmp}/r"]
         kinds = {"bare one after the other": ([ref, cand], False),
@@ -105,16 +175,26 @@ def main(runs: int) -> None:
                  "lrcheck run --free": ([[*lrcheck, "--free", *line]], False)}
         got: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
         for _ in range(runs):
-            for name, (argvs, together) in kinds.items():
-                got[name].append(_measure(argvs, together))
-    medians = {name: {key: round(statistics.median(r[key] for r in rows), 3)
-                      for key in ("wall", "rss", "disk")} for name, rows in got.items()}
-    base = medians["bare one after the other"]
-    medians["ratios"] = {name: {"wall": round(m["wall"] / base["wall"], 3),
-                                "rss": round(m["rss"] / base["rss"], 3)}
-                         for name, m in medians.items() if name != "ratios"}
-    print(json.dumps({"runs": runs, "load": os.getloadavg()[0], **medians}))
+            for kind, (argvs, together) in kinds.items():
+                got[kind].append(_measure(argvs, together))
+    medians: dict[str, object] = {
+        kind: {key: round(statistics.median(r[key] for r in rows), 3)
+               for key in ("wall", "rss", "disk")} for kind, rows in got.items()}
+    base = got["bare one after the other"]
+    wall0 = statistics.median(r["wall"] for r in base)
+    rss0 = statistics.median(r["rss"] for r in base)
+    med = lambda rows, key: statistics.median(r[key] for r in rows)  # noqa: E731
+    medians["ratios"] = {kind: {"wall": round(med(rows, "wall") / wall0, 3),
+                                "rss": round(med(rows, "rss") / rss0, 3)}
+                         for kind, rows in got.items()}
+    return {"script": name, "runs": runs, "load": os.getloadavg()[0], **medians}
+
+
+def main(runs: int, names: list[str]) -> None:
+    for name in names:
+        print(json.dumps(measure(name, runs)), flush=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3,
+         sys.argv[2].split(",") if len(sys.argv) > 2 else list(SCRIPTS))

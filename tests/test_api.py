@@ -279,8 +279,11 @@ def test_diff_names_a_keyword_it_does_not_take(tmp_path):
     path.write_text('{"step": 0, "samples_seen": 8, "lr": [0.1], "loss": 1.0}\n')
     with pytest.raises(SpecError, match=r"^lrcheck.diff: unknown keyword 'tolerance' \(did you "
                                         r"mean 'tolerances'\?\); it takes the two Recorder "
-                                        r"files and tolerances$"):
+                                        r"files or logs, tolerances, and how to read logs$"):
         lrcheck.diff(path, path, tolerance=0.1)
+    with pytest.raises(SpecError, match="--tag and --log-steps say how to read logs; .* are "
+                                        "recordings, not logs"):
+        lrcheck.diff(path, path, tags=["lr=LearningRate"])
 
 
 # The library refuses what the command refuses, with the same message: lrcheck.compare(), a

@@ -62,6 +62,8 @@ __all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "di
 
 # The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
 # ``twin``, which lrcheck sets on a reference of its own and a user never types.
+# The tags a user maps to quantities: ["lr=LearningRate"] or {"lr": "LearningRate"}.
+LogTags = Sequence[str] | Mapping[str, str] | None
 CANDIDATE_KEYWORDS = tuple(f.name for f in fields(RunSpec) if f.name != "twin")
 
 
@@ -143,7 +145,8 @@ def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, r
 
 
 def diff(reference: str | Path, candidate: str | Path, *,
-         tolerances: Tolerances | None = None, **unknown: object) -> Report:
+         tolerances: Tolerances | None = None, tags: LogTags = None,
+         log_steps: str | None = None, **unknown: object) -> Report:
     """``lrcheck diff``: read two runs — each a file written by ``lrcheck.Recorder`` or a folder
     ``lrcheck record`` wrote, or two runs' own logs (``logs.pairs``, docs/logs.md) — align
     their updates by ``samples_seen`` (by update index where a folder does not know its
@@ -151,20 +154,26 @@ def diff(reference: str | Path, candidate: str | Path, *,
     ``lr``, ``loss``, and ``params`` where both carry parameter fingerprints; a recorded folder
     adds ``scaler-skips``, ``grad-norm`` and its replicas' agreement). Trains nothing. A
     missing or malformed file is a ``SpecError`` naming it (and the line). Default tolerances
-    are float32's (a file does not say its dtype). A keyword other than ``tolerances`` is a
+    are float32's (a file does not say its dtype). Two logs: ``tags`` says which tag holds a
+    quantity (``["lr=LearningRate"]`` or ``{"lr": "LearningRate"}``), ``log_steps`` what a
+    step counts (``"updates-from-1"``, docs/logs.md). A keyword other than these is a
     ``SpecError`` naming it."""
     if unknown:
-        raise _unknown("diff", list(unknown), ("tolerances",),
-                       "it takes the two Recorder files and tolerances")
+        raise _unknown("diff", list(unknown), ("tolerances", "tags", "log_steps"),
+                       "it takes the two Recorder files or logs, tolerances, and how to read "
+                       "logs")
+    from lrcheck.logs.read import reading
     from lrcheck.record.pairs import diff_runs
 
-    return diff_runs(reference, candidate, tolerances=tolerances)
+    return diff_runs(reference, candidate, tolerances=tolerances,
+                     stated=reading(tags, log_steps))
 
 
 def record(command: Sequence[str], out: str | Path, *, samples: int | None = None,
            fingerprint_every: int | None = None, echo: TextIO | None = None,
            capture: bool = False, deterministic: bool = False,
-           logs: str | Path | None = None) -> RecordedRun:
+           logs: str | Path | None = None, tags: LogTags = None,
+           log_steps: str | None = None) -> RecordedRun:
     """``lrcheck record``: run ``command`` (a list of arguments) with lrcheck's recording in
     every Python process it starts, into the folder ``out`` (``record.launch.record_command``).
     ``samples``: samples per update, where known (else updates align by index);
@@ -175,11 +184,13 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
     ``--deterministic``'s settings (docs/checks.md, "Deterministic runs"). ``logs``: the
     command's own log (a file or a folder; default: where its Trainer logged), held against
     the record: the run's ``logs`` findings, written into the folder's logs.json
-    (docs/logs.md)."""
+    (docs/logs.md); ``tags`` and ``log_steps``: how to read it, as ``diff``'s."""
+    from lrcheck.logs.read import reading
     from lrcheck.record.pairs import record_run
 
     return record_run(command, out, samples=samples, fingerprint_every=fingerprint_every,
-                      echo=echo, capture=capture, deterministic=deterministic, logs=logs)
+                      echo=echo, capture=capture, deterministic=deterministic, logs=logs,
+                      stated=reading(tags, log_steps))
 
 
 def run_commands(reference: str, candidate: str, out: str | Path, *,
@@ -188,22 +199,26 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None) -> Report:
+                 logs: str | Path | None = None, tags: LogTags = None,
+                 log_steps: str | None = None) -> Report:
     """``lrcheck run``: record the two command lines (each split as a shell would, not run
     through one) into ``out``/reference and ``out``/candidate, side by side with the
     candidate in lockstep (``free``: one after the other, each free-running), then ``diff``
     them; ``strict``: effects that could be judged only up to some update (a twin that
     decorrelated) fail there. ``ref_logs`` and ``logs``: each run's own log (a file or a
     folder; default: where its Trainer logged), held against its record in the report's
-    ``logs`` (docs/logs.md), which never changes the verdict. A command that fails, or makes
+    ``logs`` (docs/logs.md), which never changes the verdict; ``tags`` and ``log_steps``: how
+    to read them, as ``diff``'s. A command that fails, or makes
     no update for ``timeout`` seconds in lockstep, is a ``RunError`` with its exit code and
     last lines; Ctrl-C keeps what was recorded. ``deterministic``: both with
     ``--deterministic``'s settings."""
+    from lrcheck.logs.read import reading
     from lrcheck.record.pairs import run_commands as run
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
                echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict,
-               deterministic=deterministic, ref_logs=ref_logs, logs=logs)
+               deterministic=deterministic, ref_logs=ref_logs, logs=logs,
+               stated=reading(tags, log_steps))
 
 
 def save_report(report: Report, out: str | Path) -> Path:

@@ -205,3 +205,29 @@ def test_the_example_workflow_merges_through_the_action_with_inputs_it_has():
     assert len(steps) == 1 and set(steps[0]["with"]) <= set(ACTION["inputs"])
     assert steps[0]["with"]["merge"] == "shards/lrcheck-shard-*"
     assert example["permissions"]["pull-requests"] == "write"
+
+
+@pytest.mark.parametrize(("wanted", "env", "version"), [
+    ("auto", {"pythonLocation": "/opt/hostedtoolcache/Python/3.12.1/x64"}, ""),
+    ("auto", {"VIRTUAL_ENV": "/home/runner/venv"}, ""),
+    ("auto", {}, "3.11"), ("3.12", {"pythonLocation": "/opt/py"}, "3.12"), ("", {}, "")])
+def test_auto_keeps_the_python_the_workflow_set_up(tmp_path, wanted, env, version):
+    """The Python that holds the user's project (set up before the action) is not switched."""
+    clean = {"pythonLocation": "", "VIRTUAL_ENV": "", "CONDA_PREFIX": ""}
+    done = _run_step(tmp_path, "Choose Python", {**clean, "WANTED": wanted, **env})
+    assert done.returncode == 0, done.stderr
+    assert _outputs(tmp_path) == {"version": version}
+
+
+@pytest.mark.parametrize(("args", "extra"), [
+    ("--logs out --ref-logs ref", "[logs]"), ("--tag lr=LearningRate", "[logs]"),
+    ("--jobs auto", "")])
+def test_the_logs_extra_is_installed_where_logs_are_asked_for(tmp_path, args, extra):
+    (tmp_path / "bin").mkdir()
+    stub = tmp_path / "bin" / "python"
+    stub.write_text('#!/bin/sh\necho "$@" >> "$STUB_ARGS"\n')
+    stub.chmod(0o755)
+    done = _run_step(tmp_path, "Install lrcheck", {"TORCH": "", "ARGS": args,
+                                                   "GITHUB_ACTION_PATH": "/action"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "args").read_text() == f"-m pip install /action{extra}\n"

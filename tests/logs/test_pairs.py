@@ -86,6 +86,31 @@ def test_two_param_groups_from_lightnings_csv(lightning_logs):
     lr = checks(report)["lr"]
     assert lr.status.value == "pass" and "at all 8 updates both logged" in lr.detail
     assert "last micro-batch" in checks(report)["limits"].detail
+    # its loss means another thing at each accumulation: said, a warning, not a FAIL
+    loss = checks(report)["loss"]
+    assert (loss.status.value, report.exit_code) == ("warn", 0)
+    assert loss.detail.startswith("the logged losses mean different things")
+    assert "the candidate's: the last of 2 micro-batches" in loss.detail
+
+
+def test_the_trainer_every_update_against_every_4(trainer_logs, tmp_path):
+    """The same Trainer training (accumulation 2, 8 updates) logged every update against
+    every 4 (accumulation 1): its loss every 4 updates is the window's mean, compared with the
+    other's averaged over the same windows; the LR plot draws the second at updates 3 and 7."""
+    from lrcheck.reports.plots import aligned_lr_plot
+    from tests.fixtures import logs_trainer
+    from tests.logs.conftest import _write
+
+    every = _write(logs_trainer, tmp_path / "every4", ["--accum", "1", "--every", "4"])
+    report = lrcheck.diff(trainer_logs, every)
+    found = checks(report)
+    assert report.ok, report.checks
+    assert found["loss"].detail.startswith("the reference's loss averaged over the "
+                                           "candidate's logging windows (4 updates")
+    assert "at 2 windows" in found["loss"].detail
+    plot = aligned_lr_plot(report, tmp_path / "lr.png")
+    assert plot.args["cand"][0].tolist() == [3, 7]
+    assert plot.args["ref"][0].tolist() == list(range(8))
 
 
 def test_a_log_against_a_recording_is_bad_input(plain_logs, tmp_path):

@@ -2,12 +2,13 @@
 finding and the update it starts at; float32 values, a loss rounded to 4 decimals and a loss
 averaged over each logging window are recognised, not called bugs."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning
+from lrcheck.logs.model import LogFormat, LoggedRun, LossIs, Quantity, Series, StepMeaning
 from lrcheck.logs.truth import DIFFERS, MATCHES, UNKNOWN, hold
 
 GA = 2
@@ -34,7 +35,7 @@ def _log(quantity, values, steps=None, dtype="float32", first=0):
         values = np.asarray(values, dtype=np.float32).astype(float)
     series = Series(quantity, quantity.value, steps, tuple(float(v) for v in values), dtype)
     return LoggedRun(Path("logs"), LogFormat.TENSORBOARD, {quantity: series},
-                     StepMeaning(first=first))
+                     StepMeaning(first=first, how=f"detected: steps count updates from {first}"))
 
 
 def _one(log, records=None):
@@ -45,7 +46,9 @@ def _one(log, records=None):
 def test_the_lr_each_update_used_matches_in_float32_and_1_based_steps():
     found = _one(_log(Quantity.LR, LRS, first=1))
     assert (found.status, found.first_update) == (MATCHES, None)
-    assert found.says == "the logged LR is the LR each update used, at the 8 updates logged"
+    assert found.says == ("the logged LR is the LR each update used, at the 8 updates logged; "
+                          "steps: detected: steps count updates from 1, as the recording "
+                          "confirms")
 
 
 def test_the_next_updates_lr_is_named_off_by_one_from_update_0():
@@ -71,7 +74,7 @@ def test_a_loss_scaled_by_ga_is_a_logging_scale(factor, words):
     found = _one(_log(Quantity.LOSS, [factor * sum(m) for m in MICRO]))
     assert (found.status, found.first_update) == (DIFFERS, 0)
     assert found.says.startswith(f"the logged loss is {words} the loss that was differentiated")
-    assert found.says.endswith("at every update: a logging scale, the training matches")
+    assert "at every update: a logging scale, the training matches; steps: " in found.says
     assert ("before ÷ GA" if factor > 1 else "once more") in found.says
 
 
@@ -101,8 +104,7 @@ def test_a_micro_batchs_loss_is_named():
                                           (2 * GA, "2.000× its own loss")])
 def test_a_micro_batchs_loss_is_named_with_its_scale(times, words):
     found = _one(_log(Quantity.LOSS, [times * m[-1] for m in MICRO]))
-    assert found.says.endswith(f"the last of each update's 2 micro-batches, {words}, from "
-                               "update 0"), found.says
+    assert f"the last of each update's 2 micro-batches, {words}, from update 0;" in found.says
 
 
 def test_a_loss_that_parts_is_named_at_its_update():
@@ -165,3 +167,71 @@ def test_a_log_given_that_cannot_be_read_is_one_unknown_finding_not_an_error(tmp
     assert found.says.startswith("the log given could not be read: ")
     assert "no-such-log" in found.says and found.to_dict()["quantity"] is None
     assert found.what == "—"
+
+
+def test_an_unknown_finding_of_no_quantity_is_valid_against_the_schema():
+    """result.json's ``logs`` holds it (a log that could not be read): quantity null."""
+    import jsonschema
+
+    from lrcheck.logs.truth import LogFinding
+    from lrcheck.schemas import load
+
+    schema = load("result")
+    finding = LogFinding("candidate", None, UNKNOWN, "the log given could not be read", None,
+                         "x").to_dict()
+    jsonschema.validate(finding, {"$defs": schema["$defs"], "$ref": "#/$defs/log_finding"})
+
+
+def test_a_log_read_with_the_convention_the_recording_shows():
+    """A log whose steps count updates from 1 (a global_step), or micro-batches, read as it
+    says nothing of it: the convention under which it matches is found and named; a log of the
+    next update's LR from step 0 is not read as one from 1 (step 0 would be update -1)."""
+    found = _one(replace(_log(Quantity.LR, LRS, steps=range(1, N + 1)), steps=StepMeaning()))
+    assert found.status == MATCHES
+    assert found.says.endswith("steps: found from the recording: steps count updates from 1 "
+                               "(a global_step read after the update, as the Trainer's), under "
+                               "which the log matches it (the log alone: steps count updates "
+                               "from 0)")
+    micro = _log(Quantity.LR, [v for v in LRS for _ in range(GA)], steps=range(GA * N))
+    found = _one(replace(micro, steps=StepMeaning()))
+    assert found.status == MATCHES and "steps count micro-batches from 0, 2 per update" in (
+        found.says)
+    found = _one(replace(_log(Quantity.LR, LRS[1:]), steps=StepMeaning()))
+    assert found.status == DIFFERS and "off by one from update 0" in found.says
+    steps = tuple(range(1, N + 1))  # the Trainer's: its LR and its loss x GA at global_step
+    times_ga = LoggedRun(Path("logs"), LogFormat.TRAINER_STATE, {
+        Quantity.LR: Series(Quantity.LR, "learning_rate", steps, tuple(LRS)),
+        Quantity.LOSS: Series(Quantity.LOSS, "loss", steps, tuple(GA * sum(m) for m in MICRO))})
+    lr, loss = hold(times_ga, _records(), "candidate")
+    assert lr.status == MATCHES and "steps count updates from 1" in lr.says
+    assert loss.says.startswith("the logged loss is 2.000× the loss that was differentiated")
+
+
+def test_a_log_with_nothing_mappable_is_one_unknown_finding_that_lists_its_tags(tmp_path):
+    from lrcheck.record.logged import findings
+
+    log = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("step,val_acc\n0,0.5\n", encoding="utf-8")
+    (found,) = findings(tmp_path, "candidate", tmp_path)
+    assert (found.quantity, found.status) == (None, UNKNOWN)
+    assert "no LR, loss or gradient norm among its tags (val_acc)" in found.says
+
+
+def test_lightnings_micro_batch_loss_is_said_to_be_what_its_self_log_logs():
+    log = replace(_log(Quantity.LOSS, [m[-1] for m in MICRO], dtype="float64"),
+                  loss_is=LossIs.MICRO_BATCH)
+    found = _one(log)
+    assert found.status == DIFFERS and "what Lightning's self.log on a step logs" in found.says
+
+
+def test_a_stated_count_per_update_left_out_is_the_recordings():
+    from lrcheck.logs.steps import stated_steps
+
+    micro = _log(Quantity.LR, [v for v in LRS for _ in range(GA)], steps=range(GA * N))
+    found = _one(replace(micro, steps=stated_steps("micro-batches")))
+    assert found.status == MATCHES and found.says.endswith(
+        "steps: stated: steps count micro-batches from 0, 2 per update")
+    seen = _log(Quantity.LR, LRS, steps=range(16, 16 * (N + 1), 16))  # samples after each
+    found = hold(replace(seen, steps=stated_steps("samples")), _records(), "candidate", 16)[0]
+    assert found.status == MATCHES, found.says

@@ -41,8 +41,10 @@ def test_a_pre_clip_norm_and_a_loss_times_ga_are_named_while_the_training_passes
     assert (norm.status, norm.first_update) == ("differs", 0)
     assert norm.says.startswith("the logged grad norm is the pre-clip norm: clipping to "
                                 "max_norm 0.5 did happen")
-    assert logs["reference", "lr"].says == ("the logged LR is the LR each update used, at the "
-                                            "12 updates logged")
+    assert logs["reference", "lr"].says == (
+        "the logged LR is the LR each update used, at the 12 updates logged; steps: detected "
+        "from the samples logged (8 per step, 8 at step 0): steps count updates from 0, as the "
+        "recording confirms")
     assert logs["reference", "loss"].status == "matches"
     loss = logs["candidate", "loss"]
     assert (loss.status, loss.first_update) == ("differs", 0)

@@ -163,3 +163,35 @@ def test_a_ranks_failure_is_a_cause_that_spares_the_twin():
     assert not _needs_twin(SimpleNamespace(checks=[lr, params, ranks]))
     later = CheckResult("ranks (candidate)", FAIL, 0.001, 5, "rank 1's LR differs …")
     assert _needs_twin(SimpleNamespace(checks=[lr, params, later]))  # the effect came first
+
+
+def _process_files(folder, stem, pid, started, records, start, end):
+    (folder / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / f"{stem}.json").write_text(json.dumps(process_json(
+        pid=pid, started=started, start=start, end=end)))
+
+
+def test_a_ranks_processes_are_joined_in_the_order_they_started_not_by_pid(tmp_path):
+    """A resume in one command: the second process (a smaller pid, started later) continues
+    the first's updates and samples; where it joined is kept with where each stood."""
+    first = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [1.0, 1.0]}
+    middle = {"opt_step": 2.0, "sched_epoch": 2, "fingerprint": [2.0, 2.0]}
+    _process_files(tmp_path, "rank0", 900, 100.0, [_line(0, None), _line(1, None)], first,
+                   middle)
+    _process_files(tmp_path, "rank0-p12", 12, 200.0, [_line(0, None), _line(1, None),
+                                                      _line(2, None)], middle, None)
+    (tmp_path / "run.json").write_text(json.dumps(run_json()))
+    run = read_folder(tmp_path)
+    assert [(r["step"], r["samples_seen"]) for r in run.records] == [(k, k + 1) for k in range(5)]
+    (boundary,) = run.boundaries
+    assert (boundary.update, boundary.pid, boundary.order) == (2, 12, 1)
+    assert boundary.before == boundary.after == middle
+
+
+def test_a_second_process_that_started_first_comes_first(tmp_path):
+    _process_files(tmp_path, "rank0", 5, 300.0, [{**_line(0, None), "lr": [0.2]}], None, None)
+    _process_files(tmp_path, "rank0-p6", 6, 100.0, [_line(0, None)], None, None)
+    (tmp_path / "run.json").write_text(json.dumps(run_json()))
+    run = read_folder(tmp_path)
+    assert [r["lr"] for r in run.records] == [[0.1], [0.2]]
+    assert run.boundaries[0].pid == 5

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.recorder import read_records
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -32,9 +33,13 @@ BUGS = {"correct": [], "scale-grad": ["--scale-grad-at", str(SCALE_AT)],
         "skip-zero-grad": ["--skip-zero-grad-at", str(SKIP_AT)]}
 BUGS["both"] = [*BUGS["scale-grad"], *BUGS["skip-zero-grad"]]
 # The clipping each framework does itself, where the correct pairs use it: Lightning's
-# gradient_clip_val (torch's clip_grad_norm_, inside optimizer.step's closure) and DeepSpeed's
-# gradient_clipping (its engine's own clip_grad_norm_), once per update.
-CLIP = {"lightning": ["--clip", "0.5"], "deepspeed": ["--clip", "0.5"]}
+# gradient_clip_val (torch's clip_grad_norm_, inside optimizer.step's closure), DeepSpeed's
+# gradient_clipping (its engine's own clip_grad_norm_), the Trainer's max_grad_norm and
+# accelerator.clip_grad_norm_ (Accelerate's get_total_norm, then clip_grads_with_norm_), once
+# per update. A release that moves a framework's clipping or its scheduler stepping where lrcheck
+# does not count them fails ``_counted_once_per_update``.
+CLIP = {family: ["--clip", "0.5"] for family in ("trainer", "lightning", "accelerate",
+                                                  "deepspeed")}
 
 
 def _line(argv) -> str:
@@ -96,6 +101,7 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
         assert checks["weights"].status == "pass", checks["weights"].detail
         if clip:
             assert "clip_grad_norm_ as often (1 per update)" in checks["cadence"].detail
+            _counted_once_per_update(tmp_path / "out", max_norm=0.5)
         return
     assert not report.ok
     assert grads.status == "fail" and grads.first_divergence == SCALE_AT
@@ -109,6 +115,18 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
     else:  # the zero_grad skipped before update 9 too, each update judged from the same state
         for check in (grads, params):
             assert f"beyond it at 2 updates: {SCALE_AT}, {SKIP_AT}" in check.detail
+
+
+def _counted_once_per_update(out: Path, max_norm: float) -> None:
+    """Each side's recording saw, at every update, the framework's one clip at ``max_norm``
+    with its pre-clip norm, and its one ``scheduler.step()`` (after the previous update)."""
+    for side in ("reference", "candidate"):
+        records = read_records(out / side / "rank0.jsonl")
+        assert len(records) >= 8
+        assert [(r["clip_grad_norm"], r["max_norm"]) for r in records] == \
+            [(1, max_norm)] * len(records), side
+        assert all(r["clip_norm"] > 0 for r in records), side
+        assert [r["scheduler_steps"] for r in records[1:]] == [1] * (len(records) - 1), side
 
 
 @deepspeed

@@ -109,3 +109,13 @@ def test_finish_ends_the_watch_and_falls_back_to_the_parameters_type(monkeypatch
     assert torch.nn.Module.__call__ is before
     assert got["precision"] == "float64"
     assert got["why"].startswith("float64 parameters (the precision was not observed: ")
+
+
+def test_the_first_optimizer_step_ends_the_watch():
+    before = torch.nn.Module.__call__
+    found = precision.Precision()
+    precision.watch(precision=found)
+    model = torch.nn.Linear(2, 1)
+    model(torch.ones(1, 2)).sum().backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert torch.nn.Module.__call__ is before and found.done

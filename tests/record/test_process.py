@@ -16,11 +16,16 @@ def _model():
     return torch.nn.Linear(3, 2)
 
 
-def _update(recorder, optimizer, model):
-    model(torch.ones(1, 3)).sum().backward()
+def _step(recorder, optimizer):
+    """The optimizer's step between the recorder's hooks."""
     recorder.pre(optimizer, (), {})
     optimizer.step()
     recorder.post(optimizer, (), {})
+
+
+def _update(recorder, optimizer, model):
+    model(torch.ones(1, 3)).sum().backward()
+    _step(recorder, optimizer)
     optimizer.zero_grad()
 
 
@@ -118,6 +123,12 @@ def test_scheduler_steps_and_scaler_skips_are_counted_per_update(tmp_path):
     recorder.close()
     lines = [json.loads(line) for line in (tmp_path / "rank0.jsonl").read_text().splitlines()]
     assert [(r["scheduler_steps"], r["skipped"]) for r in lines] == [(3, 1), (0, 0)]
+    # Where the training stood before update 0 and at the end (record.stages): the schedule's
+    # position (its 3 steps), SGD's state (none), the weights (moved by the 2 updates).
+    about = json.loads((tmp_path / "rank0.json").read_text())
+    assert about["start"]["sched_epoch"] == about["end"]["sched_epoch"] == 2
+    assert about["start"]["opt_step"] == about["end"]["opt_step"] == 0
+    assert about["start"]["fingerprint"] != about["end"]["fingerprint"]
 
 
 @pytest.mark.parametrize("name", ["rank0", "rank0-p"])
@@ -182,6 +193,57 @@ def test_the_cadence_counts_each_call_since_the_previous_update(tmp_path, bug):
         assert r["ema_update"] == (3 if bug == "ema_each" else k)
         assert r["scaler_update"] == k
         assert r["opt_step"] == k + 1  # AdamW's state after this update's step
+    about = json.loads((tmp_path / "rank0.json").read_text())
+    assert (about["start"]["opt_step"], about["end"]["opt_step"]) == (0, 2)
+    assert about["start"]["sched_epoch"] is None and about["started"] > 0  # no scheduler
+
+
+def _clip_by_norm(model, max_norm, meshes=1):
+    """Accelerate's and the Trainer's clipping (torch >= 2.6): the norm first, then the clip
+    with it, once per device mesh's parameters."""
+    params = list(model.parameters())
+    total = torch.nn.utils.get_total_norm([p.grad for p in params])
+    if max_norm != float("inf"):
+        for part in range(meshes):
+            torch.nn.utils.clip_grads_with_norm_(params[part::meshes], max_norm, total)
+    return total
+
+
+CLIPS = {  # each way of clipping once per update (or not at all), and the clips it counts
+    "clip_grad_norm_": (lambda m: torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5), 1),
+    "get_total_norm + clip_grads_with_norm_": (lambda m: _clip_by_norm(m, 0.5), 1),
+    "the same total_norm on two meshes": (lambda m: _clip_by_norm(m, 0.5, meshes=2), 1),
+    "clip_grads_with_norm_ by keyword": (lambda m: torch.nn.utils.clip_grads_with_norm_(
+        m.parameters(), max_norm=0.5, total_norm=torch.nn.utils.get_total_norm(
+            [p.grad for p in m.parameters()])), 1),
+    "get_total_norm alone (a log)": (lambda m: _clip_by_norm(m, float("inf")), 0),
+    "twice, each its own norm": (lambda m: (_clip_by_norm(m, 0.5), _clip_by_norm(m, 0.5)), 2)}
+
+
+@pytest.mark.parametrize("how", list(CLIPS))
+def test_each_public_clipping_path_counts_one_clip_with_its_max_norm_and_pre_clip_norm(
+        tmp_path, how):
+    clip, expected = CLIPS[how]
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    undo = count_calls(recorder)
+    try:
+        model = _model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(torch.full((2, 3), 3.0)).sum().backward()
+        norm = float(torch.linalg.vector_norm(torch.cat([p.grad.ravel()
+                                                         for p in model.parameters()])))
+        clip(model)
+        _step(recorder, optimizer)
+    finally:
+        undo()
+    recorder.close()
+    assert not getattr(torch.nn.utils.clip_grads_with_norm_, "_lrcheck", False)
+    (r,) = read_records(tmp_path / "rank0.jsonl")
+    assert r["clip_grad_norm"] == expected
+    if expected == 1:  # the pre-clip norm, which binds (0.5 < 7.5)
+        assert r["max_norm"] == 0.5 and r["clip_norm"] == pytest.approx(norm, rel=1e-6)
+    elif expected == 0:
+        assert "max_norm" not in r and "clip_norm" not in r
 
 
 def test_a_model_zero_grad_and_a_nested_backward_count_once(tmp_path):

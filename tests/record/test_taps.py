@@ -218,3 +218,46 @@ def test_a_kernel_package_that_computes_the_loss_is_named(tapped, monkeypatch):
     torch.nn.Linear(3, 2)(torch.randn(4, 3)).sum().backward()  # a loss by hand
     why = tapped.take(1.0, 1).why
     assert why.endswith("the loss may be computed by Liger's kernels (liger_kernel imported)")
+
+
+def test_a_model_called_in_parts_is_one_micro_batch(tapped):
+    body = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())
+    head = torch.nn.Linear(4, 2)
+    x, y = torch.randn(5, 3), torch.zeros(5, dtype=torch.long)
+    F.cross_entropy(head(body(x)), y, reduction="sum").backward()
+    fed = tapped.take(1.0, 1)
+    # head's input came out of body: the rows are x's, each weighted by the sum's 1
+    assert fed.ids == [identity.row_ids(x).tolist()]
+    assert fed.weights == [pytest.approx([1.0] * 5)]
+
+
+def test_two_embedding_tables_fed_the_same_rows_are_one_sample_per_row(tapped):
+    users, items = torch.nn.Embedding(10, 3), torch.nn.Embedding(20, 3)
+    mlp = torch.nn.Linear(6, 1)
+    u, i = torch.tensor([1, 2, 3, 1]), torch.tensor([5, 6, 7, 8])
+    pred = mlp(torch.cat([users(u), items(i)], dim=1)).squeeze(1)
+    F.mse_loss(pred, torch.zeros(4)).backward()
+    fed = tapped.take(1.0, 1)
+    assert fed.weights == [pytest.approx([0.25] * 4)]
+    joined = identity.join(identity.row_ids(u), identity.row_ids(i)).tolist()
+    assert fed.ids == [joined]
+    # user 1 rated two items: two samples, not one
+    assert len(set(fed.ids[0])) == 4
+
+
+def test_a_second_forward_of_the_same_model_or_after_a_backward_is_a_new_micro_batch(tapped):
+    model = torch.nn.Linear(3, 2)
+    x1, x2, y = torch.randn(4, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long)
+    (model(x1).sum() * 0.0).backward()  # a hand-written loss: no tap sees it
+    F.cross_entropy(model(x2), y).backward()
+    fed = tapped.take(1.0, 1)
+    assert fed.ids == [identity.row_ids(x1).tolist(), identity.row_ids(x2).tolist()]
+    assert fed.weights == [None, pytest.approx([0.25] * 4)]
+    # A GAN's step: D on real rows, its backward, then D(G(z)): the fake rows are z's
+    G, D = torch.nn.Linear(2, 3), torch.nn.Linear(3, 1)
+    real, z = torch.randn(4, 3), torch.randn(4, 2)
+    F.binary_cross_entropy_with_logits(D(real), torch.ones(4, 1)).backward()
+    F.binary_cross_entropy_with_logits(D(G(z)), torch.zeros(4, 1)).backward()
+    fed = tapped.take(1.0, 1)
+    assert fed.ids == [identity.row_ids(real).tolist(), identity.row_ids(z).tolist()]
+    assert fed.weights == [pytest.approx([0.25] * 4), pytest.approx([0.25] * 4)]

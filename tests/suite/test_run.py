@@ -157,3 +157,22 @@ def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_pat
                                 "recorded is in its folder")
     assert after.not_run and result.exit_code == 130
     assert result.interrupted == "interrupted (Ctrl-C) during pair 1 of 2 ('mine')"
+
+
+def test_a_pair_of_commands_reads_its_logs_as_its_tags_and_log_steps_say(tmp_path, monkeypatch):
+    from lrcheck.logs.model import Quantity
+    from lrcheck.record import pairs
+
+    seen = {}
+
+    def stop(*args, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pairs, "run_commands", stop)
+    path = tmp_path / "ci.toml"
+    path.write_text('[[pair]]\nref_command = "python a.py"\ncommand = "python b.py"\n'
+                    'tags = {lr = "LearningRate"}\nlog_steps = "updates-from-1"\n')
+    run_pairs(load_suite(path), tmp_path / "R", files=ReportFiles())
+    stated = seen["stated"]
+    assert stated.tags == {Quantity.LR: "LearningRate"} and stated.steps.first == 1

@@ -278,6 +278,27 @@ def test_a_bad_pair_of_commands_is_refused_naming_the_key(tmp_path, body, words)
     assert words in error(tmp_path, "[[pair]]\n" + body)
 
 
+def test_how_a_pair_of_commands_logs_are_read(tmp_path):
+    """``tags`` and ``log_steps`` (docs/logs.md): as ``--tag`` and ``--log-steps`` say them."""
+    from lrcheck.spec import CommandPair
+
+    (mine,) = suite(tmp_path, """
+        [[pair]]
+        ref_command = "python a.py"
+        command = "python b.py"
+        tags = {lr = "LearningRate", loss = "Loss/train"}
+        log_steps = "updates-from-1"
+    """).entries
+    assert (mine.pair.tags, mine.pair.log_steps) == (("lr=LearningRate", "loss=Loss/train"),
+                                                     "updates-from-1")
+    assert CommandPair.from_dict(mine.pair.to_dict()) == mine.pair
+    body = '[[pair]]\nref_command = "python a.py"\ncommand = "python b.py"\n'
+    assert "key 'tags': tag mapping learning=" in error(tmp_path, body + 'tags = {learning = "x"}')
+    assert "key 'log_steps': log steps 'epochs'" in error(tmp_path, body + 'log_steps = "epochs"')
+    assert "key 'tags': says how to read the logs of a pair of commands" in error(
+        tmp_path, '[[pair]]\naccum = 2\ntags = {lr = "x"}')
+
+
 def test_commands_belong_in_a_pair_not_in_defaults_nor_a_grid(tmp_path):
     assert "[defaults], key 'command': a command belongs to one pair" in error(
         tmp_path, '[defaults]\ncommand = "python b.py"\n[[pair]]\naccum = 2')

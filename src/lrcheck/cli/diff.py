@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lrcheck.cli.options import JsonOpt, TolLrOpt, out_option
+from lrcheck.cli.options import JsonOpt, LogStepsOpt, TagOpt, TolLrOpt, out_option
 from lrcheck.cli.output import DEFAULT_REPORTS, Output
 from lrcheck.spec import DIFF_DTYPE, Tolerances
 
@@ -21,6 +21,8 @@ def diff_command(
     out: Annotated[Path | None, out_option("Report folder. [default: ./lrcheck-reports/diff-<candidate>-vs-<reference>]")] = None,
     json_out: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No tables: only the verdict line.")] = False,
+    tag: TagOpt = None,
+    log_steps: LogStepsOpt = None,
 ) -> None:
     """Check your own training: compare two files written by lrcheck.Recorder (one JSON line per
     optimizer update) or two record folders, aligned by samples seen, and check `updates`, `lr`
@@ -30,7 +32,8 @@ def diff_command(
     trainer_state.json, Lightning's metrics.csv, an MLflow store, or a folder holding one (its
     newest run is read). The LR is checked exactly at every update both logged, the loss and
     the gradient norm as drift or a jump; tags only one run logged and what a log cannot prove
-    are listed (docs/logs.md).
+    are listed (docs/logs.md). `--tag` says which tag is which where lrcheck does not know
+    the names; `--log-steps` what a logged step counts.
 
     Exit codes: 0 the runs match, 1 they do not, 2 bad input (a missing file, a malformed line).
     """
@@ -39,7 +42,7 @@ def diff_command(
     tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr, loss=tol_loss)
     output = Output(json=json_out, quiet=quiet)
     with output.running():
-        report = diff(reference, candidate, tolerances=tolerances)
+        report = diff(reference, candidate, tolerances=tolerances, tags=tag, log_steps=log_steps)
         saved = save_report(report, out if out is not None
                             else DEFAULT_REPORTS / f"diff-{report.pair.name}")
         output.show(report, saved)

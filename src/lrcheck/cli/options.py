@@ -30,6 +30,8 @@ TailOpt = Annotated[Tail, typer.Option(help=f"Samples left over at an epoch's en
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print result.json to stdout instead of the tables.")]
 TolLrOpt = Annotated[float | None, typer.Option(help="lr check: |ΔLR| ≤ tol·max(1, |LR|). [default: 1e-12]")]
 DeterministicOpt = Annotated[bool, typer.Option("--deterministic", help="Apply the settings GPU training needs to be repeatable, as torchtitan's set_determinism does: CUBLAS_WORKSPACE_CONFIG, NCCL's algorithm, protocol and channels fixed, PYTHONHASHSEED (in the environment, before CUDA and NCCL start), deterministic algorithms (warn only), cuDNN deterministic without benchmark, TF32 and reduced-precision reductions off (once torch is imported); each recorded in result.json's environment (on a CPU the CUDA ones say not applicable). See docs/checks.md, \"Deterministic runs\".")]
+TagOpt = Annotated[list[str] | None, typer.Option("--tag", metavar="QUANTITY=TAG", help="Which logged tag holds a quantity, over lrcheck's table of names (docs/logs.md, \"Tags\"): lr, loss, grad_norm or samples = the tag, e.g. --tag lr=LearningRate --tag loss=Loss/train. Repeat for each.")]
+LogStepsOpt = Annotated[str | None, typer.Option("--log-steps", metavar="CONVENTION", help="What a logged step counts, over what is detected or inferred (docs/logs.md, \"What a step means\"): updates-from-0, updates-from-1, micro-batches[:N] or samples[:N] (N per update; with a recording it may be left out).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables: only the verdict line.")]
 
 

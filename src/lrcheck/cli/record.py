@@ -11,7 +11,14 @@ from typing import Annotated
 import typer
 
 from lrcheck.cli.ending import note
-from lrcheck.cli.options import DeterministicOpt, JsonOpt, TolLrOpt, out_option
+from lrcheck.cli.options import (
+    DeterministicOpt,
+    JsonOpt,
+    LogStepsOpt,
+    TagOpt,
+    TolLrOpt,
+    out_option,
+)
 from lrcheck.cli.output import DEFAULT_REPORTS, Output
 from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
 
@@ -32,6 +39,8 @@ def record_command(
     fingerprint_every: EveryOpt = None,
     deterministic: DeterministicOpt = False,
     logs: Annotated[Path | None, typer.Option("--logs", metavar="DIR", help=f"The command's log: {LogsHelp}; the findings are printed and written into the folder's logs.json.")] = None,
+    tag: TagOpt = None,
+    log_steps: LogStepsOpt = None,
 ) -> None:
     """Run COMMAND with lrcheck's recording in every Python process it starts: per optimizer
     update the LR of every param group, the scheduler steps and GradScaler-skipped steps since
@@ -45,7 +54,7 @@ def record_command(
     command = command or []
     folder = out if out is not None else Path("lrcheck-records") / _name(command)
     run = record(command, folder, samples=samples, fingerprint_every=fingerprint_every,
-                 deterministic=deterministic, logs=logs)
+                 deterministic=deterministic, logs=logs, tags=tag, log_steps=log_steps)
     ranks = len({name.split("-")[0] for name in run.updates})
     updates = max(run.updates.values(), default=0)
     if run.logs:
@@ -73,6 +82,8 @@ def run_command(
     deterministic: DeterministicOpt = False,
     ref_logs: Annotated[Path | None, typer.Option("--ref-logs", metavar="DIR", help=f"The reference's log: {LogsHelp}")] = None,
     logs: LogsOpt = None,
+    tag: TagOpt = None,
+    log_steps: LogStepsOpt = None,
 ) -> None:
     """Record two commands of your own training (each a quoted command line, split as a shell
     would, not run through one) and compare them as `lrcheck diff` does, with the whole
@@ -95,7 +106,8 @@ def run_command(
                               fingerprint_every=fingerprint_every, tolerances=tolerances,
                               echo=None if quiet or json_out else sys.stderr, free=free,
                               timeout=timeout or None, strict=strict,
-                              deterministic=deterministic, ref_logs=ref_logs, logs=logs)
+                              deterministic=deterministic, ref_logs=ref_logs, logs=logs,
+                              tags=tag, log_steps=log_steps)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -30,6 +30,7 @@ class LogFormat(Word):
     TENSORBOARD = "tensorboard"
     TRAINER_STATE = "trainer_state"
     LIGHTNING_CSV = "lightning_csv"
+    CSV = "csv"  # another CSV file, given by name: a W&B run's history exported, ...
     MLFLOW = "mlflow"
 
 
@@ -38,6 +39,17 @@ class StepUnit(Word):
 
     UPDATE = "update"
     MICRO_BATCH = "micro-batch"
+    SAMPLE = "sample"
+
+
+class LossIs(Word):
+    """What one logged loss value is: one update's, the mean over the logging window (the
+    Trainer's, ``logging_steps`` > 1), or the update's last micro-batch's (Lightning's step
+    ``self.log``)."""
+
+    UPDATE = "update"
+    WINDOW = "window mean"
+    MICRO_BATCH = "last micro-batch"
 
 
 @dataclass(frozen=True)
@@ -60,9 +72,10 @@ class Series:
 @dataclass(frozen=True)
 class StepMeaning:
     """How a logged step maps to lrcheck's update index ``k`` (counted from 0): ``unit`` an
-    update or a micro-batch (``per_update`` micro-batches each), ``first`` the logged step of
-    update 0's value (0 or 1); ``how`` says whether it was detected (and from what) or stated
-    by the user."""
+    update, a micro-batch or a sample (``per_update`` of them each; 0: not known yet, the
+    recording says it), ``first`` the logged step of update 0's value (0 or 1; a sample
+    count: the samples seen after update 0); ``how`` says whether it was detected (and from
+    what), inferred, found from the recording or stated by the user."""
 
     unit: StepUnit = StepUnit.UPDATE
     first: int = 0
@@ -72,8 +85,7 @@ class StepMeaning:
     def update(self, step: int) -> int:
         """The update index ``k`` of logged ``step`` (a micro-batch step maps to the update it
         is part of)."""
-        k = step - self.first
-        return k // self.per_update if self.unit is StepUnit.MICRO_BATCH else k
+        return (step - self.first) // max(self.per_update, 1)
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,11 @@ class LoggedRun:
     # The LR of the param groups after the first (Lightning's ``lr-<Optimizer>/pg2``, ...);
     # ``series[Quantity.LR]`` is group 0's.
     lr_groups: tuple[Series, ...] = ()
+    # What one logged loss is (``LossIs``), and the micro-batches per update where the log
+    # shows them (the Trainer's gradient_accumulation_steps, Lightning's LR monitor rows per
+    # step); None: it does not.
+    loss_is: LossIs = field(default_factory=lambda: LossIs.UPDATE)
+    accum: int | None = None
 
     def tags(self) -> tuple[str, ...]:
         """Every tag read: the mapped ones' and the unmapped."""
@@ -114,3 +131,16 @@ class LoggedRun:
         last = {self.steps.update(s): v for s, v in zip(series.steps, series.values, strict=True)}
         ks = np.array(sorted(last), dtype=np.int64)
         return ks, np.array([last[int(k)] for k in ks], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the user stated of how to read a log (``--tag``, ``--log-steps``): the tag of a
+    quantity, over the tag table; what a step means, over what is detected."""
+
+    tags: dict[Quantity, str] = field(default_factory=dict)
+    steps: StepMeaning | None = None
+
+    @property
+    def stated(self) -> bool:
+        return bool(self.tags) or self.steps is not None

@@ -8,18 +8,19 @@ and what a log cannot prove, said beside."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from lrcheck.checks.effects import jump_or_drift, loss_scale, relative
-from lrcheck.checks.recorded import check_evidence
-from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
+from lrcheck.checks.status import FAIL, PASS, SKIP, WARN, CheckResult
 from lrcheck.errors import SpecError
-from lrcheck.logs.model import LoggedRun, Quantity
+from lrcheck.logs.model import LoggedRun, Quantity, Reading
 from lrcheck.logs.read import is_log_folder, read_logs
+from lrcheck.logs.steps import counted
+from lrcheck.logs.windows import meanings_differ, window_means
 from lrcheck.spec import Tolerances
-from lrcheck.stepwise import RecordedFacts
 from lrcheck.trace import RunTrace, UpdateRecord
 from lrcheck.words import plural
 
@@ -31,6 +32,9 @@ Pairs = list[tuple[int, int]]
 def logs_pair(reference: Path, candidate: Path) -> bool:
     """Whether ``lrcheck diff`` compares two logs: both are (``logs.read.is_log_folder``); one
     log against a recording is a ``SpecError``."""
+    for path in (reference, candidate):
+        if not path.exists():
+            raise SpecError(f"{path}: no such file or folder")
     ref, cand = is_log_folder(reference), is_log_folder(candidate)
     if ref != cand:
         log, other = (reference, candidate) if ref else (candidate, reference)
@@ -39,10 +43,14 @@ def logs_pair(reference: Path, candidate: Path) -> bool:
     return ref
 
 
-def read_pair(reference: Path, candidate: Path, tol: Tolerances
+def read_pair(reference: Path, candidate: Path, tol: Tolerances, stated: Reading | None = None
               ) -> tuple[RunTrace, RunTrace, list[CheckResult]]:
-    """Both logs as traces and the checks of the updates both logged."""
-    logs = read_logs(reference), read_logs(candidate)
+    """Both logs as traces and the checks of the updates both logged; ``stated``: the tags
+    and the step convention the user stated, for both."""
+    stated = stated or Reading()
+    steps = None if stated.steps is None else counted(stated.steps, f"{reference}, {candidate}")
+    logs = (read_logs(reference, tags=stated.tags, steps=steps),
+            read_logs(candidate, tags=stated.tags, steps=steps))
     samples = all(_samples_known(run) for run in logs)  # else both by update index
     traces = log_trace(logs[0], samples), log_trace(logs[1], samples)
     return traces[0], traces[1], log_checks(*logs, traces, tol)
@@ -160,7 +168,12 @@ def _effect(name: str, q: Quantity, ref: LoggedRun, cand: LoggedRun, pairs: Pair
     found = _both(ref, cand, q, pairs)
     if isinstance(found, str):
         return CheckResult(name, SKIP, None, None, f"not compared: {found}")
-    ks, a, b = found[0], found[1][:, 0], found[2][:, 0]
+    return _judged(name, q, found[0], found[1][:, 0], found[2][:, 0], tol)
+
+
+def _judged(name: str, q: Quantity, ks: np.ndarray, a: np.ndarray, b: np.ndarray,
+            tol: float) -> CheckResult:
+    """The effect rule on the reference's ``a`` and the candidate's ``b`` at updates ``ks``."""
     diff = np.abs(b - a)
     scale = loss_scale(a) if q is Quantity.LOSS else np.abs(a)
     what = "|Δloss|/|loss|" if q is Quantity.LOSS else "|Δ‖g‖|/‖g‖"
@@ -179,11 +192,22 @@ def _updates(ref: LoggedRun, cand: LoggedRun, pairs: Pairs, how: str,
     if abs(last[0] - last[1]) >= interval:
         return CheckResult("updates", FAIL, float(abs(last[0] - last[1])), min(last) + 1,
                            f"the reference logged up to update {last[0]}, the candidate up to "
-                           f"update {last[1]}: not as many updates")
+                           f"update {last[1]}: not as many updates{_times(last, ref, cand)}")
     return CheckResult("updates", PASS, 0.0, None,
                        f"{plural(len(pairs), 'update')} logged by both, aligned {how}; "
                        f"{len(traces[0].updates)} logged by the reference, "
                        f"{len(traces[1].updates)} by the candidate")
+
+
+def _times(last: list[int], ref: LoggedRun, cand: LoggedRun) -> str:
+    """Where one log's steps run a whole number of times as far as the other's: that they may
+    count micro-batches, and how to say so."""
+    ratio = (max(last) + 1) / (min(last) + 1)
+    if ratio < 2 or ratio != int(ratio):
+        return ""
+    who, run = (("reference", ref) if last[0] > last[1] else ("candidate", cand))
+    return (f"; the {who}'s steps run {int(ratio)}× as far: they may count micro-batches or "
+            f"samples ({run.steps.how}); if so, say it: --log-steps micro-batches:{int(ratio)}")
 
 
 def _incomparable(ref: LoggedRun, cand: LoggedRun) -> CheckResult | None:
@@ -225,7 +249,54 @@ def log_checks(ref: LoggedRun, cand: LoggedRun, traces: tuple[RunTrace, RunTrace
     pairs, how = aligned(ref, cand)
     found: Sequence[CheckResult | None] = (
         _updates(ref, cand, pairs, how, traces), _lr(ref, cand, pairs, tol.lr),
-        _effect("loss", Quantity.LOSS, ref, cand, pairs, tol.loss),
+        loss_check(ref, cand, pairs, tol.loss),
         _effect("grad-norm", Quantity.GRAD_NORM, ref, cand, pairs, tol.params),
-        check_evidence(*traces, RecordedFacts()), _incomparable(ref, cand), _limits(ref, cand))
+        _evidence(ref, cand, pairs), _incomparable(ref, cand), _limits(ref, cand))
     return [c for c in found if c is not None]
+
+
+def loss_check(ref: LoggedRun, cand: LoggedRun, pairs: Pairs, tol: float) -> CheckResult:
+    """``loss``: at the updates both logged; where one log's loss is the mean over logging
+    windows and the other's logged every update of them, the other's averaged over the same
+    windows (``windows.window_means``); losses that mean different things (a micro-batch's
+    against an update's: ``windows.meanings_differ``) a warning that says so, not a FAIL."""
+    windowed = window_means(ref, cand)
+    if isinstance(windowed, str):
+        return CheckResult("loss", SKIP, None, None, f"not compared: {windowed}")
+    if windowed is None:
+        result = _effect("loss", Quantity.LOSS, ref, cand, pairs, tol)
+    else:
+        how, ks, a, b = windowed
+        result = _judged("loss", Quantity.LOSS, ks, a, b, tol)
+        result = replace(result, detail=f"{how}: {result.detail}")
+    differ = meanings_differ(ref, cand)
+    if differ is None or result.status not in (FAIL, WARN):
+        return result
+    return replace(result, status=WARN, detail=f"{differ}: not a verdict; {result.detail}")
+
+
+def _evidence(ref: LoggedRun, cand: LoggedRun, pairs: Pairs) -> CheckResult:
+    """``evidence``: at least 2 updates compared, and an LR logged that is not 0 throughout
+    (where neither run logged an LR, a loss that changed)."""
+    if len(pairs) < 2:
+        return CheckResult("evidence", FAIL, None, None,
+                           f"{plural(len(pairs), 'update')} logged by both: a pass needs at "
+                           "least 2 compared, or it would prove nothing")
+    lrs = np.concatenate([run.at_updates(Quantity.LR)[1] for run in (ref, cand)])
+    if len(lrs) and not np.any(lrs):
+        return CheckResult("evidence", FAIL, 0.0, None,
+                           "the LR logged is 0 at every update of both runs: neither trained, "
+                           "so this pass would prove nothing")
+    if len(lrs):
+        return CheckResult("evidence", PASS, None, None,
+                           f"{plural(len(pairs), 'update')} compared, the LR logged not 0 "
+                           "throughout; whether the parameters moved is not in a log")
+    losses = ref.at_updates(Quantity.LOSS)[1]
+    if len(np.unique(losses)) > 1:
+        return CheckResult("evidence", PASS, None, None,
+                           f"{plural(len(pairs), 'update')} compared; neither run logged its "
+                           "LR, the reference's loss changed over them")
+    return CheckResult("evidence", WARN, None, None,
+                       f"{plural(len(pairs), 'update')} compared; neither run logged its LR "
+                       "and the reference's loss did not change: that either trained is "
+                       "not shown")

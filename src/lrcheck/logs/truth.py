@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from lrcheck.logs.model import LoggedRun, Quantity, Series
+from lrcheck.logs.model import LoggedRun, LossIs, Quantity, Series, StepUnit
+from lrcheck.logs.steps import candidates, micro_batches
+from lrcheck.logs.steps import samples as samples_after
 from lrcheck.words import Word, plural
 
 
@@ -115,24 +117,88 @@ def tolerance(series: Series, relative: float) -> Callable[[np.ndarray, np.ndarr
     return close
 
 
-def hold(log: LoggedRun, records: Sequence[dict[str, Any]], side: str) -> list[LogFinding]:
+def hold(log: LoggedRun, records: Sequence[dict[str, Any]], side: str,
+         samples: int | None = None) -> list[LogFinding]:
     """The findings of ``log`` against the recorded run's merged ``records``, one per
-    quantity logged (LR, loss, gradient norm)."""
+    quantity logged (LR, loss, gradient norm), its steps read as the recording shows them
+    (``convention``; ``samples``: the samples per update, where known); the first finding
+    names the convention."""
     truth = Truth.from_records(records)
+    log, named = convention(log, truth, samples)
+    found = [LogFinding(side, quantity, *judged, str(log.path))
+             for quantity, judged in _judged(log, truth)]
+    found = [replace(f, says=f"{f.says}: what Lightning's self.log on a step logs (that "
+                             "batch's loss), a meaning of the log, not a bug")
+             if log.loss_is is LossIs.MICRO_BATCH and EXPLAINED[1] in f.says else f
+             for f in found]
+    writers = [limit for limit in log.limits if "event files log the same steps" in limit]
+    if found:
+        found[0] = replace(found[0], says="; ".join([found[0].says, named, *writers]))
+    return found
+
+
+JUDGES = (Quantity.LR, Quantity.LOSS, Quantity.GRAD_NORM)
+# Findings that tie each logged value to the recorded one at its update, as a match does:
+# under a convention where they hold, its steps are read right.
+EXPLAINED = ("a logging scale", "a micro-batch's, not the update's")
+
+
+def _judged(log: LoggedRun, truth: Truth) -> list[tuple[Quantity, Judged]]:
+    """Each quantity ``log`` holds, judged at the updates the recording has (the others
+    said left out)."""
+    judges = {Quantity.LR: _lr, Quantity.LOSS: _loss, Quantity.GRAD_NORM: _grad_norm}
     found = []
-    for quantity, judge in ((Quantity.LR, _lr), (Quantity.LOSS, _loss),
-                            (Quantity.GRAD_NORM, _grad_norm)):
+    for quantity in JUDGES:
         series = log.series.get(quantity)
         if series is None:
             continue
         ks, values = log.at_updates(quantity)
         inside = (ks >= 0) & (ks < len(truth.lr))
-        status, says, first = judge(ks[inside], values[inside], truth, series)
+        status, says, first = judges[quantity](ks[inside], values[inside], truth, series)
         if not inside.all():
             says += (f" ({plural(int((~inside).sum()), 'logged value')} at updates the recording "
                      f"does not have, of its {plural(len(truth.lr), 'update')}, left out)")
-        found.append(LogFinding(side, quantity, status, says, first, str(log.path)))
+        found.append((quantity, (status, says, first)))
     return found
+
+
+def convention(log: LoggedRun, truth: Truth, samples: int | None) -> tuple[LoggedRun, str]:
+    """``log`` with its steps read by the convention under which it matches the recording
+    best, and the sentence that names it. Of the log's own (detected, inferred or assumed)
+    and those under which a quantity matches — updates from 0 or 1, micro-batches (the
+    recording's per update) from 0 or 1, samples seen — the one that maps the fewest logged
+    values outside the recording's updates (a step before update 0 cannot be), then the one
+    under which the most quantities match or are explained (a scale, a micro-batch's loss),
+    the log's own first where they tie. A convention the user stated is kept (its count per
+    update, where not stated, the recording's)."""
+    counts = {len(m) for m in truth.micro}
+    accum = next(iter(counts)) if len(counts) == 1 else None
+    steps = log.steps
+    if steps.how.startswith("stated"):
+        per = steps.per_update or (accum if steps.unit is StepUnit.MICRO_BATCH else samples)
+        if not per:
+            return log, f"steps: {steps.how}, and the recording does not say how many"
+        if not steps.per_update:
+            steps = (micro_batches(per, steps.first, "stated") if steps.unit is
+                     StepUnit.MICRO_BATCH else samples_after(per, "stated"))
+        return replace(log, steps=steps), f"steps: {steps.how}"
+    scored = []
+    for n, meaning in enumerate(candidates(steps, accum, samples)):
+        run = replace(log, steps=meaning)
+        judged = [j for _, j in _judged(run, truth)]
+        outside = sum(int(((k < 0) | (k >= len(truth.lr))).sum())
+                      for k in (run.at_updates(q)[0] for q in JUDGES))
+        matching = sum(2 if j[0] is MATCHES else any(w in j[1] for w in EXPLAINED)
+                       for j in judged)
+        if n == 0 or any(j[0] is MATCHES for j in judged):
+            scored.append((outside, -matching, n, run))
+    _, unmatched, n, best = min(scored, key=lambda item: item[:3])
+    if n and best.steps.how != steps.how:
+        return best, (f"steps: {best.steps.how}, under which the log matches it (the log "
+                      f"alone: {steps.how.split(': ', 1)[-1]})")
+    if unmatched < 0:
+        return best, f"steps: {steps.how}, as the recording confirms"
+    return best, f"steps: {steps.how}"
 
 
 Judged = tuple[Agreement, str, int | None]

@@ -1,7 +1,10 @@
 """What ``lrcheck record`` counts per update, by wrapping torch's own functions (see
 ``record.process``'s docstring, "The cadence"): each outermost call of backward, zero_grad, the
-clipping of ``torch.nn.utils``, ``GradScaler.update``, the EMA's ``update_parameters``, and
-every scheduler's ``step``; and those of ``IMPORTED`` once their modules are imported."""
+clipping of ``torch.nn.utils`` (``clip_grad_norm_``, ``clip_grad_value_``, and
+``clip_grads_with_norm_``, which follows ``get_total_norm`` where Accelerate and the Trainer
+clip: ``get_total_norm`` alone clips nothing), ``GradScaler.update``, the EMA's
+``update_parameters``, and every scheduler's ``step``; and those of ``IMPORTED`` once their
+modules are imported."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ from typing import Any, Protocol
 
 import torch
 
+from lrcheck.record import optimizers
 from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.losses import Losses
+from lrcheck.record.stages import Standing
 from lrcheck.record.taps import Taps
 
 _local = threading.local()
@@ -48,6 +53,7 @@ class Counter(Protocol):
     losses: Losses
     ema: EmaWatch
     imported: Imported | None
+    standing: Standing
 
     def zero_grad(self, optimizer: object) -> None: ...
 
@@ -114,6 +120,7 @@ class _Counts:
 
     def __init__(self, recorder: Counter) -> None:
         self.recorder, self.totals = recorder, recorder.totals
+        self.total_norm: object = None  # the last clip_grads_with_norm_'s total_norm
 
     def tally(self, key: str) -> Callable[..., None]:
         def count(args: Args, kwargs: Kwargs, result: object) -> None:
@@ -144,6 +151,17 @@ class _Counts:
             if key == "clip_grad_norm":
                 self.recorder.clip["norm"] = result
         return count
+
+    def clipped_with_norm(self, args: Args, kwargs: Kwargs, result: object) -> None:
+        """``clip_grads_with_norm_(parameters, max_norm, total_norm)``, the clipping after
+        ``get_total_norm`` (Accelerate's and the Trainer's, per device mesh): one clip, with
+        that ``max_norm`` and pre-clip norm; the calls that follow with the same
+        ``total_norm`` tensor (the other meshes' parameters) are part of it."""
+        total = kwargs.get("total_norm", args[2] if len(args) > 2 else None)
+        if total is not None and total is self.total_norm:
+            return
+        self.total_norm = total
+        self.clipped("clip_grad_norm", "max_norm")(args, kwargs, total)
 
     def ema(self, kind: tuple[str, str]) -> Callable[..., None]:
         def count(args: Args, kwargs: Kwargs, result: object) -> None:
@@ -200,6 +218,12 @@ def count_calls(recorder: Counter) -> Callable[[], None]:
         if getattr(torch.nn.utils, name, None) is original:  # what users call
             setattr(torch.nn.utils, name, getattr(clip_module, name))
             undo.append(functools.partial(setattr, torch.nn.utils, name, original))
+    if callable(getattr(torch.nn.utils, "clip_grads_with_norm_", None)):
+        # torch's public alias only: clip_grad_norm_ calls the module's own, and a call made
+        # inside clip_grad_norm_ is part of it however it is reached.
+        norm_depth = f"depth_{id(clip_module)}_clip_grad_norm_"
+        undo.append(counting(torch.nn.utils, "clip_grads_with_norm_", counts.clipped_with_norm,
+                             lambda: getattr(_local, norm_depth, 0) > 0))
     recorder.imported = Imported(counts.imported)
     recorder.imported.look()
 
@@ -211,6 +235,18 @@ def count_calls(recorder: Counter) -> Callable[[], None]:
             step()
 
     return restore
+
+
+def pre_clip_norm(norm: object) -> float | None:
+    """The pre-clip norm a clip returned or was given, as a number; None where it is not one
+    tensor's single value, or a DTensor not replicated (FSDP2's partial norm: reading it would
+    be a collective inside the user's step)."""
+    if not isinstance(norm, torch.Tensor) or norm.numel() != 1:
+        return None
+    placements = getattr(norm, "placements", None)
+    if placements is not None and not all(p.is_replicate() for p in placements):
+        return None
+    return float(optimizers.local_tensor(norm))
 
 
 def count_scheduler_steps(cls: type, recorder: Counter) -> None:
@@ -226,6 +262,7 @@ def count_scheduler_steps(cls: type, recorder: Counter) -> None:
         depth = getattr(_local, "depth", 0)
         if depth == 0:
             recorder.scheduler_stepped(getattr(self, "optimizer", None))
+            recorder.standing.stepped(getattr(self, "optimizer", None), self)
         _local.depth = depth + 1
         try:
             return original(self, *args, **kwargs)

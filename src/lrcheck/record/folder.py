@@ -11,7 +11,14 @@ parameters rather than on its tensors: a partitioned run's fingerprint is the wh
 (one sum, one largest absolute value), and ``record.sides`` compares the other run's whole
 model with it. Replicated parameters (DDP) are rank 0's, and every other rank's are checked
 against them, update by update: replicas that part are a failure of their own. The EMA model
-(``record.ema``'s ``ema-rank{R}.jsonl``) is read apart, by ``read_ema``."""
+(``record.ema``'s ``ema-rank{R}.jsonl``) is read apart, by ``read_ema``.
+
+Several processes of one rank in one command (a resume, a second stage: ``rank{R}.jsonl`` and
+``rank{R}-p{pid}.jsonl``, ``record.process``) are joined into one timeline per rank, in the
+order they started (``started`` in each process's description, not the pids): each later
+process's updates follow the earlier ones', their ``samples_seen`` and update numbers
+continued; where each boundary of rank 0 lies, and where the training stood there
+(``record.stages``), is kept for ``checks.continuation``. The EMA is the first process's."""
 
 from __future__ import annotations
 
@@ -23,11 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from lrcheck.checks.continuation import Boundary
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
+from lrcheck.record.roles import CANDIDATE
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 
-_RANK_FILE = re.compile(r"^rank(\d+)(-opt(\d+))?\.jsonl$")
+_RANK_FILE = re.compile(r"^rank(\d+)(-p\d+)?(-opt(\d+))?\.jsonl$")
 _EMA_FILE = re.compile(r"^ema-rank(\d+)\.jsonl$")
 # What a Recorder line of ``lrcheck record`` counts per update beside the schedule.
 CADENCE = (*COUNTS[2:], *NUMBERS)
@@ -70,6 +79,7 @@ class FolderRun:
     replicas: tuple[ReplicaGap, ...] | None
     optimizers: int
     schedules: RankSchedules | None = None
+    boundaries: tuple[Boundary, ...] = ()  # where rank 0's later processes joined
 
     @property
     def samples_known(self) -> bool:
@@ -107,11 +117,11 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
     """The run recorded in ``folder``, optimizer ``optimizer`` of each process (numbered in the
     order they first stepped); a ``SpecError`` when it holds none."""
     about = description(folder)
-    files: dict[int, dict[int, Path]] = {}
+    files: dict[int, dict[int, list[Path]]] = {}
     for path in folder.iterdir():
         found = _RANK_FILE.match(path.name)
         if found:
-            files.setdefault(int(found[3] or 0), {})[int(found[1])] = path
+            files.setdefault(int(found[4] or 0), {}).setdefault(int(found[1]), []).append(path)
     missing = [name for name in about.get("updates", {}) if not (folder / name).is_file()]
     if missing:
         raise SpecError(f"{folder}: {missing[0]}, which its run.json lists with "
@@ -127,14 +137,54 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
     if sorted(ranks) != list(range(len(ranks))):
         raise SpecError(f"{folder}: Recorder files of ranks {sorted(ranks)}, not 0 to "
                         f"{len(ranks) - 1}: a rank recorded nothing")
-    per_rank = [read_records(ranks[r]) for r in range(len(ranks))]
+    joined = [join([(read_records(path), _process(path)) for path in _in_order(ranks[r])])
+              for r in range(len(ranks))]
+    per_rank = [records for records, _ in joined]
     mine = [o for p in about.get("processes", []) for o in p.get("optimizers", [])
             if o.get("index") == optimizer]
     partitioned = any(o.get("partitioned") for o in mine)
     sharded = partitioned or any(o.get("sharded") for o in mine)
     records, gaps = merge(per_rank, sharded, partitioned)
     return FolderRun(records, about, len(ranks), sharded, partitioned, gaps, len(files),
-                     rank_schedules(per_rank))
+                     rank_schedules(per_rank), joined[0][1])
+
+
+def _process(path: Path) -> dict[str, Any]:
+    """The description of the process that wrote the Recorder file ``path`` (``rank0.json``
+    for ``rank0-opt1.jsonl``); empty where unreadable."""
+    stem = re.sub(r"-opt\d+$", "", path.name.removesuffix(".jsonl"))
+    try:
+        found = json.loads((path.parent / f"{stem}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _in_order(paths: list[Path]) -> list[Path]:
+    """One rank's Recorder files of one optimizer, in the order their processes started."""
+    def started(path: Path) -> tuple[float, bool, str]:
+        at = _process(path).get("started")
+        return (float(at) if isinstance(at, (int, float)) else 0.0, "-p" in path.name,
+                path.name)
+
+    return sorted(paths, key=started)
+
+
+def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
+         ) -> tuple[list[dict[str, Any]], tuple[Boundary, ...]]:
+    """The records of one rank's processes (each with its description), in the order they
+    started, as one timeline: each later process's ``samples_seen`` and update numbers continue
+    the earlier ones'; and where each later process joined (``checks.continuation``)."""
+    records = list(parts[0][0])
+    boundaries = []
+    for order, (lines, about) in enumerate(parts[1:], start=1):
+        seen, step = records[-1]["samples_seen"], records[-1]["step"] + 1
+        boundaries.append(Boundary(len(records), about.get("pid"), order,
+                                   parts[order - 1][1].get("end"), about.get("start"),
+                                   about.get("lockstep") == CANDIDATE))
+        records.extend({**r, "samples_seen": r["samples_seen"] + seen, "step": r["step"] + step}
+                       for r in lines)
+    return records, tuple(boundaries)
 
 
 def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,

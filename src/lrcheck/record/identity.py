@@ -14,6 +14,7 @@ import torch
 
 _BITS = 62
 _MASK = (1 << _BITS) - 1
+_JOIN = 0x1E3779B97F4A7C15
 
 
 def first_input(args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -37,6 +38,23 @@ def first_input(args: tuple[Any, ...], kwargs: dict[str, Any]
     if x is None or not x.dim():
         return None
     return x, named.get("attention_mask")
+
+
+def first_tensor(value: object) -> torch.Tensor | None:
+    """The first tensor of a module's output: itself, or the first of a tuple, list or dict
+    (a ``ModelOutput`` is a dict), one level deep."""
+    if isinstance(value, torch.Tensor):
+        return value
+    items = value.values() if isinstance(value, dict) else \
+        value if isinstance(value, (list, tuple)) else ()
+    return next((v for v in items if isinstance(v, torch.Tensor)), None)
+
+
+def join(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """The identities of rows fed in two parts (``first``'s row i and ``second``'s), as one:
+    wrapping in 64 bits, with an odd multiplier (splitmix64's, 62 bits) so that the order of
+    the parts counts."""
+    return (first * _JOIN + second) & _MASK
 
 
 def row_ids(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -14,6 +14,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.folder import description, read_folder
 
 if TYPE_CHECKING:
+    from lrcheck.logs.model import Reading
     from lrcheck.logs.truth import LogFinding
 
 FILE = "logs.json"  # what ``lrcheck record --logs`` writes into the record folder
@@ -44,26 +45,30 @@ def _found(folder: Path) -> Path | None:
     return None
 
 
-def findings(folder: Path, side: str, given: Path | None = None) -> list[LogFinding]:
+def findings(folder: Path, side: str, given: Path | None = None,
+             stated: Reading | None = None) -> list[LogFinding]:
     """The findings of ``side``'s log (``given``, else the one its frameworks noted) against
-    the record in ``folder``: none where no log is given nor noted; one ``unknown`` finding
-    that says why where the log given cannot be read."""
+    the record in ``folder`` (``stated``: the tags and step convention the user stated):
+    none where no log is given nor noted; one ``unknown`` finding that says why where the log
+    cannot be read or holds nothing lrcheck can map (the tags it has)."""
+    from lrcheck.logs.model import Reading
     from lrcheck.logs.read import read_logs
     from lrcheck.logs.truth import UNKNOWN, LogFinding, hold
 
     path = given if given is not None else _found(folder)
     if path is None:
         return []
+    stated = stated or Reading()
     try:
-        log = read_logs(Path(path))
+        log = read_logs(Path(path), tags=stated.tags, steps=stated.steps)
     except SpecError as exc:
-        if given is None:
-            return []  # a folder a trainer named, holding nothing this reads
         # Said in the logs section rather than raised: the runs are recorded by now, and a
         # log never decides the verdict.
-        return [LogFinding(side, None, UNKNOWN, f"the log given could not be read: {exc}",
+        whose = "given" if given is not None else "its trainer wrote"
+        return [LogFinding(side, None, UNKNOWN, f"the log {whose} could not be read: {exc}",
                            None, str(path))]
-    return hold(log, read_folder(folder).records, side)
+    run = read_folder(folder)
+    return hold(log, run.records, side, run.description.get("samples_per_update"))
 
 
 def write_findings(folder: Path, found: Sequence[LogFinding]) -> Path:

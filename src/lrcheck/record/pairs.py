@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from lrcheck.checks.status import FAIL, WARN, strictly
 from lrcheck.errors import SpecError
@@ -22,14 +22,18 @@ from lrcheck.record.together import record_together
 from lrcheck.result import Report
 from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
 
+if TYPE_CHECKING:
+    from lrcheck.logs.model import Reading
+
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
               tolerances: Tolerances | None = None, twin: Path | None = None,
-              strict: bool = False) -> Report:
+              strict: bool = False, stated: Reading | None = None) -> Report:
     """``lrcheck.diff``'s report of the two runs (files, record folders, or two runs' own
     logs: ``logs.pairs``); ``twin``: the record folder of the reference command's twin, the
     floor of free-running effects; ``strict``: effects judged only up to some update fail
-    there (``checks.strictly``)."""
+    there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
+    a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
@@ -41,9 +45,13 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances)
+        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
+                                      stated)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
+    if stated is not None and stated.stated:
+        raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
+                        f"{candidate} are recordings, not logs")
     ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
                                              pair.tolerances.params, pair.tolerances.lr)
     checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
@@ -70,7 +78,7 @@ def _deterministic(folder: Path) -> dict[str, object] | None:
 def record_run(command: Sequence[str], out: str | Path, *, samples: int | None = None,
                fingerprint_every: int | None = None, echo: TextIO | None = None,
                capture: bool = False, deterministic: bool = False,
-               logs: str | Path | None = None) -> RecordedRun:
+               logs: str | Path | None = None, stated: Reading | None = None) -> RecordedRun:
     """``lrcheck.record``: ``command`` recorded into ``out`` (``deterministic``: with
     ``--deterministic``'s settings); a command that ended well but made no optimizer update is
     a ``SpecError`` saying what it saw. Its log (``logs``, else where its trainer logged) held
@@ -79,7 +87,7 @@ def record_run(command: Sequence[str], out: str | Path, *, samples: int | None =
         command, Path(out), samples=samples,
         every=DEFAULT_EVERY if fingerprint_every is None else fingerprint_every,
         echo=echo, capture=capture, deterministic=deterministic))
-    found = findings(Path(out), "recorded", _path(logs)) if run.updates else []
+    found = findings(Path(out), "recorded", _path(logs), stated) if run.updates else []
     if found:
         write_findings(Path(out), found)
     return dataclasses.replace(run, logs=tuple(found))
@@ -113,7 +121,7 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                  free: bool = False, timeout: float | None = RUN_STALL_S,
                  strict: bool = False, deterministic: bool = False,
                  ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None) -> Report:
+                 logs: str | Path | None = None, stated: Reading | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
     ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
     where its trainer logged: ``record.logged``) held against its record, in the report's
@@ -152,8 +160,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
                       samples, every, echo, {ENV_NUDGE: "1"}, deterministic)
         report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
                            twin=folders["twin"], strict=strict)
-    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs)),
-                   *findings(folders["candidate"], "candidate", _path(logs))]
+    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs), stated),
+                   *findings(folders["candidate"], "candidate", _path(logs), stated)]
     return report
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -170,8 +171,8 @@ _undo: list[Callable[[], None]] = []
 
 
 def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None]:
-    """Wrap ``Module.__call__`` for ``precision`` (where ``on``) until ``finish``; returns the
-    undo."""
+    """Wrap ``Module.__call__`` for ``precision`` (where ``on``) until ``finish`` or the
+    process's first optimizer step; returns the undo."""
     if not on:
         return lambda: None
     module_call = torch.nn.Module.__call__
@@ -184,10 +185,14 @@ def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None
 
     torch.nn.Module.__call__ = call  # type: ignore[method-assign]
 
-    def restore() -> None:
+    def restore(*_: Any) -> None:
+        precision.done = True
+        handle.remove()
         if torch.nn.Module.__call__ is call:
             torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
 
+    # The first optimizer step of the process ends the watch, whether or not it is finished.
+    handle = register_optimizer_step_pre_hook(restore)
     _undo.append(restore)
     return restore
 

@@ -47,13 +47,14 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, lockstep, modules, optimizers, precision, roles, taps
+from lrcheck.record import ema, lockstep, modules, optimizers, precision, roles, stages, taps
 from lrcheck.record.calls import (
     Args,
     Imported,
     Kwargs,
     count_calls,
     count_scheduler_steps,
+    pre_clip_norm,
     subclasses,
 )
 from lrcheck.record.losses import Losses
@@ -131,6 +132,7 @@ class ProcessRecorder:
         self.ema = ema.EmaWatch()
         self.imported: Imported | None = None
         self.logs: list[dict[str, str]] = []  # the trainers' log folders (``modules``)
+        self.standing = stages.Standing()  # where it began and ended (``record.stages``)
 
     def _claim(self) -> str:
         """This process's file name stem, ``rank{R}`` (``rank{R}-p{pid}`` when another process
@@ -147,8 +149,7 @@ class ProcessRecorder:
     def state(self, optimizer: torch.optim.Optimizer) -> _Optimizer:
         found = self.optimizers.get(id(optimizer))
         if found is None:
-            if self.name is None:
-                self.name = self._claim()
+            self.name = self.name or self._claim()
             index = len(self.optimizers)
             stem = self.name if index == 0 else f"{self.name}-opt{index}"
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
@@ -171,7 +172,7 @@ class ProcessRecorder:
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
-            "logs": self.logs}, indent=1)
+            "logs": self.logs, **self.standing.described(self.optimizers)}, indent=1)
         (self.folder / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
 
     def pre(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
@@ -203,7 +204,8 @@ class ProcessRecorder:
         self.describe()
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             _nudge(params)
-        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE):
+        if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
+                or "-p" in str(self.name):  # a later process of the rank: not in lockstep
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
@@ -264,9 +266,9 @@ class ProcessRecorder:
         st.seen = {**totals, "zero_grad": calls}
         if out["clip_grad_norm"] and "max_norm" in self.clip:
             out["max_norm"] = optimizers.number(self.clip["max_norm"])
-            norm = self.clip.pop("norm", None)
-            if isinstance(norm, torch.Tensor) and norm.numel() == 1:
-                out["clip_norm"] = optimizers.number(float(norm))
+            norm = pre_clip_norm(self.clip.pop("norm", None))
+            if norm is not None:
+                out["clip_norm"] = optimizers.number(norm)
         if out["clip_grad_value"] and "clip_value" in self.clip:
             out["clip_value"] = optimizers.number(self.clip["clip_value"])
         step = optimizers.state_step(st.optimizer, synced)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.checks.commands import check_ranks, check_replicas
+from lrcheck.checks.continuation import check_continuation
 from lrcheck.checks.ema import EmaPrints
 from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
@@ -58,6 +59,8 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
             incomplete.append(why)
         if run is None:
             continue
+        if (joined := check_continuation(name, run.boundaries)) is not None:
+            more.append(joined)
         if run.schedules is not None:
             found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
                                 run.schedules.cadence)

@@ -7,7 +7,11 @@ DDP, FSDP or DeepSpeed module around it), made with gradients on and outside a b
 first tensor input (``input_ids`` where it is given by name) has an identity, a hash of its
 contents (``record.identity``; dynamic padding seen through the ``attention_mask`` keeps it).
 Two identical rows have one identity: a data set with duplicates feeds "the same sample" twice,
-which ``data`` counts as twice the one sample.
+which ``data`` counts as twice the one sample. A model called in parts is one micro-batch:
+a call whose input the graph computed (``head(body(x))``, ``D(G(z))``: it has a ``grad_fn``)
+continues the current micro-batch, and a call of another module on data, with as many rows,
+before any loss or backward pass reached the current one (a user and an item embedding table
+called one after the other) joins it, each row's identity then that of the whole row.
 
 **Loss weights.** torch's loss functions (``LOSSES``, and the ``nn.*Loss`` modules, which call
 them, and Transformers' ``ForCausalLMLoss``) are wrapped: an outermost call whose result needs
@@ -35,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lrcheck.record.identity import first_input, row_ids
+from lrcheck.record.identity import first_input, first_tensor, join, row_ids
 
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
 # result by the item's own loss follows from the reduction, the class weights, the mask.
@@ -61,6 +65,8 @@ class _Micro:
     why: str | None = None  # why the weights are not measured
     dtype: torch.dtype | None = None  # the coarsest type of the losses measured
     width: int | None = None  # the length of the rows (a 2-D input's second dimension)
+    modules: list[int] = field(default_factory=list)  # id() of the modules whose calls fed it
+    reached: bool = False  # whether a backward pass reached an output of those calls
 
 
 @dataclass
@@ -102,9 +108,34 @@ class Taps:
         if found is None:
             return
         x, mask = found
-        micro = _Micro(row_ids(x, mask), width=int(x.shape[1]) if x.dim() == 2 else None)
+        current = self.current
+        if current is not None and x.grad_fn is not None:
+            current.modules.append(id(module))  # the graph computed its input: a model's part
+            return
+        ids = row_ids(x, mask)
+        if (current is not None and current.weights is None and not current.reached
+                and id(module) not in current.modules and len(ids) == len(current.ids)):
+            # another part fed the same rows before any loss: one sample per row
+            current.ids = join(current.ids, ids)
+            current.modules.append(id(module))
+            return
+        micro = _Micro(ids, width=int(x.shape[1]) if x.dim() == 2 else None,
+                       modules=[id(module)])
         self.micro.append(micro)
         self.current = micro
+
+    def called(self, out: object) -> None:
+        """An outermost training call returned ``out``: a backward pass that reaches it marks
+        the current micro-batch as reached (no later call joins it)."""
+        micro = self.current
+        tensor = first_tensor(out)
+        if micro is None or micro.reached or tensor is None or not tensor.requires_grad:
+            return
+
+        def reached(grad: torch.Tensor) -> None:
+            micro.reached = True
+
+        tensor.register_hook(reached)
 
     def loss(self, name: str, bound: inspect.BoundArguments, out: torch.Tensor) -> None:
         """A tapped loss's result ``out``: its items' weights added to the current micro-batch's
@@ -306,9 +337,15 @@ def tap(taps: Taps) -> Callable[[], None]:
                 taps.current = None
         _local.module = depth + 1
         try:
-            return module_call(self, *args, **kwargs)
+            out = module_call(self, *args, **kwargs)
         finally:
             _local.module = depth
+        if depth == 0 and taps.current is not None:
+            try:
+                taps.called(out)
+            except Exception:  # noqa: BLE001 - the user's output is returned whatever happens
+                pass
+        return out
 
     undo = [functools.partial(setattr, torch.nn.Module, "__call__", module_call)]
     torch.nn.Module.__call__ = call  # type: ignore[method-assign]

@@ -18,7 +18,14 @@ from rich.table import Table
 from rich.text import Text
 
 from lrcheck.plan.frameworks import PLAIN
-from lrcheck.reports.plots import Plot, aligned_lr_plot, loss_plot, lr_plot, metrics_plot
+from lrcheck.reports.plots import (
+    Plot,
+    aligned_loss_plot,
+    aligned_lr_plot,
+    loss_plot,
+    lr_plot,
+    metrics_plot,
+)
 from lrcheck.reports.table import (
     checks_table,
     files_table,
@@ -157,7 +164,7 @@ KINDS: dict[Kind, ReportKind] = {kind.name: kind for kind in (
                {"lr.png": lr_plot}),
     # A Recorder file records no evaluation.
     ReportKind(Kind.DIFF, _files, files_title, file_settings, files_table,
-               {"lr.png": aligned_lr_plot, "loss.png": loss_plot}, heading=diff_heading),
+               {"lr.png": aligned_lr_plot, "loss.png": aligned_loss_plot}, heading=diff_heading),
 )}
 
 

@@ -66,18 +66,41 @@ def lr_plot(report: Report, path: Path) -> Plot:
 
 
 def aligned_lr_plot(report: Report, path: Path) -> Plot:
-    """``lr_plot`` of two Recorder files: the difference is taken between the updates at the
-    same samples_seen, at the reference's index."""
+    """``lr_plot`` of two Recorder files, record folders or logs, on the update axis (each
+    update's own index: a log written every 10 updates at 9, 19, 29): the difference is taken
+    between the updates at the same samples_seen, at the reference's update."""
     from lrcheck.checks import align
 
-    ref, cand = report.reference.lrs()[:, :1].ravel(), report.candidate.lrs()[:, :1].ravel()
+    ref, cand = _group0(report.reference), _group0(report.candidate)
+    at = _updates(report.reference), _updates(report.candidate)
     ref_at, cand_at = align(report.reference, report.candidate)
-    return _lr_plot(report, path, ref, cand, _thin(cand[cand_at] - ref[ref_at], x=ref_at))
+    return _lr_plot(report, path, ref, cand, _thin(cand[cand_at] - ref[ref_at], x=at[0][ref_at]),
+                    at)
 
 
-def _lr_plot(report: Report, path: Path, ref: np.ndarray, cand: np.ndarray, gap: Line) -> Plot:
+def aligned_loss_plot(report: Report, path: Path) -> Plot:
+    """``loss_plot`` on the update axis, as ``aligned_lr_plot``."""
+    return Plot(path, draw_loss, {
+        "ref": _thin(report.reference.losses(), _updates(report.reference)),
+        "cand": _thin(report.candidate.losses(), _updates(report.candidate)),
+        "title": f"loss — {report.pair.name}"})
+
+
+def _group0(trace: RunTrace) -> np.ndarray:
+    """Group 0's LR per update (empty where the trace has no update)."""
+    found = trace.lrs()[:, :1].ravel() if trace.updates else np.zeros(0)
+    return found if len(found) == len(trace.updates) else np.full(len(trace.updates), np.nan)
+
+
+def _updates(trace: RunTrace) -> np.ndarray:
+    """Each update's own index (a log's updates are those it logged)."""
+    return np.array([u.step for u in trace.updates], dtype=np.int64)
+
+
+def _lr_plot(report: Report, path: Path, ref: np.ndarray, cand: np.ndarray, gap: Line,
+             at: tuple[np.ndarray | None, np.ndarray | None] = (None, None)) -> Plot:
     return Plot(path, draw_lr, {
-        "ref": _thin(ref), "cand": _thin(cand), "gap": gap,
+        "ref": _thin(ref, at[0]), "cand": _thin(cand, at[1]), "gap": gap,
         "divergence": report.check("lr").first_divergence,
         "title": f"LR used by each optimizer update — {report.pair.name}"}, weight=1.5)
 

@@ -41,8 +41,9 @@ def nullable(schema: Schema) -> Schema:
     kind = schema.get("type")
     if isinstance(kind, str) and set(schema) <= {"type", "description"}:
         return {**schema, "type": [kind, "null"]}
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return {**schema, "enum": [*schema["enum"], None]}
+    if "enum" in schema and isinstance(schema["enum"], list):  # its type lets null in too
+        return {**schema, "type": [schema.get("type", "string"), "null"],
+                "enum": [*schema["enum"], None]}
     return {"anyOf": [schema, NULL]}
 
 

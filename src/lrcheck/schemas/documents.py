@@ -146,13 +146,21 @@ def _process() -> Schema:
         "phantom_steps": INTEGER, "dtype": STRING,
         "stochastic": array(closed({"module": STRING, "kind": STRING, "p": NUMBER})),
     })
+    standing = closed({"opt_step": nullable(NUMBER), "sched_epoch": nullable(INTEGER),
+                       "fingerprint": array(NUMBER)},
+                      description="where the first optimizer's training stood before the "
+                                  "process's first update (start) or at its end "
+                                  "(record.stages)")
     return closed({"pid": INTEGER, "rank": INTEGER, "world": INTEGER, "argv": array(STRING),
                    "torch": STRING, "optimizers": array(optimizer), "dropout_calls": INTEGER,
                    "lockstep": nullable(STRING)},
                   {"deterministic": nullable(ref("deterministic")),
                    "logs": array(closed({"framework": STRING, "folder": STRING}),
                                  description="the folders a Trainer of the process logs into "
-                                             "(record.modules.log_folders)")})
+                                             "(record.modules.log_folders)"),
+                   "started": {**NUMBER, "description": "when the process started (Unix time): "
+                                                        "a rank's processes join in this order"},
+                   "start": nullable(standing), "end": nullable(standing)})
 
 
 def run() -> Schema:

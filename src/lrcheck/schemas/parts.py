@@ -117,7 +117,8 @@ def shared() -> dict[str, Schema]:
         "metrics": closed(fields_of(Metrics)),
         "environment": environment(),
         "deterministic": deterministic(),
-        "command_pair": closed(COMMAND_PAIR_KEYS, {"deterministic": BOOLEAN},
+        "command_pair": closed(COMMAND_PAIR_KEYS, {"deterministic": BOOLEAN,
+                                                   "tags": array(STRING), "log_steps": STRING},
                                description="a suite's pair of a user's own commands"),
     }
 

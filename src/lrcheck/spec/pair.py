@@ -210,18 +210,25 @@ class CommandPair:
     tolerances: Tolerances = field(default_factory=lambda: Tolerances.for_dtype(DIFF_DTYPE))
     samples: int | None = None
     deterministic: bool = False
+    # How to read the commands' own logs (docs/logs.md): "lr=LearningRate", ...; what a
+    # logged step counts ("updates-from-1").
+    tags: tuple[str, ...] = ()
+    log_steps: str | None = None
 
     noise_floor = False
 
     def to_dict(self) -> dict[str, Any]:
+        logs = {**({"tags": list(self.tags)} if self.tags else {}),
+                **({"log_steps": self.log_steps} if self.log_steps else {})}
         return {"kind": "commands", "ref_command": self.reference, "command": self.candidate,
                 "samples": self.samples, "tolerances": asdict(self.tolerances),
-                "deterministic": self.deterministic}
+                "deterministic": self.deterministic, **logs}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CommandPair:
         return cls(data["ref_command"], data["command"], Tolerances(**data["tolerances"]),
-                   data.get("samples"), bool(data.get("deterministic", False)))
+                   data.get("samples"), bool(data.get("deterministic", False)),
+                   tuple(data.get("tags", ())), data.get("log_steps"))
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:

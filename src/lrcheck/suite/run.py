@@ -201,8 +201,11 @@ def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
 
     pair = entry.pair
     assert not isinstance(pair, PairSpec)
+    from lrcheck.logs.read import reading
+
     return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
-                        tolerances=pair.tolerances, deterministic=pair.deterministic)
+                        tolerances=pair.tolerances, deterministic=pair.deterministic,
+                        stated=reading(pair.tags, pair.log_steps))
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:

@@ -20,6 +20,7 @@ import itertools
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ META_KEYS = ("name", "expect")
 # A [[pair]] of a user's own commands (``lrcheck run 'REF' 'CAND'``): these, a name, expect and
 # tolerances; no run key.
 COMMAND_KEYS = ("ref_command", "command", "samples_per_update")
-KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS)
+# How a pair of commands' own logs are read (docs/logs.md): tags = {lr = "LearningRate"},
+# log_steps = "updates-from-1".
+LOG_KEYS = ("tags", "log_steps")
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS, *LOG_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
 # expands.
 UPDATE_LIST_KEYS = ("inject_overflow",)
@@ -130,7 +134,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
     _check_keys(source, "[defaults]", defaults, lists=False)
-    for key in (k for k in COMMAND_KEYS if k in defaults):
+    for key in (k for k in (*COMMAND_KEYS, *LOG_KEYS) if k in defaults):
         raise SpecError(f"{source}: [defaults], key {key!r}: a command belongs to one pair; "
                         "set it in [[pair]]")
     if "name" in defaults:
@@ -147,6 +151,9 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
             _check_keys(source, origin, item, lists=kind == "grid")
             if any(k in item for k in COMMAND_KEYS):
                 entries.append(_command_entry(source, origin, kind, defaults, item))
+            elif logs := [k for k in LOG_KEYS if k in item]:
+                raise SpecError(f"{source}: {origin}, key {logs[0]!r}: says how to read the "
+                                "logs of a pair of commands (ref_command, command)")
             else:
                 entries += (_expand(source, origin, defaults, item) if kind == "grid"
                             else [_entry(source, origin, {**defaults, **item}, None)])
@@ -204,9 +211,10 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
                             "samples_per_update, deterministic and tol_*)")
     values = {**defaults, **item}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
+    tags = tuple(f"{q}={t}" for q, t in item.get("tags", {}).items())
     pair = CommandPair(item["ref_command"], item["command"],
                        Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"),
-                       values.get("deterministic", False))
+                       values.get("deterministic", False), tags, item.get("log_steps"))
     name = item.get("name", "commands")
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
@@ -263,6 +271,8 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     def bad(message: str) -> SpecError:
         return SpecError(f"{source}: {where}, key {key!r}: {message}")
 
+    if key in LOG_KEYS:
+        return _check_logs(key, value, bad)
     if key in UPDATE_LIST_KEYS:
         items = value if isinstance(value, list) else [value]
         if not all(isinstance(k, int) and not isinstance(k, bool) for k in items):
@@ -310,6 +320,25 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
                 RunSpec(**{**needs, RUN_KEYS[key]: _run_value(key, value)})
         except (SpecError, TypeError) as exc:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
+
+
+def _check_logs(key: str, value: object, bad: Callable[[str], SpecError]) -> None:
+    """``tags`` (a table of quantity = tag) or ``log_steps`` (a convention), as ``--tag`` and
+    ``--log-steps`` check them."""
+    from lrcheck.logs.read import reading
+
+    if key == "tags" and not (isinstance(value, dict)
+                              and all(isinstance(t, str) for t in value.values())):
+        raise bad(f"expected a table of quantity = tag, such as {{lr = \"LearningRate\"}}, "
+                  f"got {value!r}")
+    if key == "log_steps" and not isinstance(value, str):
+        raise bad(f"expected a convention such as \"updates-from-1\", got {value!r}")
+    tags = value if key == "tags" and isinstance(value, dict) else None
+    steps = value if key == "log_steps" and isinstance(value, str) else None
+    try:
+        reading(tags, steps)
+    except SpecError as exc:
+        raise bad(str(exc)) from None
 
 
 def _is_axis(key: str, value: object) -> bool:

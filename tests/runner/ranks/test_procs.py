@@ -33,10 +33,20 @@ def test_stop_kills_the_launcher_and_its_worker_in_another_session(monkeypatch):
     token = uuid.uuid4().hex
     env = {**os.environ, procs.MARKER_ENV: token}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], env=env, start_new_session=True)
-    pids = wait_for(lambda: len(found := procs.marked(token)) == 2 and found, HANG_S,
-                    "the launcher and its worker", proc=proc)
-    worker = next(p for p in pids if p != proc.pid)
-    assert os.getsid(worker) != os.getsid(proc.pid)  # out of reach of the launcher's group
+    # The worker carries the marker from its fork on, and has its session only once its
+    # setsid() ran: wait for both, not for the moment between.
+    def started() -> list[int] | None:
+        found = procs.marked(token)
+        worker = [p for p in found if p != proc.pid]
+        try:
+            alone = len(found) == 2 and os.getsid(worker[0]) != os.getsid(proc.pid)
+        except (IndexError, ProcessLookupError):
+            return None
+        return found if alone else None
+
+    pids = wait_for(started, HANG_S, "the launcher and its worker in a session of its own",
+                    proc=proc)
+    assert len(pids) == 2 and proc.pid in pids  # out of reach of the launcher's group
 
     procs.stop(proc, token)  # both ignore SIGTERM: only the SIGKILL after the grace stops them
     assert procs.marked(token) == []

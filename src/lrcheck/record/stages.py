@@ -1,0 +1,59 @@
+"""Where one process's training stood when it began and when it ended, written into its
+description (``rank{R}.json``): when the process started, and, before its first update and at
+its end, the first optimizer's state step counter, its scheduler's position and the fingerprint
+of its parameters. ``record.folder`` joins the processes of one rank in one command (a resume:
+``python train.py --stop-after 12 --save c.pt && python train.py --resume c.pt``) in the order
+they started, and ``checks.continuation`` judges from these whether each later process carried
+on where the one before it ended."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from lrcheck.record.optimizers import local_tensor, params, state_step, torch_optimizer
+from lrcheck.recorder import fingerprint
+
+
+def standing(optimizer: torch.optim.Optimizer, scheduler: object) -> dict[str, Any]:
+    """Where a training stands: the optimizer state's step counter (0: no state yet, a fresh
+    optimizer or one whose state was not loaded; None: its state keeps none), the
+    ``last_epoch`` of ``scheduler`` (None: none stepped on it) and the fingerprint of the
+    optimizer's parameters (this rank's shards)."""
+    step = state_step(optimizer, synced=True)
+    epoch = getattr(scheduler, "last_epoch", None)
+    return {"opt_step": 0.0 if step is None and not optimizer.state else step,
+            "sched_epoch": epoch if isinstance(epoch, int) else None,
+            "fingerprint": fingerprint(local_tensor(p) for p in params(optimizer))}
+
+
+class Standing:
+    """One process's start time, and where its first optimizer stood before its first update
+    and at its end (``described``)."""
+
+    def __init__(self) -> None:
+        self.started = time.time()
+        self.schedulers: dict[int, object] = {}  # id(optimizer) → the last scheduler stepped
+        self.start: dict[str, Any] | None = None
+        self.end: dict[str, Any] | None = None
+
+    def stepped(self, optimizer: object, scheduler: object) -> None:
+        if scheduler is not None:
+            self.schedulers[id(torch_optimizer(optimizer))] = scheduler
+
+    def described(self, optimizers: dict[int, Any]) -> dict[str, Any]:
+        """The keys of the process's description: where the first optimizer (the first of
+        ``optimizers``' values, its ``.optimizer``) stood at the first description that has one
+        (made in the pre-hook of its first update, before the step), and now (the last
+        description is made at the process's end)."""
+        first = next(iter(optimizers.values()), None)
+        if first is not None:
+            try:  # at exit too, after an error of the user's program: never raise from here
+                now = standing(first.optimizer, self.schedulers.get(id(first.optimizer)))
+            except (RuntimeError, ValueError, TypeError):
+                now = None
+            self.start = self.start or now
+            self.end = now
+        return {"started": self.started, "start": self.start, "end": self.end}

@@ -1,0 +1,66 @@
+"""``checks.continuation``: each later process of a rank in one command judged where it joined
+the timeline: a resume carries on, a new training is a stage of its own."""
+
+import pytest
+
+from lrcheck.checks.continuation import Boundary, check_continuation, is_resume
+
+END = {"opt_step": 12.0, "sched_epoch": 12, "fingerprint": [1.0, 2.0]}  # the first process's end
+FRESH = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [3.0, 4.0]}  # a new model, optimizer
+
+
+def _at(**start):
+    return Boundary(12, 4242, 1, END, {**END, **start})
+
+
+def test_a_resume_that_carried_everything_passes_and_says_what_carried():
+    found = check_continuation("candidate", [_at()])
+    assert found is not None and found.status == "pass"
+    assert found.detail == (
+        "rank 0's 2 processes joined into one timeline; at update 12 the second process (pid "
+        "4242) resumed: the weights, the optimizer's state (step counter 12), the schedule "
+        "(step 12) carried")
+
+
+@pytest.mark.parametrize(("start", "words"), [
+    ({"sched_epoch": 0}, "the second process (pid 4242) restarted the schedule at update 12: "
+                         "its step counter was 0, the first process's ended at 12"),
+    ({"sched_epoch": 5}, "set the schedule back at update 12: its step counter was 5"),
+    ({"opt_step": 0.0}, "the second process (pid 4242) lost the optimizer's state at update 12: "
+                        "its step counter was 0 (a fresh optimizer, or its state_dict not "
+                        "loaded), the first process's ended at 12"),
+    ({"fingerprint": [9.0, 2.0]}, "did not start update 12 from the weights the first process "
+                                  "ended with")])
+def test_a_resume_that_did_not_carry_one_thing_fails_at_the_first_update_after_it(start, words):
+    found = check_continuation("candidate", [_at(**start)])
+    assert found is not None and found.status == "fail" and found.first_divergence == 12
+    assert words in found.detail
+    assert found.detail.count("pid 4242") == 1  # only what was not carried is named
+
+
+def test_a_fresh_optimizer_and_schedule_is_a_new_training_not_a_failed_resume():
+    boundary = Boundary(12, 7, 1, END, FRESH)
+    assert not is_resume(boundary)
+    found = check_continuation("candidate", [boundary])
+    assert found is not None and found.status == "pass"
+    assert "at update 12 a new training began (the second process, pid 7" in found.detail
+    # the same weights loaded (a fine-tuning of the first stage's model) is still a new stage
+    assert not is_resume(Boundary(12, 7, 1, END, {**FRESH, "fingerprint": END["fingerprint"]}))
+
+
+def test_without_optimizer_state_or_scheduler_the_weights_tell_a_resume():
+    for plain in ({"opt_step": None, "sched_epoch": None, "fingerprint": [1.0, 2.0]},
+                  {"opt_step": 0.0, "sched_epoch": None, "fingerprint": [1.0, 2.0]}):  # SGD
+        assert is_resume(Boundary(5, 1, 1, plain, plain))
+        assert not is_resume(Boundary(5, 1, 1, plain, {**plain, "fingerprint": [0.0, 2.0]}))
+    sgd = {"opt_step": 0.0, "sched_epoch": 4, "fingerprint": [1.0, 2.0]}  # no step counter
+    assert not is_resume(Boundary(4, 1, 1, sgd, {**sgd, "sched_epoch": 0}))
+
+
+def test_a_later_process_of_a_lockstep_candidate_is_said_to_run_free():
+    found = check_continuation("candidate", [Boundary(12, 1, 1, END, END, lockstep=True)])
+    assert found is not None and "from update 12 the candidate ran free" in found.detail
+
+
+def test_one_process_per_rank_is_not_judged():
+    assert check_continuation("reference", []) is None
