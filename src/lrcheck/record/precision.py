@@ -187,12 +187,15 @@ def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None
 
     def restore(*_: Any) -> None:
         precision.done = True
-        handle.remove()
-        if torch.nn.Module.__call__ is call:
-            torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
+        try:
+            if torch.nn.Module.__call__ is call:
+                torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
+        except Exception:  # noqa: BLE001 - called in the user's optimizer.step()
+            pass
 
-    # The first optimizer step of the process ends the watch, whether or not it is finished.
-    handle = register_optimizer_step_pre_hook(restore)
+    # The first optimizer step of the process ends the watch, whether or not it is finished
+    # (the hook stays, a no-op after: torch iterates its hooks as it calls them).
+    register_optimizer_step_pre_hook(restore)
     _undo.append(restore)
     return restore
 
