@@ -270,8 +270,9 @@ def _norm(t: torch.Tensor) -> float:
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
-    """<a, b>, summed in float64."""
-    return float(torch.sum(a.to(torch.float64) * b.to(torch.float64)))
+    """<a, b>: the products in the tensors' own type (one temporary, no float64 copies),
+    summed in float64."""
+    return float(torch.sum(a * b, dtype=torch.float64))
 
 
 def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -279,22 +280,34 @@ def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     gaps Δ_i / ref_i weighted by |ref_i|, exactly s where Δ = s·ref, and where each
     coordinate's rounding is its own it averages out over many more coordinates than
     <Δ, ref> / ‖ref‖² (which a few of the largest carry); a coordinate near 0 weighs little."""
-    return (float(torch.sum(torch.sign(ref) * diff, dtype=torch.float64)),
-            float(torch.sum(torch.abs(ref), dtype=torch.float64)))
+    return _dot(torch.sign(ref), diff), float(torch.sum(torch.abs(ref), dtype=torch.float64))
 
 
 _UP = torch.tensor(float("inf"))
 
 
-def _noise(g_c: torch.Tensor, g_r: torch.Tensor, share: float) -> torch.Tensor | None:
-    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``): at most ``share``
-    of the tensor's largest and unshared by the runs; None where there is none."""
-    if not share or not g_r.is_floating_point() or not g_r.numel():
+def _noise(gap: torch.Tensor, size: torch.Tensor, share: float) -> torch.Tensor | None:
+    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``), from the runs' gap
+    and the reference's |g|: at most ``share`` of the tensor's largest and unshared by the
+    runs; None where there is none."""
+    if not share or not size.is_floating_point() or not size.numel():
         return None
-    size = torch.abs(g_r)
-    gap = torch.abs(g_c - g_r)
+    gap = torch.abs(gap)
     found = (size <= share * torch.max(size)) & (gap >= UNSHARED * size) & (gap > 0)
     return found if bool(found.any()) else None
+
+
+def _grads(g_c: torch.Tensor, g_r: torch.Tensor, share: float, whole: bool
+           ) -> tuple[tuple[float, ...], torch.Tensor | None]:
+    """‖g_c − g_r‖, ‖g_r‖, <g_c − g_r, g_r>, ``_along``'s two, and the coordinates of rounding
+    noise (``whole``: the gradient has the parameter's shape), each difference taken once."""
+    gap, size = g_c - g_r, torch.abs(g_r)
+    noise = _noise(gap, size, share) if whole else None
+    sign = torch.sign(g_r)
+    if noise is not None:
+        sign, size = torch.where(noise, 0, sign), torch.where(noise, 0, size)
+    return (_norm(gap), _norm(g_r), _dot(gap, g_r), _dot(sign, gap),
+            float(torch.sum(size, dtype=torch.float64))), noise
 
 
 def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Tensor],
@@ -310,22 +323,20 @@ def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Ten
             mine = p.detach().to("cpu")
             g_c = None if p.grad is None else p.grad.detach().to("cpu")
             noise = None
-            g_along = (0.0, 0.0)
+            grad: tuple[float, ...]
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
-                gr, g_dot = (0.0 if g_r is None else _norm(g_r)), 0.0
+                grad = (gd, 0.0 if g_r is None else _norm(g_r), 0.0, 0.0, 0.0)
             else:
-                gd, gr, g_dot = _norm(g_c - g_r), _norm(g_r), _dot(g_c - g_r, g_r)
-                noise = _noise(g_c, g_r, share) if g_c.shape == p_r.shape else None
-                g_along = _along(g_c - g_r, g_r if noise is None else torch.where(noise, 0, g_r))
+                grad, noise = _grads(g_c, g_r, share, g_c.shape == p_r.shape)
             moved, update = mine - p_r, p_r - p_0
             ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
                 if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
             if noise is not None:
                 moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
             rows.append([float(f"{v:.4g}") for v in (
-                gd, gr, _norm(moved), _norm(update), _norm(ulp), g_dot, _dot(moved, update),
-                0 if noise is None else int(noise.sum()), *g_along, *_along(moved, update))])
+                *grad[:2], _norm(moved), _norm(update), _norm(ulp), grad[2], _dot(moved, update),
+                0 if noise is None else int(noise.sum()), *grad[3:], *_along(moved, update))])
     return rows
 
 
