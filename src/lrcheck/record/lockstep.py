@@ -29,11 +29,17 @@ from typing import Any
 
 import torch
 
+from lrcheck.record.precision import EPS, coarsest
 from lrcheck.record.roles import CANDIDATE, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
 # Updates the reference may run ahead of the slowest candidate rank: two states on disk.
 DEPTH = 2
+# A coordinate's gradient is rounding noise where it is at most this many units of the compute
+# precision's roundoff of its tensor's largest (at most ``NOISE_CAP`` of it) and the runs do not
+# share it (they differ by ``UNSHARED`` of it or more): the key-bias slice of a fused qkv
+# projection, whose exact gradient is 0.
+NOISE_UNITS, NOISE_CAP, UNSHARED = 64, 1e-2, 0.1
 END = 1 << 62  # a candidate rank's progress once it follows no more
 
 
@@ -100,9 +106,9 @@ class Streamer:
         self.off = False
 
     def start(self, params: list[torch.Tensor], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None, compute: dict[str, Any] | None = None) -> None:
         """Before update 0 (``born``: the parameters' fingerprint when the optimizer was
-        made)."""
+        made; ``compute``: the precision update 0 computed in, ``record.precision``)."""
         if sharded:  # a shard per rank: nothing whole to load
             self.off = True
             _write_text(self.folder / "reference.json",
@@ -112,7 +118,7 @@ class Streamer:
         _save({"params": _cpu(list(params))}, self.folder / "ref-init.pt")
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
-             "dtype": dtype_of(params), "born": born}))
+             "dtype": dtype_of(params), "born": born, "compute": compute}))
 
     def after(self, k: int, optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> None:
         if self.off:
@@ -166,6 +172,7 @@ class Follower:
         self.folder, self.rank = folder, rank
         self.off: str | None = None
         self.start_params: list[torch.Tensor] | None = None
+        self.noise = 0.0  # a coordinate's share of its tensor's largest gradient, at most
         self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
         self.header: dict[str, Any] = {}
         if rank == 0:
@@ -185,12 +192,14 @@ class Follower:
         self.lines.flush()
 
     def start(self, params: list[torch.Tensor], names: list[str], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None, compute: dict[str, Any] | None = None) -> None:
         """Before update 0: the weights compared with the reference's, as the step is about
-        to use them and (``born``) when the optimizer was made."""
+        to use them and (``born``) when the optimizer was made; ``compute``: the precision
+        update 0 computed in."""
         release = ended(self.folder, REFERENCE)
         info_path = self.folder / "reference.json"
-        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS)}
+        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS),
+                       "sizes": [p.numel() for p in params], "compute": compute}
         if sharded:
             self._write(self.header)
             return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
@@ -216,8 +225,13 @@ class Follower:
             scale = max((float(torch.max(torch.abs(r.double()))) for r in ref if r.numel()),
                         default=0.0)
         theirs = info.get("born")
+        theirs_compute = info.get("compute")
+        kinds = [str(c.get("precision")) for c in (compute, theirs_compute) if c]
+        self.noise = min(NOISE_UNITS * EPS[coarsest(kinds or info["dtype"].split("+"))],
+                         NOISE_CAP)
         self.header.update({"init_gap": gap, "init_scale": scale,
                             "reference_dtype": info["dtype"],
+                            "reference_compute": theirs_compute, "noise_share": self.noise,
                             "born_equal": None if born is None or theirs is None
                             else born == theirs})
         self._write(self.header)
@@ -230,7 +244,7 @@ class Follower:
         if not _wait(path.exists, ended(self.folder, REFERENCE)):
             return self._stop(f"the reference ended after {k} update(s)", k)
         ref = _read(path)
-        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
+        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params, self.noise)})
         problem = _load(optimizer, params, ref)
         if problem:
             return self._stop(problem, k)
@@ -255,28 +269,74 @@ def _norm(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64))
 
 
+def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    """<a, b>: the products in the tensors' own type (one temporary, no float64 copies),
+    summed in float64."""
+    return float(torch.sum(a * b, dtype=torch.float64))
+
+
+def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """Σ sign(ref_i)·Δ_i and Σ |ref_i|: their ratio is the mean of the coordinates' relative
+    gaps Δ_i / ref_i weighted by |ref_i|, exactly s where Δ = s·ref, and where each
+    coordinate's rounding is its own it averages out over many more coordinates than
+    <Δ, ref> / ‖ref‖² (which a few of the largest carry); a coordinate near 0 weighs little."""
+    return _dot(torch.sign(ref), diff), float(torch.sum(torch.abs(ref), dtype=torch.float64))
+
+
 _UP = torch.tensor(float("inf"))
 
 
-def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
-          start: list[torch.Tensor]) -> list[list[float]]:
+def _noise(gap: torch.Tensor, size: torch.Tensor, share: float) -> torch.Tensor | None:
+    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``), from the runs' gap
+    and the reference's |g|: at most ``share`` of the tensor's largest and unshared by the
+    runs; None where there is none."""
+    if not share or not size.is_floating_point() or not size.numel():
+        return None
+    gap = torch.abs(gap)
+    found = (size <= share * torch.max(size)) & (gap >= UNSHARED * size) & (gap > 0)
+    return found if bool(found.any()) else None
+
+
+def _grads(g_c: torch.Tensor, g_r: torch.Tensor, share: float, whole: bool
+           ) -> tuple[tuple[float, ...], torch.Tensor | None]:
+    """‖g_c − g_r‖, ‖g_r‖, <g_c − g_r, g_r>, ``_along``'s two, and the coordinates of rounding
+    noise (``whole``: the gradient has the parameter's shape), each difference taken once."""
+    gap, size = g_c - g_r, torch.abs(g_r)
+    noise = _noise(gap, size, share) if whole else None
+    sign = torch.sign(g_r)
+    if noise is not None:
+        sign, size = torch.where(noise, 0, sign), torch.where(noise, 0, size)
+    return (_norm(gap), _norm(g_r), _dot(gap, g_r), _dot(sign, gap),
+            float(torch.sum(size, dtype=torch.float64))), noise
+
+
+def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Tensor],
+          share: float = 0.0) -> list[list[float]]:
     """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
     differences are taken in the parameters' own type: two values this close subtract
-    exactly (Sterbenz), and only the norms are summed in float64."""
+    exactly (Sterbenz), and only the norms and dot products are summed in float64. The
+    parameters' columns and the gradient's ``_along`` leave out the coordinates whose gradient is
+    rounding noise (``_noise``), counted in their column."""
     rows = []
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
             mine = p.detach().to("cpu")
             g_c = None if p.grad is None else p.grad.detach().to("cpu")
+            noise = None
+            grad: tuple[float, ...]
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
-                gr = 0.0 if g_r is None else _norm(g_r)
+                grad = (gd, 0.0 if g_r is None else _norm(g_r), 0.0, 0.0, 0.0)
             else:
-                gd, gr = _norm(g_c - g_r), _norm(g_r)
-            ulp = _norm(torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r) \
-                if p_r.is_floating_point() and p_r.numel() else 0.0
-            rows.append([float(f"{v:.4g}") for v in (gd, gr, _norm(mine - p_r), _norm(p_r - p_0),
-                                                     ulp)])
+                grad, noise = _grads(g_c, g_r, share, g_c.shape == p_r.shape)
+            moved, update = mine - p_r, p_r - p_0
+            ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
+                if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
+            if noise is not None:
+                moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
+            rows.append([float(f"{v:.4g}") for v in (
+                *grad[:2], _norm(moved), _norm(update), _norm(ulp), grad[2], _dot(moved, update),
+                0 if noise is None else int(noise.sum()), *grad[3:], *_along(moved, update))])
     return rows
 
 

@@ -48,7 +48,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, lockstep, modules, optimizers, roles, stages, taps
+from lrcheck.record import ema, lockstep, modules, optimizers, precision, roles, stages, taps
 from lrcheck.record.calls import (
     Args,
     Imported,
@@ -209,10 +209,10 @@ class ProcessRecorder:
         born = getattr(st.optimizer, BORN, None)
         if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
-            self.streamer.start(params, st.sharded, born)
+            self.streamer.start(params, st.sharded, born, precision.finish(params))
         elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
-            self.follower.start(params, st.names, st.sharded, born)
+            self.follower.start(params, st.names, st.sharded, born, precision.finish(params))
 
     def post(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         st = self.optimizers.get(id(optimizer))
