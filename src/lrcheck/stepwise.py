@@ -16,19 +16,41 @@ from lrcheck.trace import RunTrace
 
 # A candidate rank's lockstep file, in its record folder.
 LINES = "lockstep-rank{rank}.jsonl"
-# Per tensor and update, the candidate's line holds these norms (float64): ‖g_c − g_r‖, ‖g_r‖,
-# ‖p_c − p_r‖ after the update, ‖p_r − p_start‖ (the reference's own update) and the norm of
-# the parameters' unit in the last place (the rounding floor of a parameter's value); the
-# indices of ``StepGaps.gaps``' last axis.
-COLUMNS = ("grad_diff", "grad_ref", "param_diff", "update_ref", "ulp")
-GRAD_DIFF, GRAD_REF, PARAM_DIFF, UPDATE_REF, ULP = range(len(COLUMNS))
+# Per tensor and update, the candidate's line holds these numbers (float64): ‖g_c − g_r‖, ‖g_r‖,
+# ‖p_c − p_r‖ after the update, ‖p_r − p_start‖ (the reference's own update), the norm of
+# the parameters' unit in the last place (the rounding floor of a parameter's value), the dot
+# products <g_c − g_r, g_r> and <p_c − p_r, p_r − p_start> (the part of a gap along the
+# reference's own gradient or update: a scale, where rounding is nearly orthogonal to it), and
+# how many coordinates' gradients are rounding noise (left out of the parameters' columns:
+# ``record.lockstep._noise``), and Σ sign(ref_i)·Δ_i with Σ |ref_i| (``record.lockstep._along``:
+# their ratio is a scale of the gap over the reference's own) for the gradient and the update;
+# the indices of ``StepGaps.gaps``' last axis. A file of the first five columns (lrcheck before
+# the rest) reads with the others 0.
+COLUMNS = ("grad_diff", "grad_ref", "param_diff", "update_ref", "ulp", "grad_dot", "update_dot",
+           "noise", "grad_along", "grad_l1", "update_along", "update_l1")
+(GRAD_DIFF, GRAD_REF, PARAM_DIFF, UPDATE_REF, ULP, GRAD_DOT, UPDATE_DOT, NOISE, GRAD_ALONG,
+ GRAD_L1, UPDATE_ALONG, UPDATE_L1) = range(len(COLUMNS))
+FIRST_COLUMNS = 5
+
+
+def widened(gaps: np.ndarray) -> np.ndarray:
+    """``(updates, tensors, columns)`` gaps of the first ``FIRST_COLUMNS`` columns with the
+    rest 0 (nothing along the reference's own, no noise coordinate); others as they are."""
+    if gaps.ndim != 3 or gaps.shape[2] != FIRST_COLUMNS:
+        return gaps
+    return np.concatenate([gaps, np.zeros((*gaps.shape[:2], len(COLUMNS) - FIRST_COLUMNS))],
+                          axis=2)
 
 
 @dataclass(frozen=True)
 class StepGaps:
     """``gaps[i, t]``: for update ``steps[i]`` and tensor ``names[t]``, ‖g_c − g_r‖, ‖g_r‖ (the
     gradients the update used), ‖p_c − p_r‖ after it, ‖p_r − p_start‖ (the reference's own
-    update) and ‖ulp(p_r)‖. ``dtype``/``reference_dtype``: the parameters' types as recorded;
+    update), ‖ulp(p_r)‖ and the rest of ``COLUMNS``. ``dtype``/``reference_dtype``: the
+    parameters' types as recorded; ``compute``/``reference_compute``: the precision each run's
+    update 0 computed in and what set it (``{"precision": "bfloat16", "why": "bf16 autocast on
+    cpu"}``: ``record.precision``; None where not recorded); ``sizes``: each tensor's number of
+    elements (empty where not recorded);
     ``init_gap``: ``max|Δp| / max|p|`` of the weights before update 0's step (None: not
     compared), and ``born_equal`` whether they were the same when each optimizer was made
     (None: not known);
@@ -43,6 +65,9 @@ class StepGaps:
     born_equal: bool | None = None
     stopped: str | None = None
     stopped_at: int | None = None
+    compute: dict[str, Any] | None = None
+    reference_compute: dict[str, Any] | None = None
+    sizes: tuple[int, ...] = ()
 
     @classmethod
     def from_lines(cls, lines: Sequence[dict[str, Any]], source: str) -> StepGaps:
@@ -56,10 +81,11 @@ class StepGaps:
         off = next((line for line in lines[1:] if "off" in line), None)
         gaps = np.array([line["gaps"] for line in rows], dtype=np.float64)
         if not rows:
-            gaps = np.empty((0, len(names), 5))
-        if gaps.ndim != 3 or gaps.shape[1:] != (len(names), 5):
-            raise SpecError(f"{source}: each update needs 5 numbers per parameter tensor "
-                            f"({len(names)} tensors)")
+            gaps = np.empty((0, len(names), len(COLUMNS)))
+        gaps = widened(gaps)
+        if gaps.ndim != 3 or gaps.shape[1:] != (len(names), len(COLUMNS)):
+            raise SpecError(f"{source}: each update needs {len(COLUMNS)} numbers (or the first "
+                            f"{FIRST_COLUMNS}) per parameter tensor ({len(names)} tensors)")
         scale = head.get("init_scale")
         init = head.get("init_gap")
         return cls(names, str(head.get("dtype")), head.get("reference_dtype"),
@@ -67,7 +93,9 @@ class StepGaps:
                    None if init is None else float(init) / max(float(scale or 0.0), 1e-300),
                    head.get("born_equal"),
                    None if off is None else str(off["off"]),
-                   None if off is None or off.get("at") is None else int(off["at"]))
+                   None if off is None or off.get("at") is None else int(off["at"]),
+                   head.get("compute"), head.get("reference_compute"),
+                   tuple(int(n) for n in head.get("sizes") or ()))
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def test_the_states_go_to_the_first_place_that_holds_them_with_the_margin():
 
 
 def test_a_model_that_fits_nowhere_switches_lockstep_off_saying_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(lockstep, "free_space", lambda folders: [(f, 1000) for f in folders])
+    monkeypatch.setattr(exchange, "free_space", lambda folders: [(f, 1000) for f in folders])
     streamer = lockstep.Streamer(tmp_path)
     streamer.start([torch.zeros(1000)], sharded=False)
     said = json.loads((tmp_path / "reference.json").read_text())["off"]
@@ -42,7 +42,7 @@ def test_a_model_that_fits_nowhere_switches_lockstep_off_saying_so(tmp_path, mon
 def test_a_wait_has_a_deadline_that_names_its_setting(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_WAIT, "0.05")
     with pytest.raises(TimeoutError, match=f"waited 0.05 s for the update .*{ENV_WAIT}"):
-        lockstep._wait(lambda: False, tmp_path / "never", "the update")
+        exchange.wait(lambda: False, tmp_path / "never", "the update")
 
 
 def test_a_full_disk_switches_lockstep_off_and_releases_the_candidate(tmp_path, monkeypatch):
@@ -52,7 +52,7 @@ def test_a_full_disk_switches_lockstep_off_and_releases_the_candidate(tmp_path, 
     streamer = lockstep.Streamer(tmp_path)
     on = Guard("lockstep")
     on.arm(streamer.stop)
-    on("lockstep's start", streamer.start)(params, False, None, optimizer)
+    on("lockstep's start", streamer.start)(params, False, optimizer=optimizer)
     (tmp_path / "candidate.world").write_text("1")
     (tmp_path / "candidate-rank0.done").write_text("-1")
 

@@ -28,51 +28,24 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lrcheck.procs.owner import gone, identity
+from lrcheck.procs.owner import identity
+from lrcheck.record import exchange
 from lrcheck.record.exchange import DEPTH as DEPTH  # read by record.process
-from lrcheck.record.exchange import MARGIN, free_space, need, place, state_bytes
-from lrcheck.record.roles import CANDIDATE, ENV_SPARE, ENV_WAIT, REFERENCE, ended
+from lrcheck.record.precision import EPS, coarsest
+from lrcheck.record.roles import CANDIDATE, ENV_SPARE, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
+# A coordinate's gradient is rounding noise where it is at most this many units of the compute
+# precision's roundoff of its tensor's largest (at most ``NOISE_CAP`` of it) and the runs do not
+# share it (they differ by ``UNSHARED`` of it or more): the key-bias slice of a fused qkv
+# projection, whose exact gradient is 0.
+NOISE_UNITS, NOISE_CAP, UNSHARED = 64, 1e-2, 0.1
 END = 1 << 62  # a candidate rank's progress once it follows no more
-# How long one side waits for the other at one update, unless ``roles.ENV_WAIT`` says otherwise:
-# generous (an update of the other side may take minutes), the stall timeout of ``lrcheck run``.
-# Before the other side's first update (its start: a model loaded, a dataset tokenized), longer.
-WAIT_S, START_S = 600.0, 3600.0
-
-
-def _wait(ready: Callable[[], bool], release: Path, what: str, started: bool = True,
-          peer: str | None = None) -> bool:
-    """Poll ``ready`` until it holds (True) or ``release`` exists, or the process ``peer``
-    (``procs.owner.identity``) has ended, and it still does not; a ``TimeoutError`` naming
-    ``what`` after ``WAIT_S`` seconds (``START_S`` until the other side has ``started``;
-    ``roles.ENV_WAIT`` for both where set)."""
-    delay, limit = 0.0002, _wait_s(WAIT_S if started else START_S)
-    deadline = time.monotonic() + limit
-    while not ready():
-        if release.exists() or (peer is not None and delay >= 0.01 and gone(peer)):
-            return ready()
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {limit:g} s for {what} ({ENV_WAIT} sets how long)")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.01)
-    return True
-
-
-def _wait_s(default: float) -> float:
-    try:
-        return float(os.environ.get(ENV_WAIT, "") or default)
-    except ValueError:
-        return default
-
-
 def _save(obj: Any, path: Path) -> None:
     """``obj`` written whole, then renamed into place; without the CRC32 of each record (a
     quarter of the save, and the exchange lives in memory), switched off for this save only:
@@ -96,13 +69,8 @@ def _write_text(path: Path, text: str) -> None:
 def _cpu(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """The tensors as ``torch.save`` takes them: detached, on the CPU (copied only from
     another device: a CPU tensor is written out by the save itself)."""
-    return [None if t is None else _dense(t.detach()) if t.device.type == "cpu" else
-            _dense(t.detach()).to("cpu") for t in tensors]
-
-
-def _dense(t: torch.Tensor) -> torch.Tensor:
-    """``t``, dense (a sparse gradient, an ``nn.Embedding(sparse=True)``'s, made whole)."""
-    return t.to_dense() if t.is_sparse else t
+    return [None if t is None else exchange.dense(t.detach()) if t.device.type == "cpu" else
+            exchange.dense(t.detach()).to("cpu") for t in tensors]
 
 
 def _state(optimizer: torch.optim.Optimizer, params: list[torch.Tensor]) -> list[dict[str, Any]]:
@@ -135,21 +103,22 @@ class Streamer:
         _write_text(self.folder / "reference.json", json.dumps({"off": why}))
 
     def start(self, params: list[torch.Tensor], sharded: bool,
-              born: list[float] | None = None,
+              born: list[float] | None = None, compute: dict[str, Any] | None = None,
               optimizer: torch.optim.Optimizer | None = None) -> None:
         """Before update 0 (``born``: the parameters' fingerprint when the optimizer was
-        made): the states' place, sized from the model (``need``, ``place``)."""
+        made; ``compute``: the precision update 0 computed in, ``record.precision``): the
+        states' place, sized from the model (``need``, ``place``)."""
         if sharded:  # a shard per rank: nothing whole to load
             return self._refuse("the reference's parameters are sharded over its ranks (ZeRO "
                                 "or FSDP)")
         spare = os.environ.get(ENV_SPARE, "")
-        free = free_space([self.folder, *([Path(spare)] if spare else [])])
-        needed = need(params, state_bytes(optimizer))
-        store = place(needed, free)
+        free = exchange.free_space([self.folder, *([Path(spare)] if spare else [])])
+        needed = exchange.need(params, exchange.state_bytes(optimizer))
+        store = exchange.place(needed, free)
         if store is None:
             rooms = ", ".join(f"{folder} has {room / 2**30:.3g}" for folder, room in free)
-            return self._refuse(f"the exchange needs {needed * MARGIN / 2**30:.3g} GiB with "
-                                f"its margin (the model's {DEPTH + 1} states): {rooms}")
+            return self._refuse(f"the exchange needs {needed * exchange.MARGIN / 2**30:.3g} "
+                                f"GiB with its margin (the model's {DEPTH + 1} states): {rooms}")
         self.store = store
         if store != self.folder:
             store.mkdir(parents=True, exist_ok=True)
@@ -157,7 +126,7 @@ class Streamer:
         _write_text(self.folder / "reference.json", json.dumps(
             {"tensors": len(params), "shapes": [list(p.shape) for p in params],
              "dtype": dtype_of(params), "born": born, "store": str(store),
-             "need": needed, "process": identity()}))
+             "need": needed, "process": identity(), "compute": compute}))
 
     def stop(self, why: str) -> None:
         """Lockstep off (its guard tripped): the states removed, the candidate told why."""
@@ -179,8 +148,8 @@ class Streamer:
                 done = _progress(self.folder)
                 return done is not None and k - done <= DEPTH
             read = _progress(self.folder)  # -1 or None: the candidate has read no update yet
-            if not _wait(caught_up, release, f"the candidate to read update {k - DEPTH}",
-                         started=read is not None and read >= 0):
+            if not exchange.wait(caught_up, release, f"the candidate to read update "
+                                 f"{k - DEPTH}", started=read is not None and read >= 0):
                 self.off = True  # the candidate is gone: go on alone
                 return
         _save({"grads": _cpu([p.grad for p in params]), "params": _cpu(list(params)),
@@ -224,6 +193,7 @@ class Follower:
         self.peer: str | None = None
         self.off: str | None = None
         self.start_params: list[torch.Tensor] | None = None
+        self.noise = 0.0  # a coordinate's share of its tensor's largest gradient, at most
         self.lines = (record_folder / LINES.format(rank=rank)).open("w", encoding="utf-8")
         self.header: dict[str, Any] = {}
         if rank == 0:
@@ -247,17 +217,19 @@ class Follower:
         self.lines.flush()
 
     def start(self, params: list[torch.Tensor], names: list[str], sharded: bool,
-              born: list[float] | None = None) -> None:
+              born: list[float] | None = None, compute: dict[str, Any] | None = None) -> None:
         """Before update 0: the weights compared with the reference's, as the step is about
-        to use them and (``born``) when the optimizer was made."""
+        to use them and (``born``) when the optimizer was made; ``compute``: the precision
+        update 0 computed in."""
         release = ended(self.folder, REFERENCE)
         info_path = self.folder / "reference.json"
-        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS)}
+        self.header = {"names": names, "dtype": dtype_of(params), "columns": list(COLUMNS),
+                       "sizes": [p.numel() for p in params], "compute": compute}
         if sharded:
             self._write(self.header)
             return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
                               "FSDP): no whole state to load", None)
-        if not _wait(info_path.exists, release, "the reference's first update", False):
+        if not exchange.wait(info_path.exists, release, "the reference's first update", False):
             self._write(self.header)
             return self._stop("the reference ended before its first update", 0)
         info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -280,8 +252,13 @@ class Follower:
             scale = max((float(torch.max(torch.abs(r.double()))) for r in ref if r.numel()),
                         default=0.0)
         theirs = info.get("born")
+        theirs_compute = info.get("compute")
+        kinds = [str(c.get("precision")) for c in (compute, theirs_compute) if c]
+        self.noise = min(NOISE_UNITS * EPS[coarsest(kinds or info["dtype"].split("+"))],
+                         NOISE_CAP)
         self.header.update({"init_gap": gap, "init_scale": scale,
                             "reference_dtype": info["dtype"],
+                            "reference_compute": theirs_compute, "noise_share": self.noise,
                             "born_equal": None if born is None or theirs is None
                             else born == theirs})
         self._write(self.header)
@@ -292,14 +269,14 @@ class Follower:
             return
         self.at = k
         path = self.store / f"ref-{k}.pt"
-        if not _wait(path.exists, ended(self.folder, REFERENCE), f"the reference's update {k}",
-                     peer=self.peer):
+        if not exchange.wait(path.exists, ended(self.folder, REFERENCE),
+                             f"the reference's update {k}", peer=self.peer):
             said = self.folder / "reference.off"
-            return self._stop(f"the reference switched lockstep off: {_text(said)}"
+            return self._stop(f"the reference switched lockstep off: {exchange.text_of(said)}"
                               if said.exists() else f"the reference ended after {k} update(s)",
                               k)
         ref = _read(path)
-        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params)})
+        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params, self.noise)})
         problem = _load(optimizer, params, ref)
         if problem:
             return self._stop(problem, k)
@@ -310,13 +287,6 @@ class Follower:
         if self.off is None:
             self._mark("end")
         self.lines.close()
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return "(its reason could not be read)"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -331,28 +301,74 @@ def _norm(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64))
 
 
+def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
+    """<a, b>: the products in the tensors' own type (one temporary, no float64 copies),
+    summed in float64."""
+    return float(torch.sum(a * b, dtype=torch.float64))
+
+
+def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """Σ sign(ref_i)·Δ_i and Σ |ref_i|: their ratio is the mean of the coordinates' relative
+    gaps Δ_i / ref_i weighted by |ref_i|, exactly s where Δ = s·ref, and where each
+    coordinate's rounding is its own it averages out over many more coordinates than
+    <Δ, ref> / ‖ref‖² (which a few of the largest carry); a coordinate near 0 weighs little."""
+    return _dot(torch.sign(ref), diff), float(torch.sum(torch.abs(ref), dtype=torch.float64))
+
+
 _UP = torch.tensor(float("inf"))
 
 
-def _gaps(params: list[torch.Tensor], ref: dict[str, Any],
-          start: list[torch.Tensor]) -> list[list[float]]:
+def _noise(gap: torch.Tensor, size: torch.Tensor, share: float) -> torch.Tensor | None:
+    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``), from the runs' gap
+    and the reference's |g|: at most ``share`` of the tensor's largest and unshared by the
+    runs; None where there is none."""
+    if not share or not size.is_floating_point() or not size.numel():
+        return None
+    gap = torch.abs(gap)
+    found = (size <= share * torch.max(size)) & (gap >= UNSHARED * size) & (gap > 0)
+    return found if bool(found.any()) else None
+
+
+def _grads(g_c: torch.Tensor, g_r: torch.Tensor, share: float, whole: bool
+           ) -> tuple[tuple[float, ...], torch.Tensor | None]:
+    """‖g_c − g_r‖, ‖g_r‖, <g_c − g_r, g_r>, ``_along``'s two, and the coordinates of rounding
+    noise (``whole``: the gradient has the parameter's shape), each difference taken once."""
+    gap, size = g_c - g_r, torch.abs(g_r)
+    noise = _noise(gap, size, share) if whole else None
+    sign = torch.sign(g_r)
+    if noise is not None:
+        sign, size = torch.where(noise, 0, sign), torch.where(noise, 0, size)
+    return (_norm(gap), _norm(g_r), _dot(gap, g_r), _dot(sign, gap),
+            float(torch.sum(size, dtype=torch.float64))), noise
+
+
+def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Tensor],
+          share: float = 0.0) -> list[list[float]]:
     """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
     differences are taken in the parameters' own type: two values this close subtract
-    exactly (Sterbenz), and only the norms are summed in float64."""
+    exactly (Sterbenz), and only the norms and dot products are summed in float64. The
+    parameters' columns and the gradient's ``_along`` leave out the coordinates whose gradient is
+    rounding noise (``_noise``), counted in their column."""
     rows = []
     with torch.no_grad():
         for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
             mine = p.detach().to("cpu")
-            g_c = None if p.grad is None else _dense(p.grad.detach()).to("cpu")
+            g_c = None if p.grad is None else exchange.dense(p.grad.detach()).to("cpu")
+            noise = None
+            grad: tuple[float, ...]
             if g_r is None or g_c is None:
                 gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
-                gr = 0.0 if g_r is None else _norm(g_r)
+                grad = (gd, 0.0 if g_r is None else _norm(g_r), 0.0, 0.0, 0.0)
             else:
-                gd, gr = _norm(g_c - g_r), _norm(g_r)
-            ulp = _norm(torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r) \
-                if p_r.is_floating_point() and p_r.numel() else 0.0
-            rows.append([float(f"{v:.4g}") for v in (gd, gr, _norm(mine - p_r), _norm(p_r - p_0),
-                                                     ulp)])
+                grad, noise = _grads(g_c, g_r, share, g_c.shape == p_r.shape)
+            moved, update = mine - p_r, p_r - p_0
+            ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
+                if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
+            if noise is not None:
+                moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
+            rows.append([float(f"{v:.4g}") for v in (
+                *grad[:2], _norm(moved), _norm(update), _norm(ulp), grad[2], _dot(moved, update),
+                0 if noise is None else int(noise.sum()), *grad[3:], *_along(moved, update))])
     return rows
 
 

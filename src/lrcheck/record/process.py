@@ -47,7 +47,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from lrcheck.record import ema, guard, lockstep, modules, optimizers, roles, stages, taps
+from lrcheck.record import ema, guard, lockstep, modules, optimizers, precision, roles, stages, taps
 from lrcheck.record.birth import BORN, fingerprint_at_birth
 from lrcheck.record.calls import (
     Args,
@@ -218,13 +218,13 @@ class ProcessRecorder:
         if self.role == roles.REFERENCE and rank == 0:
             self.streamer = lockstep.Streamer(self.exchange)
             self.lockstep.arm(self.streamer.stop)
-            self.lockstep("lockstep's start", self.streamer.start)(params, st.sharded, born,
-                                                                   st.optimizer)
+            self.lockstep("lockstep's start", self.streamer.start)(
+                params, st.sharded, born, precision.finish(params), st.optimizer)
         elif self.role == roles.CANDIDATE:
             self.follower = lockstep.Follower(self.exchange, self.folder, rank, self.world)
             self.lockstep.arm(self.follower.stop)
-            self.lockstep("lockstep's start", self.follower.start)(params, st.names,
-                                                                   st.sharded, born)
+            self.lockstep("lockstep's start", self.follower.start)(
+                params, st.names, st.sharded, born, precision.finish(params))
 
     def post(self, optimizer: torch.optim.Optimizer, args: Args, kwargs: Kwargs) -> None:
         st = self.optimizers.get(id(optimizer))

@@ -78,6 +78,10 @@ def _torch_ready() -> None:
         interrupt.install(install_hooks(os.environ[ENV_DIR], samples=_number(ENV_SAMPLES),
                                         every=_number(ENV_EVERY) or 0,
                                         deterministic=deterministic))
+        from lrcheck.record import precision, roles
+
+        # In a lockstep pair, what the forward computes in until the first update.
+        precision.watch(os.environ.get(roles.ENV_ROLE) in (roles.REFERENCE, roles.CANDIDATE))
     except Exception as exc:  # noqa: BLE001 - the user's program must run whatever happens
         print(f"lrcheck: warning: recording is off in process {os.getpid()}: {exc!r}",
               file=sys.stderr)
