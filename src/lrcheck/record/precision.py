@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -47,8 +46,9 @@ class _Census(TorchDispatchMode):
         self.seen: dict[str, list[str]] = {}
         self.conv = False
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
+    def __torch_dispatch__(self, func: Callable[..., object], types: object,
+                           args: tuple[object, ...] = (),
+                           kwargs: dict[str, object] | None = None) -> object:
         out = func(*args, **(kwargs or {}))
         try:
             if any(isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -96,8 +96,8 @@ class Precision:
             return False
         return all(type(p) in (torch.nn.Parameter, torch.Tensor) for p in module.parameters())
 
-    def call(self, module_call: Callable[..., Any], module: torch.nn.Module,
-             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(self, module_call: Callable[..., object], module: torch.nn.Module,
+             args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         """``module_call(module, *args, **kwargs)``, observed."""
         depth = getattr(self.local, "depth", 0)
         census = None
@@ -127,7 +127,7 @@ class Precision:
                 except Exception:  # noqa: BLE001
                     pass
 
-    def summary(self, params: list[torch.Tensor]) -> dict[str, Any]:
+    def summary(self, params: list[torch.Tensor]) -> dict[str, object]:
         """The coarsest type the update computed in (``precision``), what set it (``why``),
         and what was seen: autocast per device, the census, TF32's flags."""
         kinds = sorted({str(p.dtype).removeprefix("torch.") for p in params
@@ -178,14 +178,14 @@ def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None
     module_call = torch.nn.Module.__call__
 
     @functools.wraps(module_call)
-    def call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    def call(self: torch.nn.Module, *args: object, **kwargs: object) -> object:
         if precision.done or torch.compiler.is_compiling():
             return module_call(self, *args, **kwargs)
         return precision.call(module_call, self, args, kwargs)
 
     torch.nn.Module.__call__ = call  # type: ignore[method-assign]
 
-    def restore(*_: Any) -> None:
+    def restore(*_: object) -> None:
         precision.done = True
         try:
             if torch.nn.Module.__call__ is call:
@@ -200,7 +200,7 @@ def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None
     return restore
 
 
-def finish(params: list[torch.Tensor], precision: Precision = OBSERVED) -> dict[str, Any]:
+def finish(params: list[torch.Tensor], precision: Precision = OBSERVED) -> dict[str, object]:
     """What update 0 of ``params`` computed in (``Precision.summary``; the parameters' type
     where that fails, with the reason); the watch ends here."""
     precision.done = True
