@@ -130,3 +130,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 COLLECTED_FILES = pytest.StashKey[set[str]]()
+
+
+@pytest.fixture(autouse=True)
+def _plots_drawn_here_in_fast_tests(request: pytest.FixtureRequest,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked slow starts no process: where a command would start its plot helper
+    (``cli.output.plots``, on a machine with a second CPU) it draws its plots here instead. The
+    helper is tested by the slow tests (tests/reports/test_render.py, the commands' end to end)."""
+    if request.node.get_closest_marker("slow") is None:
+        import lrcheck.reports.render as render
+
+        monkeypatch.setattr(render, "second_cpu", lambda: False)

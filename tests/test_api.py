@@ -13,14 +13,29 @@ def summary(report) -> str:
     return "\n".join(f"{c.name}: {c.status} {c.detail}" for c in report.checks)
 
 
+# One recording per pair, shared by the tests that judge it (each trains for seconds).
+
 @pytest.fixture(scope="module")
 def accum2():
-    return lrcheck.compare(accum=2, bs=16, ref_bs=32, epochs=EPOCHS)
+    """The default pair, bs 16 x accum 2 against bs 32."""
+    return lrcheck.compare(epochs=EPOCHS)
+
+
+@pytest.fixture(scope="module")
+def per_micro_batch():
+    return lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
+
+
+@pytest.fixture(scope="module")
+def per_micro_batch_scaled():
+    return lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch-scaled")
 
 
 @pytest.mark.slow
 def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
     assert accum2.ok, summary(accum2)
+    pair = accum2.pair
+    assert (pair.candidate.bs, pair.candidate.accum, pair.reference.bs) == (16, 2, 32)
     params = accum2.check("params")
     assert params.max_rel_diff is not None and params.max_rel_diff <= 1e-9, summary(accum2)
     assert accum2.check("lr").max_abs_diff == 0.0
@@ -31,8 +46,8 @@ def test_accum_2_bs_16_trains_exactly_like_bs_32(accum2):
 
 
 @pytest.mark.slow
-def test_per_micro_batch_fails_lr_at_an_early_update():
-    report = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
+def test_per_micro_batch_fails_lr_at_an_early_update(per_micro_batch):
+    report = per_micro_batch
     lr = report.check("lr")
     # The scheduler has stepped once, after micro-batch 0, before update 0's optimizer.step().
     assert lr.status == "fail" and lr.first_divergence == 0, summary(report)
@@ -43,10 +58,9 @@ def test_per_micro_batch_fails_lr_at_an_early_update():
 
 
 @pytest.mark.slow
-def test_per_micro_batch_scaled_is_close_but_not_equal():
+def test_per_micro_batch_scaled_is_close_but_not_equal(per_micro_batch_scaled, per_micro_batch):
     """Ludwig's fix: the LR moves within each window; lrcheck measures how much."""
-    scaled = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch-scaled")
-    buggy = lrcheck.compare(accum=2, bs=16, epochs=EPOCHS, policy="per-micro-batch")
+    scaled, buggy = per_micro_batch_scaled, per_micro_batch
     assert scaled.check("lr").status == "fail"
     assert scaled.check("lr").max_abs_diff < buggy.check("lr").max_abs_diff / 5
 
@@ -95,8 +109,8 @@ def test_mean_loss_normalisation_differs_on_the_ragged_flush_tail():
 
 
 @pytest.mark.slow
-def test_the_default_compare_feeds_the_same_samples_behind_every_update():
-    report = lrcheck.compare(epochs=1)
+def test_the_default_compare_feeds_the_same_samples_behind_every_update(accum2):
+    report = accum2
     data = report.check("data")
     n = len(report.candidate.updates)
     assert data.status == "pass" and data.detail == f"the same samples behind all {n} updates"
@@ -104,8 +118,8 @@ def test_the_default_compare_feeds_the_same_samples_behind_every_update():
 
 
 @pytest.mark.slow
-def test_a_schedule_half_an_update_ahead_is_named_in_the_lr_detail():
-    report = lrcheck.compare(accum=2, bs=16, epochs=1, policy="per-micro-batch-scaled")
+def test_a_schedule_half_an_update_ahead_is_named_in_the_lr_detail(per_micro_batch_scaled):
+    report = per_micro_batch_scaled
     lr = report.check("lr")
     assert lr.status == "fail" and "its schedule runs half an update ahead" in lr.detail
     assert report.check("params").detail.endswith(

@@ -10,6 +10,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.test_imports import parse
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -30,7 +32,7 @@ def long_files() -> dict[str, int]:
 def long_functions(source: str, name: str = "") -> dict[str, int]:
     """The functions of ``source`` (methods and nested ones too) over ``MAX_FUNCTION_LINES``
     lines, as ``name:function``."""
-    return {f"{name}:{node.name}": length for node in ast.walk(ast.parse(source))
+    return {f"{name}:{node.name}": length for node in ast.walk(parse(source))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and (length := (node.end_lineno or node.lineno) - node.lineno + 1)
             > MAX_FUNCTION_LINES}
@@ -43,7 +45,7 @@ def any_lines(source: str, name: str = "") -> list[str]:
                 or isinstance(node, ast.Attribute) and node.attr == "Any")
 
     lines: set[int] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         annotations: list[ast.expr | None] = []
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             args = node.args

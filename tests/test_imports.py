@@ -9,10 +9,18 @@ alike. An import inside a function keeps a heavy dependency (torch) off the path
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "lrcheck"
+
+
+@functools.cache
+def parse(source: str) -> ast.Module:
+    """``source``'s tree, parsed once per session: the tests of imports, layers and figures
+    walk every file of ``src/lrcheck`` several times (none changes a tree it walks)."""
+    return ast.parse(source)
 
 
 def _module_name(path: Path) -> str:
@@ -40,7 +48,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The lrcheck modules ``name`` imports anywhere in its file. ``from pkg import x`` names
     ``pkg.x`` when that is a module, else ``pkg`` itself."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -50,6 +58,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {target for target in found if target in modules and target != name}
 
 
+@functools.cache  # read, never changed, by the tests that take it
 def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     return {name: _imports(name, path, modules) for name, path in modules.items()}
@@ -129,7 +138,7 @@ def _cli_imports() -> dict[str, set[str]]:
     for path in sorted((SRC / PACKAGE / "cli").rglob("*.py")):
         name = _module_name(path)
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):

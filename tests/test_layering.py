@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.test_imports import SRC, _modules, find_cycle, import_graph
+from tests.test_imports import SRC, _modules, find_cycle, import_graph, parse
 
 PACKAGE = "lrcheck"
 
@@ -76,7 +76,7 @@ def process_code(source: str) -> list[str]:
         return name in PROCESS_CALLS or name.startswith(("spawn", "exec"))
 
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names
                       if a.name.startswith(PROCESS_MODULES)]

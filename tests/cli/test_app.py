@@ -63,18 +63,24 @@ def test_help_lists_every_flag_of_the_command(command):
     assert len(flags) >= 2 and [flag for flag in flags if flag not in text] == []
 
 
+HELP_COMMANDS = [["--help"], ["compare", "--help"], ["suite", "--help"], ["list"], ["--version"]]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["list"], ["--version"]])
-def test_help_and_list_do_not_import_torch(argv):
-    code = (f"import sys; sys.argv = ['lrcheck', *{argv!r}]\n"
-            "from lrcheck.cli import app\n"
-            "try:\n    app()\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
-            "         if m in sys.modules]\n"
-            "print('HEAVY', heavy, file=sys.stderr)")
+def test_help_and_list_do_not_import_torch():
+    """One fresh process runs each command in turn (a Python start with lrcheck's CLI costs
+    seconds): after each, none of the heavy modules is loaded."""
+    code = ("import sys\nfrom lrcheck.cli import app\n"
+            f"for argv in {HELP_COMMANDS!r}:\n"
+            "    sys.argv = ['lrcheck', *argv]\n"
+            "    try:\n        app()\n    except SystemExit:\n        pass\n"
+            "    heavy = [m for m in ('torch', 'sklearn', 'matplotlib', 'accelerate')\n"
+            "             if m in sys.modules]\n"
+            "    print('HEAVY', argv, heavy, file=sys.stderr)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=HANG_S)
-    assert "HEAVY []" in done.stderr, done.stderr
+    told = [line for line in done.stderr.splitlines() if line.startswith("HEAVY")]
+    assert told == [f"HEAVY {argv!r} []" for argv in HELP_COMMANDS], done.stderr
 
 
 @pytest.mark.slow

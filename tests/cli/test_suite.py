@@ -291,16 +291,6 @@ def test_trace_passes_fails_and_writes_the_schedule_report(tmp_path):
     assert wrong.exit_code == 2 and "set --ref-bs 2048" in wrong.output
 
 
-@pytest.mark.slow
-def test_help_does_not_import_torch_sklearn_or_matplotlib():
-    code = ("import sys; from typer.testing import CliRunner; from lrcheck.cli import app; "
-            "r = CliRunner().invoke(app, ['suite', '--help']); assert r.exit_code == 0; "
-            "print(sorted(m for m in ('torch', 'sklearn', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         timeout=HANG_S)
-    assert out.stdout.strip() == "[]"
-
-
 def test_a_missing_scheduler_factory_exits_2_naming_the_suite_and_the_pair(tmp_path):
     path = write(tmp_path, scheduler="missing_schedule.py:make")
     result = invoke("suite", path, "--out", tmp_path / "R")

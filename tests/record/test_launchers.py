@@ -26,11 +26,15 @@ def _checks(report):
     return {c.name: c for c in report.checks}
 
 
-def _diff(tmp_path, ref, cand, name):
-    api.record(ref, tmp_path / "ref", fingerprint_every=1) if not (tmp_path / "ref").exists() \
-        else None
+def _diff(tmp_path, ref, cand, name, recorded: Path | None = None):
+    """Record ``cand`` and diff it against ``recorded``, the reference's recording, else
+    ``ref`` recorded into ``tmp_path / "ref"`` (once: several candidates share it)."""
+    if recorded is None:
+        recorded = tmp_path / "ref"
+        if not recorded.exists():
+            api.record(ref, recorded, fingerprint_every=1)
     api.record(cand, tmp_path / name, fingerprint_every=1)
-    report = api.diff(tmp_path / "ref", tmp_path / name)
+    report = api.diff(recorded, tmp_path / name)
     for c in report.checks:
         print(name, c.name, c.status.value, c.first_divergence, c.detail)
     return report
@@ -54,9 +58,22 @@ def test_plain_script_and_torchrun_pass_and_their_bugs_fail_at_update_0(tmp_path
     assert world["lr"].status == "fail" and world["lr"].first_divergence == 0
 
 
+ACCELERATE = [str(FIXTURES / "user_frameworks.py"), "accelerate"]
+
+
+@pytest.fixture(scope="module")
+def accelerate_ref(tmp_path_factory) -> Path:
+    """Accelerate's bs-32 reference in one process, recorded once: the schedule-bug test's
+    reference and the one ``accelerate launch`` on two processes is diffed against."""
+    folder = tmp_path_factory.mktemp("accelerate")
+    api.record([PY, *ACCELERATE, "--out", str(folder / "x"), "--bs", "32"], folder / "ref",
+               fingerprint_every=1)
+    return folder / "ref"
+
+
 @pytest.mark.parametrize("framework", ["trainer", "lightning", "accelerate"])
 def test_a_schedule_sized_in_micro_batches_fails_in_each_framework_and_lightning_passes(
-        tmp_path, framework):
+        tmp_path, framework, request):
     """Recorded free-running, one after the other (``lrcheck record``, then ``lrcheck
     diff``). Lightning clips (``gradient_clip_val``, inside ``optimizer.step``'s closure) in the
     reference and the correct candidate, which passes here; its bug also clips by hand in
@@ -72,8 +89,9 @@ def test_a_schedule_sized_in_micro_batches_fails_in_each_framework_and_lightning
         assert _checks(good)["data"].status == "pass"
         assert _checks(good)["weights"].status == "pass"
     by_hand = ["--clip-by-hand"] if clip else []
+    shared = request.getfixturevalue("accelerate_ref") if framework == "accelerate" else None
     bug = _checks(_diff(tmp_path, ref, [*run, "--bs", "16", "--accum", "2", *clip, *by_hand,
-                                        "--bug", "forget-accum"], "bug"))
+                                        "--bug", "forget-accum"], "bug", shared))
     assert bug["lr"].status == "fail" and bug["lr"].first_divergence == 0
     if clip:
         assert "clip_grad_norm_ as often (1 per update)" in _checks(good)["cadence"].detail
@@ -103,14 +121,14 @@ def test_lrcheck_run_writes_the_report_and_exits_with_the_verdict_or_3(tmp_path)
     assert failed.returncode == 3 and "exit code 5" in failed.stderr and "boom" in failed.stderr
 
 
-def test_accelerate_launch_multi_gpu_records_two_ranks_on_the_cpu(tmp_path):
+def test_accelerate_launch_multi_gpu_records_two_ranks_on_the_cpu(tmp_path, accelerate_ref):
     """docs/own-training.md's Accelerate candidate as typed: ``accelerate launch --multi_gpu
     --num_processes 2`` starts two processes on a CPU machine (gloo; without --multi_gpu it
     starts one), ``lrcheck record`` records both, and their parameters agree."""
     env = {**os.environ, "PYTHONPATH": str(Path(api.__file__).parents[1]),
            "HF_HOME": str(tmp_path / "hf")}  # no accelerate config of the machine's user
     accelerate = str(Path(PY).with_name("accelerate"))
-    script = [str(FIXTURES / "user_frameworks.py"), "accelerate", "--out", str(tmp_path / "x")]
+    script = [*ACCELERATE, "--out", str(tmp_path / "x")]
     # Its own session, so that a hang is stopped with every process accelerate started.
     proc = subprocess.Popen([PY, "-m", "lrcheck", "record", "--fingerprint-every", "1", "--out",
                              str(tmp_path / "two"), "--", accelerate, "launch", "--multi_gpu",
@@ -129,8 +147,7 @@ def test_accelerate_launch_multi_gpu_records_two_ranks_on_the_cpu(tmp_path):
     about = json.loads((tmp_path / "two" / "run.json").read_text())
     assert about["world_size"] == 2
     assert about["updates"] == {"rank0.jsonl": 16, "rank1.jsonl": 16}
-    api.record([PY, *script, "--bs", "32"], tmp_path / "one", fingerprint_every=1)
-    checks = _checks(api.diff(tmp_path / "one", tmp_path / "two"))
+    checks = _checks(api.diff(accelerate_ref, tmp_path / "two"))
     assert checks["updates"].status == "pass"
     assert checks["replicas (candidate)"].status == "pass"
 

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -126,11 +127,22 @@ def lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def ref_128(tmp_path_factory) -> Path:
+    """The bs-32 reference of 128 samples, recorded once for the two candidates diffed
+    against it."""
+    ref = tmp_path_factory.mktemp("lightning_ref") / "ref.jsonl"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        user_run(ref, 128, 32, 1)
+    return ref
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
-def test_a_users_run_recorded_at_accum_2_diffs_clean_against_bs_32(tmp_path):
-    ref, cand = tmp_path / "ref.jsonl", tmp_path / "cand.jsonl"
-    user_run(ref, 128, 32, 1)
+def test_a_users_run_recorded_at_accum_2_diffs_clean_against_bs_32(tmp_path, ref_128):
+    ref, cand = ref_128, tmp_path / "cand.jsonl"
     user_run(cand, 128, 16, 2)
     report = lrcheck.diff(ref, cand, tolerances=Tolerances.for_dtype("float64"))
     assert report.ok, summary(report)
@@ -158,11 +170,10 @@ def test_a_users_run_with_a_lone_last_micro_batch_fails_where_it_differs(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_users_run_on_two_processes_diffs_clean_against_one(tmp_path):
+def test_a_users_run_on_two_processes_diffs_clean_against_one(tmp_path, ref_128):
     """The callback on every rank of a DDP run, rank 0 writing: 2 × bs 8 × accum 2 against
     bs 32 in one process."""
-    ref, cand = tmp_path / "ref.jsonl", tmp_path / "cand.jsonl"
-    user_run(ref, 128, 32, 1)
+    ref, cand = ref_128, tmp_path / "cand.jsonl"
     script = Path(__file__).parents[2] / "fixtures" / "lightning_user.py"
     root = str(Path(__file__).parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(root) / "src"), root]),
