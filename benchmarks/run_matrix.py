@@ -26,6 +26,7 @@ def cmd(script: str, *flags: str) -> str:
 
 
 GPT, TAB, REC = "gpt_char.py", "tabular.py", "sparse_rec.py"
+PAD, HF, LIT, ACC = "padded_tokens.py", "hf_trainer.py", "lightning_reg.py", "accel.py"
 # name → (reference, candidate, the verdict, for a failure the check that must fail first and
 # its update (None: any update))
 PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
@@ -61,6 +62,38 @@ PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
                                        "pass", None),
     "sparse bug: loss not / accum": (cmd(REC), cmd(REC, "--bs", "16", "--accum", "4", "--bug",
                                                   "no-accum-divide"), "fail", ("weights", 0)),
+    "padded float32 param groups 4x4": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4"),
+                                        "pass", None),
+    "padded float64 1x16": (cmd(PAD, "--dtype", "float64"),
+                            cmd(PAD, "--dtype", "float64", "--bs", "1", "--accum", "16"),
+                            "pass", None),
+    "padded compile 4x4": (cmd(PAD, "--compile"), cmd(PAD, "--compile", "--bs", "4", "--accum",
+                                                      "4"), "pass", None),
+    "padded bug: token mean per micro-batch": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4",
+                                                             "--bug", "token-mean-per-micro"),
+                                               "fail", ("weights", 0)),
+    "padded bug: warmup in micro-batches": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4",
+                                                          "--bug", "warmup-in-micro"),
+                                            "fail", ("lr", 1)),
+    "hf trainer 4x4": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4"), "pass", None),
+    "hf bug: compute_loss token mean": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",
+                                                     "mean-loss"), "fail", ("weights", 0)),
+    "hf bug: warmup in micro-batches": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",
+                                                     "warmup-micro"), "fail", ("lr", 1)),
+    "lightning onecycle 8x4": (cmd(LIT), cmd(LIT, "--bs", "8", "--accum", "4"), "pass", None),
+    "lightning float64 16x2": (cmd(LIT, "--dtype", "float64"),
+                               cmd(LIT, "--dtype", "float64", "--bs", "16", "--accum", "2"),
+                               "pass", None),
+    "lightning bug: onecycle over micro-batches": (cmd(LIT), cmd(LIT, "--bs", "8", "--accum",
+                                                                 "4", "--bug", "onecycle-micro"),
+                                                   "fail", ("lr", 1)),
+    "accelerate 8x4": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4"), "pass", None),
+    "accelerate bug: loss / accum twice": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4",
+                                                         "--bug", "double-divide"),
+                                           "fail", ("weights", 0)),
+    "accelerate bug: clip every micro-batch": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4",
+                                                             "--bug", "clip-every"),
+                                               "fail", ("cadence", 0)),
 }
 
 
