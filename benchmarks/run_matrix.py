@@ -3,7 +3,7 @@ correct pair must pass and every bug must fail a named check at its update (issu
 pair: the verdict, how the effects were judged, the first failing check and its update, whether
 that is what the pair must give, the margin of grads and params where they pass, and the seconds.
 
-    python benchmarks/run_matrix.py [--only NAME,...] [--json FILE]
+    python benchmarks/run_matrix.py [--only NAME,...] [--json FILE] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -87,7 +87,19 @@ PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
     "lightning bug: onecycle over micro-batches": (cmd(LIT), cmd(LIT, "--bs", "8", "--accum",
                                                                  "4", "--bug", "onecycle-micro"),
                                                    "fail", ("lr", 1)),
+    "lightning short last window 8x4": (cmd(LIT, "--n", "250"),
+                                        cmd(LIT, "--n", "250", "--bs", "8", "--accum", "4"),
+                                        "fail", ("weights", 7)),
     "accelerate 8x4": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4"), "pass", None),
+    # accelerate launch --cpu with --num_processes 2 (no --multi_cpu) starts one process: the
+    # candidate's window is 16 samples, not 32
+    "accelerate launch --cpu --num_processes 2": (cmd(ACC), shlex.join([
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        str(USERS / ACC), "--bs", "4", "--accum", "4"]), "fail", ("data", 0)),
+    "accelerate torchrun 2 processes x 4x4": (cmd(ACC), shlex.join([
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        str(USERS / ACC), "--bs", "4", "--accum", "4"]), "pass", None),
     "accelerate bug: loss / accum twice": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4",
                                                          "--bug", "double-divide"),
                                            "fail", ("weights", 0)),
@@ -129,13 +141,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="keep each pair's report folder under KEEP")
     args = parser.parse_args()
     names = [n for n in PAIRS if not args.only or n in args.only.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="lrcheck-run-matrix-") as tmp:
         for i, name in enumerate(names):
             ref, cand, want, first = PAIRS[name]
-            result, seconds, code = run_pair(ref, cand, Path(tmp) / str(i))
+            out = args.keep / name.replace(" ", "_").replace("/", "_").replace(":", "") \
+                if args.keep else Path(tmp) / str(i)
+            result, seconds, code = run_pair(ref, cand, out)
             checks = {c["name"]: c for c in result.get("checks", [])}
             failed = [f"{c['name']}@{c['first_divergence']}" for c in checks.values()
                       if c["status"] == "fail"]

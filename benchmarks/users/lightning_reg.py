@@ -5,6 +5,8 @@ trainer.estimated_stepping_batches, accumulate_grad_batches, gradient_clip_val.
     python lightning_reg.py --bs 32                 # the reference
     python lightning_reg.py --bs 8 --accum 4        # a correct candidate
     ... --bug onecycle-micro   # total_steps = len(train_dataloader) * max_epochs: micro-batches
+    ... --n 250   # the epoch's last window short: Lightning divides each micro-batch's mean by
+                  # accumulate_grad_batches, so its 2 samples weigh 1/8 each, not 1/26
 """
 
 import argparse
@@ -18,6 +20,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--bs", type=int, default=32)
 p.add_argument("--accum", type=int, default=1)
 p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--n", type=int, default=256, help="samples (250: each epoch's last window short)")
 p.add_argument("--dtype", default="float32")
 p.add_argument("--bug", default="")
 args = p.parse_args()
@@ -27,7 +30,7 @@ g = torch.Generator().manual_seed(0)
 X = torch.randn(256, 10, generator=g)
 y = X @ torch.randn(10, 1, generator=g) + 0.1 * torch.randn(256, 1, generator=g)
 dtype = getattr(torch, args.dtype)
-ds = TensorDataset(X.to(dtype), y.to(dtype))
+ds = TensorDataset(X[:args.n].to(dtype), y[:args.n].to(dtype))
 
 
 class Regressor(L.LightningModule):
