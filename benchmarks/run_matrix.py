@@ -74,8 +74,17 @@ PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
                                                "fail", ("weights", 0)),
     "padded bug: warmup in micro-batches": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4",
                                                           "--bug", "warmup-in-micro"),
-                                            "fail", ("lr", 1)),
+                                            "fail", ("lr", 0)),  # 4 steps before update 0's
     "hf trainer 4x4": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4"), "pass", None),
+    "hf trainer gradient checkpointing 4x4": (cmd(HF, "--checkpointing"),
+                                              cmd(HF, "--checkpointing", "--bs", "4", "--accum",
+                                                  "4"), "pass", None),
+    "hf trainer dropout 0.1 8x2": (cmd(HF, "--dropout", "0.1"),
+                                   cmd(HF, "--dropout", "0.1", "--bs", "8", "--accum", "2"),
+                                   "pass", None),
+    "hf dropout 0.1 bug: compute_loss token mean": (cmd(HF, "--dropout", "0.1"), cmd(
+        HF, "--dropout", "0.1", "--bs", "8", "--accum", "2", "--bug", "mean-loss"),
+        "fail", ("weights", 0)),
     "hf bug: compute_loss token mean": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",
                                                      "mean-loss"), "fail", ("weights", 0)),
     "hf bug: warmup in micro-batches": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",

@@ -7,6 +7,8 @@ gradient_accumulation_steps, max_grad_norm, a cosine schedule with warmup.
     ... --bug mean-loss    # compute_loss overridden to return outputs.loss: each micro-batch's
                            # token mean, num_items_in_batch ignored (transformers #34191)
     ... --bug warmup-micro # warmup_steps counted in micro-batches (3 × accum)
+    --dropout 0.1      # GPT-2's default dropout: the effects not comparable (warned), the causes
+    --checkpointing    # gradient checkpointing: the forward recomputed in the backward
 """
 
 import argparse
@@ -28,6 +30,8 @@ p.add_argument("--bs", type=int, default=16)
 p.add_argument("--accum", type=int, default=1)
 p.add_argument("--steps", type=int, default=10)
 p.add_argument("--dtype", default="float32")
+p.add_argument("--dropout", type=float, default=0.0, help="GPT-2's own default: 0.1")
+p.add_argument("--checkpointing", action="store_true", help="gradient_checkpointing=True")
 p.add_argument("--bug", default="")
 args = p.parse_args()
 
@@ -45,7 +49,7 @@ train = [{"input_ids": tokenizer(t)["input_ids"]} for t in texts]
 
 torch.manual_seed(0)
 config = GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                    resid_pdrop=args.dropout, embd_pdrop=args.dropout, attn_pdrop=args.dropout,
                     pad_token_id=tokenizer.pad_token_id)
 model = GPT2LMHeadModel(config).to(getattr(torch, args.dtype))
 
@@ -63,7 +67,8 @@ with tempfile.TemporaryDirectory() as out:
                               learning_rate=1e-3, weight_decay=0.01, max_grad_norm=1.0,
                               lr_scheduler_type="cosine", warmup_steps=warmup, seed=0,
                               report_to="none", save_strategy="no", logging_steps=1,
-                              use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
+                              use_cpu=True, dataloader_num_workers=0, disable_tqdm=True,
+                              gradient_checkpointing=args.checkpointing)
     cls = MeanLossTrainer if args.bug == "mean-loss" else Trainer
     trainer = cls(model=model, args=targs, train_dataset=train,
                   data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
