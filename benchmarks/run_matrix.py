@@ -3,7 +3,7 @@ correct pair must pass and every bug must fail a named check at its update (issu
 pair: the verdict, how the effects were judged, the first failing check and its update, whether
 that is what the pair must give, the margin of grads and params where they pass, and the seconds.
 
-    python benchmarks/run_matrix.py [--only NAME,...] [--json FILE]
+    python benchmarks/run_matrix.py [--only NAME,...] [--json FILE] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def cmd(script: str, *flags: str) -> str:
 
 
 GPT, TAB, REC = "gpt_char.py", "tabular.py", "sparse_rec.py"
+PAD, HF, LIT, ACC = "padded_tokens.py", "hf_trainer.py", "lightning_reg.py", "accel.py"
 # name → (reference, candidate, the verdict, for a failure the check that must fail first and
 # its update (None: any update))
 PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
@@ -61,6 +62,59 @@ PAIRS: dict[str, tuple[str, str, str, tuple[str, int | None] | None]] = {
                                        "pass", None),
     "sparse bug: loss not / accum": (cmd(REC), cmd(REC, "--bs", "16", "--accum", "4", "--bug",
                                                   "no-accum-divide"), "fail", ("weights", 0)),
+    "padded float32 param groups 4x4": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4"),
+                                        "pass", None),
+    "padded float64 1x16": (cmd(PAD, "--dtype", "float64"),
+                            cmd(PAD, "--dtype", "float64", "--bs", "1", "--accum", "16"),
+                            "pass", None),
+    "padded compile 4x4": (cmd(PAD, "--compile"), cmd(PAD, "--compile", "--bs", "4", "--accum",
+                                                      "4"), "pass", None),
+    "padded bug: token mean per micro-batch": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4",
+                                                             "--bug", "token-mean-per-micro"),
+                                               "fail", ("weights", 0)),
+    "padded bug: warmup in micro-batches": (cmd(PAD), cmd(PAD, "--bs", "4", "--accum", "4",
+                                                          "--bug", "warmup-in-micro"),
+                                            "fail", ("lr", 0)),  # 4 steps before update 0's
+    "hf trainer 4x4": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4"), "pass", None),
+    "hf trainer gradient checkpointing 4x4": (cmd(HF, "--checkpointing"),
+                                              cmd(HF, "--checkpointing", "--bs", "4", "--accum",
+                                                  "4"), "pass", None),
+    "hf trainer dropout 0.1 8x2": (cmd(HF, "--dropout", "0.1"),
+                                   cmd(HF, "--dropout", "0.1", "--bs", "8", "--accum", "2"),
+                                   "pass", None),
+    "hf dropout 0.1 bug: compute_loss token mean": (cmd(HF, "--dropout", "0.1"), cmd(
+        HF, "--dropout", "0.1", "--bs", "8", "--accum", "2", "--bug", "mean-loss"),
+        "fail", ("weights", 0)),
+    "hf bug: compute_loss token mean": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",
+                                                     "mean-loss"), "fail", ("weights", 0)),
+    "hf bug: warmup in micro-batches": (cmd(HF), cmd(HF, "--bs", "4", "--accum", "4", "--bug",
+                                                     "warmup-micro"), "fail", ("lr", 1)),
+    "lightning onecycle 8x4": (cmd(LIT), cmd(LIT, "--bs", "8", "--accum", "4"), "pass", None),
+    "lightning float64 16x2": (cmd(LIT, "--dtype", "float64"),
+                               cmd(LIT, "--dtype", "float64", "--bs", "16", "--accum", "2"),
+                               "pass", None),
+    "lightning bug: onecycle over micro-batches": (cmd(LIT), cmd(LIT, "--bs", "8", "--accum",
+                                                                 "4", "--bug", "onecycle-micro"),
+                                                   "fail", ("lr", 1)),
+    "lightning short last window 8x4": (cmd(LIT, "--n", "250"),
+                                        cmd(LIT, "--n", "250", "--bs", "8", "--accum", "4"),
+                                        "fail", ("weights", 7)),
+    "accelerate 8x4": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4"), "pass", None),
+    # accelerate launch --cpu with --num_processes 2 (no --multi_cpu) starts one process: the
+    # candidate's window is 16 samples, not 32
+    "accelerate launch --cpu --num_processes 2": (cmd(ACC), shlex.join([
+        sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        str(USERS / ACC), "--bs", "4", "--accum", "4"]), "fail", ("data", 0)),
+    "accelerate torchrun 2 processes x 4x4": (cmd(ACC), shlex.join([
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        str(USERS / ACC), "--bs", "4", "--accum", "4"]), "pass", None),
+    "accelerate bug: loss / accum twice": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4",
+                                                         "--bug", "double-divide"),
+                                           "fail", ("weights", 0)),
+    "accelerate bug: clip every micro-batch": (cmd(ACC), cmd(ACC, "--bs", "8", "--accum", "4",
+                                                             "--bug", "clip-every"),
+                                               "fail", ("cadence", 0)),
 }
 
 
@@ -96,13 +150,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--keep", type=Path, help="keep each pair's report folder under KEEP")
     args = parser.parse_args()
     names = [n for n in PAIRS if not args.only or n in args.only.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="lrcheck-run-matrix-") as tmp:
         for i, name in enumerate(names):
             ref, cand, want, first = PAIRS[name]
-            result, seconds, code = run_pair(ref, cand, Path(tmp) / str(i))
+            out = args.keep / name.replace(" ", "_").replace("/", "_").replace(":", "") \
+                if args.keep else Path(tmp) / str(i)
+            result, seconds, code = run_pair(ref, cand, out)
             checks = {c["name"]: c for c in result.get("checks", [])}
             failed = [f"{c['name']}@{c['first_divergence']}" for c in checks.values()
                       if c["status"] == "fail"]

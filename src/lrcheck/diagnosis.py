@@ -11,7 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lrcheck.plan.windows import Window, fraction_text, rank_sizes, sample_weights, window_ids
+from lrcheck.plan.windows import (
+    Window,
+    fraction_text,
+    fraction_texts,
+    rank_sizes,
+    sample_weights,
+    window_ids,
+)
 from lrcheck.trace import UpdateRecord
 from lrcheck.words import plural
 
@@ -310,7 +317,7 @@ def weights_text(cand: Window, ref: Window, total: int) -> str:
     limit = max(64, total)
 
     def listed(values: Sequence[float]) -> str:
-        texts = [fraction_text(v, limit) for v in values]
+        texts = fraction_texts(values, limit)
         ranks = sorted({m.rank for m in cand})
         if len(ranks) == 1:
             return _and(texts)
@@ -322,7 +329,9 @@ def weights_text(cand: Window, ref: Window, total: int) -> str:
                 f"{fraction_text(wanted[0], limit)}")
     by_samples = all(abs(x / max(len(m.ids), 1) - wanted[0] / max(len(cand[0].ids), 1))
                      <= WEIGHT_RTOL * abs(wanted[0]) for x, m in zip(wanted, cand, strict=True))
-    instead = f"by its samples ({listed(wanted)})" if by_samples else listed(wanted)
+    # not by the samples' count: what they weigh in the reference (a token mean's share)
+    instead = (f"by its samples ({listed(wanted)})" if by_samples
+               else f"its samples' weight in the reference ({listed(wanted)})")
     if all(abs(w - weights[0]) <= WEIGHT_RTOL * abs(weights[0]) for w in weights):
         return (f"each micro-batch's mean weighted {fraction_text(weights[0], limit)} instead "
                 f"of {instead}")

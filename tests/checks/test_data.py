@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from lrcheck.checks import check_data, run_checks
+from lrcheck.diagnosis import weights_text
 from lrcheck.environment import Environment
 from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.spec import RunSpec, Tolerances
@@ -184,6 +185,22 @@ def test_ranks_are_told_apart():
             "on rank 1 (reference: one batch of 29)") in params.detail
     assert ("each micro-batch's mean weighted 1/4 instead of by its samples (8/29 and 7/29 on "
             "rank 0, 8/29 and 6/29 on rank 1)") in params.detail
+
+
+def test_a_token_mean_per_micro_batch_names_the_references_weights_in_one_notation():
+    """A token mean over each micro-batch, / 4, against the window's token mean (a padded batch:
+    the micro-batches hold 1/4, 0.198, 0.302 and 1/4 of its tokens)."""
+    shares = [0.25, 0.198, 0.302, 0.25]
+    ref = (*(mb(0, PERM[8 * i:8 * i + 8], share) for i, share in enumerate(shares)),)
+    cand = (*(mb(0, PERM[8 * i:8 * i + 8], 0.25) for i in range(4)),)
+    assert weights_text(cand, ref, 32) == (
+        "each micro-batch's mean weighted 1/4 instead of its samples' weight in the reference "
+        "(0.25, 0.198, 0.302 and 0.25)")
+    by_count = (*(mb(0, PERM[8 * i:8 * i + 8], 0.25) for i in range(3)), mb(0, PERM[24:30], 0.25))
+    ref_count = (mb(0, PERM[:30], 1.0),)
+    assert weights_text(by_count, ref_count, 30) == (
+        "each micro-batch's mean weighted 1/4 instead of by its samples (4/15, 4/15, 4/15 and "
+        "1/5)")
 
 
 def test_different_samples_point_at_the_data_check():

@@ -99,6 +99,22 @@ def test_weights_equal_pass_and_the_first_differing_update_names_the_sample():
     assert "sample 2" in result.detail and "0.3" in result.detail
 
 
+def test_weights_summing_to_another_total_say_whether_that_is_a_scale_alone():
+    """A loss not divided by the accumulation steps is every weight × 4; a token mean per
+    micro-batch not divided either is × 4 in sum but shared out differently (transformers'
+    compute_loss returning outputs.loss)."""
+    ref = _trace(REF[:1], windows=_windows([[0.1, 0.2, 0.3, 0.4]]))
+    undivided = check_weights(ref, _trace(REF[:1], windows=_windows([[0.4, 0.8, 1.2, 1.6]])))
+    assert undivided.detail.endswith(
+        "sum to 4 in the candidate, 1 in the reference (4×): its loss is scaled as a whole, as "
+        "a loss not divided by the accumulation steps (or divided twice) is"), undivided.detail
+    reshared = check_weights(ref, _trace(REF[:1], windows=_windows([[1.0, 1.0, 1.0, 1.0]])))
+    assert reshared.status == "fail" and reshared.first_divergence == 0
+    assert reshared.detail.endswith(
+        "sum to 4 in the candidate, 1 in the reference (4×), and shared out differently: not "
+        "a scale of the whole loss alone"), reshared.detail
+
+
 def test_weights_compare_per_sample_over_differently_cut_micro_batches():
     """The reference's one batch of 4 against two micro-batches of 2, by sample id."""
     ref = _trace(REF[:1], windows=_windows([[0.25] * 4]))

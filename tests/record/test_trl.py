@@ -68,7 +68,8 @@ def test_without_loss_kwargs_the_tokens_weights_fail_at_update_0(no_loss_kwargs)
     assert weights.status == "fail" and weights.first_divergence == 0, weights.detail
     # Update 0's halves hold 36 and 65 of its 101 loss tokens: their means should weigh
     # 36/101 and 65/101, and weigh 1/2 each.
-    assert "each micro-batch's mean weighted 0.5 instead of 0.356 and 0.644" in weights.detail
+    assert ("each micro-batch's mean weighted 0.5 instead of its samples' weight in the "
+            "reference (0.356 and 0.644)") in weights.detail
     assert "sum to the same in both runs, shared out differently" in weights.detail
     grads = checks["grads"]
     assert grads.status == "fail" and grads.first_divergence == 0

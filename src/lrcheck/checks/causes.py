@@ -129,22 +129,29 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
                            f"first differ at update {k}: {means + '; ' if means else ''}"
                            f"sample {sample}'s loss weighted {b_w[i]:.6g} in the candidate, "
                            f"{a_w[i]:.6g} in the reference (relative {rel[i]:.3g} > {tol:g})"
-                           f"{_in_total(float(b_w[at].sum()), float(a_w[at].sum()), tol)}", here)
+                           f"{_in_total(b_w[at], a_w[at], tol)}", here)
     return CheckResult("weights", PASS, worst, None,
                        f"the same weight on each sample's loss at all "
                        f"{plural(compared, 'update')}, measured in the backward pass (max "
                        f"relative {worst:.3g} ≤ {tol:g})", worst)
 
 
-def _in_total(cand: float, ref: float, tol: float) -> str:
-    """What the update's weights sum to in each run, where the sums differ: a loss scaled as a
-    whole (not divided by the accumulation steps, or divided twice) shows as a ratio."""
+def _in_total(cand_w: np.ndarray, ref_w: np.ndarray, tol: float) -> str:
+    """What one update's per-sample weights sum to in each run, where the sums differ: a loss
+    scaled as a whole (not divided by the accumulation steps, or divided twice) shows as a ratio
+    every sample shares; a ratio of the sums that is not every sample's (a micro-batch token
+    mean not divided by the accumulation) is said to be more than a scale."""
+    cand, ref = float(cand_w.sum()), float(ref_w.sum())
     if abs(cand - ref) <= tol * max(abs(ref), TINY):
         return "; the update's weights sum to the same in both runs, shared out differently"
     ratio = cand / ref if ref else float("inf")
-    return (f"; the update's weights sum to {cand:.6g} in the candidate, {ref:.6g} in the "
-            f"reference ({ratio:.4g}×): its loss is scaled as a whole, as a loss not divided "
-            "by the accumulation steps (or divided twice) is")
+    sums = (f"; the update's weights sum to {cand:.6g} in the candidate, {ref:.6g} in the "
+            f"reference ({ratio:.4g}×)")
+    scaled = ratio * ref_w
+    if ref and bool(np.all(np.abs(cand_w - scaled) <= tol * np.maximum(np.abs(scaled), TINY))):
+        return (f"{sums}: its loss is scaled as a whole, as a loss not divided by the "
+                "accumulation steps (or divided twice) is")
+    return f"{sums}, and shared out differently: not a scale of the whole loss alone"
 
 
 # (update, sample id) as one key: update · _SLOTS + id.

@@ -181,9 +181,20 @@ def planned_windows(plan: StepPlan, seed: int, items: np.ndarray,
     return windows
 
 
+def _small_fraction(value: float, limit: int) -> Fraction | None:
+    close = Fraction(value).limit_denominator(limit)
+    return close if abs(float(close) - value) <= 1e-9 * max(1.0, abs(value)) else None
+
+
 def fraction_text(value: float, limit: int = 64) -> str:
     """``0.5`` as ``1/2``; a value no small fraction gives, with 3 significant digits."""
-    close = Fraction(value).limit_denominator(limit)
-    if abs(float(close) - value) <= 1e-9 * max(1.0, abs(value)):
-        return str(close)
-    return f"{value:.3g}"
+    close = _small_fraction(value, limit)
+    return str(close) if close is not None else f"{value:.3g}"
+
+
+def fraction_texts(values: Sequence[float], limit: int = 64) -> list[str]:
+    """``values`` as ``fraction_text`` writes each where every one is a small fraction, else all
+    with 3 significant digits: one list in one notation (not ``1/4, 0.198, 0.302 and 1/4``)."""
+    if all(_small_fraction(v, limit) is not None for v in values):
+        return [fraction_text(v, limit) for v in values]
+    return [f"{v:.3g}" for v in values]
