@@ -11,7 +11,7 @@ launched job) execute it, and nothing else decides it.
 
 ``recorded_judging`` decides the same for two recorded commands (``lrcheck run``, ``diff``):
 in lockstep, in part (lockstep stopped, free-running after), or free-running; ``record.sides``,
-``record.pairs`` and ``checks.recorded`` read it.
+``command_pair`` and ``checks.recorded`` read it.
 
 Pure: it reads a run's fields and the registry, and imports no torch (``tests/plan``).
 """

@@ -129,7 +129,7 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     env = torchrun_env(os.environ)
     if env is None or env.world == 1:
         return None
-    from lrcheck.runner.determinism import set_environment
+    from lrcheck.procs.determinism import set_environment
     from lrcheck.runner.ranks.group import join
 
     if spec.deterministic:  # before the process group, and NCCL, start

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.plan.judging import REFERENCE
+from lrcheck.procs.marks import exit_now
 from lrcheck.runner.ranks import handoff
-from lrcheck.runner.ranks.procs import exit_now
 from lrcheck.runner.ranks.torchrun import TorchrunEnv, torchrun_env
 from lrcheck.runner.startup import hold
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
