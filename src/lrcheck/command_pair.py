@@ -43,6 +43,7 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
     a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
+    from lrcheck.checks.logs import log_checks
     from lrcheck.checks.sides import side_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
@@ -54,8 +55,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
-                                      stated)
+        logs, (ref, cand) = read_pair(Path(reference), Path(candidate), stated)
+        checks = log_checks(*logs, (ref, cand), pair.tolerances)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
     if stated is not None and stated.stated:

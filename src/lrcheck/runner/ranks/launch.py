@@ -63,7 +63,7 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
           lockstep: Lockstep | None = None) -> Launched:
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
     ``order``: the job's runs in order (``plan.judging.RunOrder.in_job``; default ``role``'s
-    alone), which ``runner.ranks.worker`` follows: ``role``'s run on every rank and, with
+    alone), which ``runner.rank`` follows: ``role``'s run on every rank and, with
     ``reference`` (one process), the reference's on rank 0 — before ``spec`` where it runs in
     lockstep with it (the other ranks wait for rank 0 to join their process group), else after
     it. ``on_update[role]`` is called here for every update rank 0 records in that run.
