@@ -3,7 +3,7 @@
 commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_suite``,
 ``merge_suites``); and what the command line needs of a process (``hold``: the garbage collector
 held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
-interpreter, ``runner.ranks.procs``).
+interpreter, ``procs.marks``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
 the command refuse the same input with the same message. Importing this module does not import
 torch; training does."""
@@ -25,7 +25,7 @@ from lrcheck.comparison import (
     under_torchrun,
 )
 from lrcheck.errors import SpecError
-from lrcheck.runner.ranks.procs import exit_now
+from lrcheck.procs.marks import exit_now
 from lrcheck.runner.startup import hold
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
@@ -162,8 +162,8 @@ def diff(reference: str | Path, candidate: str | Path, *,
         raise _unknown("diff", list(unknown), ("tolerances", "tags", "log_steps"),
                        "it takes the two Recorder files or logs, tolerances, and how to read "
                        "logs")
+    from lrcheck.command_pair import diff_runs
     from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import diff_runs
 
     return diff_runs(reference, candidate, tolerances=tolerances,
                      stated=reading(tags, log_steps))
@@ -185,8 +185,8 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
     command's own log (a file or a folder; default: where its Trainer logged), held against
     the record: the run's ``logs`` findings, written into the folder's logs.json
     (docs/logs.md); ``tags`` and ``log_steps``: how to read it, as ``diff``'s."""
+    from lrcheck.command_pair import record_run
     from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import record_run
 
     return record_run(command, out, samples=samples, fingerprint_every=fingerprint_every,
                       echo=echo, capture=capture, deterministic=deterministic, logs=logs,
@@ -217,8 +217,8 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
     once it made ``interrupt_at`` updates (``interrupt_signal``: ``TERM``, then ``KILL`` after
     ``grace`` seconds, or ``KILL``), then resumed by the command line ``resume``, and the two
     processes held against the reference as one run (docs/resume.md)."""
+    from lrcheck.command_pair import run_commands as run
     from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import run_commands as run
     from lrcheck.spec.interrupt import Interrupt
 
     return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,

@@ -142,7 +142,7 @@ def test_a_missing_scheduler_factory_names_the_suite_file_and_the_entry(tmp_path
 
 
 def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_path, monkeypatch):
-    from lrcheck.record import pairs
+    from lrcheck import command_pair as pairs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -160,8 +160,8 @@ def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_pat
 
 
 def test_a_pair_of_commands_reads_its_logs_as_its_tags_and_log_steps_say(tmp_path, monkeypatch):
+    from lrcheck import command_pair as pairs
     from lrcheck.logs.model import Quantity
-    from lrcheck.record import pairs
 
     seen = {}
 

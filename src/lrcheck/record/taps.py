@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lrcheck.record.guard import RECORDING
+from lrcheck.record.guard import MODULE_CALLS, RECORDING
 from lrcheck.record.identity import first_input, first_tensor, join, row_ids
 
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
@@ -82,7 +82,12 @@ class Fed:
 
 
 class Taps:
-    """The micro-batches of this process since the last update (``take``)."""
+    """The micro-batches of this process since the last update (``take``). It hears every
+    module call (``guard.MODULE_CALLS``) inside the recording's guard: an error here switches
+    the recording off, with the reason, rather than leave a micro-batch out."""
+
+    guard = RECORDING
+    where = "the samples' tap of a module call"
 
     def __init__(self) -> None:
         self.micro: list[_Micro] = []
@@ -124,6 +129,20 @@ class Taps:
                        modules=[id(module)])
         self.micro.append(micro)
         self.current = micro
+
+    def before(self, module: object, args: tuple[object, ...], kwargs: dict[str, object],
+               depth: int) -> bool:
+        """Before a module call: an outermost one may start a micro-batch (``forward``)."""
+        if depth or not isinstance(module, torch.nn.Module):
+            return False
+        self.forward(module, args, kwargs)
+        return True
+
+    def after(self, outermost: object, out: object, raised: bool) -> None:
+        """After a module call: an outermost one that returned is watched for its backward
+        pass (``called``)."""
+        if outermost is True and not raised and self.current is not None:
+            self.called(out)
 
     def called(self, out: object) -> None:
         """An outermost training call returned ``out``: a backward pass that reaches it marks
@@ -321,35 +340,11 @@ def _tokens(taps: Taps) -> int:
 
 
 def tap(taps: Taps) -> Callable[[], None]:
-    """Wrap ``Module.__call__`` and the losses of ``LOSSES`` for ``taps``; returns the undo."""
+    """``taps`` on every module call (``guard.MODULE_CALLS``) and the losses of ``LOSSES``
+    wrapped for it; returns the undo."""
     import torch.nn.functional as F
 
-    module_call = torch.nn.Module.__call__
-
-    @functools.wraps(module_call)
-    def call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return module_call(self, *args, **kwargs)
-        depth = getattr(_local, "module", 0)
-        if depth == 0:
-            try:
-                taps.forward(self, args, kwargs)
-            except Exception:  # noqa: BLE001 - the user's forward runs whatever happens
-                taps.current = None
-        _local.module = depth + 1
-        try:
-            out = module_call(self, *args, **kwargs)
-        finally:
-            _local.module = depth
-        if depth == 0 and taps.current is not None:
-            try:
-                taps.called(out)
-            except Exception:  # noqa: BLE001 - the user's output is returned whatever happens
-                pass
-        return out
-
-    undo = [functools.partial(setattr, torch.nn.Module, "__call__", module_call)]
-    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+    undo = [MODULE_CALLS.listen(taps)]
     for name in LOSSES:
         original = getattr(F, name)
         signature = inspect.signature(original)

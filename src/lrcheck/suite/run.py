@@ -197,7 +197,7 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
 def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
     """A pair of the user's own commands, recorded into ``folder``/reference and /candidate
     and diffed, as ``lrcheck run`` does; Ctrl-C keeps what they recorded there."""
-    from lrcheck.record.pairs import run_commands
+    from lrcheck.command_pair import run_commands
 
     pair = entry.pair
     assert not isinstance(pair, PairSpec)

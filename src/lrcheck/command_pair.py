@@ -1,4 +1,5 @@
-"""Two recorded runs compared: ``lrcheck diff`` of two Recorder files or record folders, and
+"""Two recorded runs compared (above ``record/``, which records and reads them, and ``checks/``,
+which judge them): ``lrcheck diff`` of two Recorder files or record folders, and
 ``lrcheck run`` of two command lines, recorded then diffed. ``lrcheck.api`` forwards to these;
 a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too."""
 
@@ -42,6 +43,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
     a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
+    from lrcheck.checks.logs import log_checks
+    from lrcheck.checks.sides import side_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
     from lrcheck.record.sides import read_emas, read_facts, read_sides
@@ -52,23 +55,22 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
-                                      stated)
+        logs, (ref, cand) = read_pair(Path(reference), Path(candidate), stated)
+        checks = log_checks(*logs, (ref, cand), pair.tolerances)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
     if stated is not None and stated.stated:
         raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
                         f"{candidate} are recordings, not logs")
-    ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
-                                             pair.tolerances.params, pair.tolerances.lr)
-    checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
-                             read_facts(Path(reference), Path(candidate), twin,
-                                        pair.tolerances.params),
+    sides = read_sides(Path(reference), Path(candidate))
+    more, incomplete = side_checks(*sides, pair.tolerances.params, pair.tolerances.lr)
+    checks = recorded_checks(sides[0].trace, sides[1].trace, pair.tolerances, more, incomplete,
+                             read_facts(Path(reference), Path(candidate), twin),
                              read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
     environment = replace(environment, deterministic=_deterministic(Path(candidate)))
-    return Report(pair, ref, cand, checks, environment, kind=Kind.DIFF)
+    return Report(pair, sides[0].trace, sides[1].trace, checks, environment, kind=Kind.DIFF)
 
 
 def _deterministic(folder: Path) -> dict[str, object] | None:
