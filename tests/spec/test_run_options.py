@@ -146,5 +146,11 @@ def test_a_bad_value_is_a_spec_error_naming_it(keywords, message):
         RunOptions.of(caller="caller", **keywords)
 
 
+def test_options_that_are_not_a_run_options_are_a_spec_error():
+    with pytest.raises(SpecError, match=r"lrcheck.caller: options must be a RunOptions, got "
+                                        r"dict; give the options as keywords"):
+        RunOptions.of({"samples": 32}, caller="caller")  # type: ignore[arg-type]
+
+
 def test_a_timeout_of_0_is_none_and_tolerances_none_the_default():
     assert RunOptions.of(caller="c", timeout=0, tolerances=None) == RunOptions(timeout=None)

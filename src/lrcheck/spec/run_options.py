@@ -79,6 +79,10 @@ class RunOptions:
         (``{"lr": "LearningRate"}``), ``resume`` and the logs' paths as lists of arguments or
         paths, ``tolerances`` None for the default. A keyword that is no field is a
         ``SpecError`` naming ``lrcheck.caller``, the nearest field and all of them."""
+        if options is not None and not isinstance(options, RunOptions):
+            raise SpecError(f"lrcheck.{caller}: options must be a RunOptions, got "
+                            f"{type(options).__name__}; give the options as keywords, or "
+                            "RunOptions(samples=32, ...)")
         unknown = [key for key in keywords if key not in OPTION_NAMES]
         if unknown:
             raise unknown_keywords(caller, unknown, OPTION_NAMES,
