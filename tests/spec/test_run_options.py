@@ -51,7 +51,8 @@ def test_every_field_has_a_value_here_other_than_its_default():
 @pytest.fixture
 def received(monkeypatch, make_report):
     """The options ``record.pairs.run_commands`` gets, one per call; it records nothing and
-    answers a passing report."""
+    answers a passing report, which is not written (no plots drawn)."""
+    from lrcheck import api
     from lrcheck.record import pairs
 
     got: list[RunOptions] = []
@@ -61,6 +62,7 @@ def received(monkeypatch, make_report):
         return make_report()
 
     monkeypatch.setattr(pairs, "run_commands", run_commands)
+    monkeypatch.setattr(api, "save_report", lambda report, out: Path(out))
     return got
 
 
