@@ -54,7 +54,8 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite as Suite
     from lrcheck.trace import RunTrace
 
-__all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff", "record",
+__all__ = ["compare", "comparison_pair", "check_processes", "run_comparison", "trace_schedule",
+           "diff", "record",
            "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
            "suite_jobs", "suite_shard", "shard_part", "suite_plan", "hold", "exit_now",
            "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
@@ -98,16 +99,21 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     return compare_pair(pair, progress=progress, timeout=timeout, cache=cache)
 
 
-def comparison_pair(candidate: Mapping[str, Any], *, ref_bs: int | None = None,
+def comparison_pair(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
                     ref_world: int = 1, ref_framework: str | None = None,
                     tolerances: Tolerances | Mapping[str, float | None] | None = None,
                     fast: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> PairSpec:
-    """The pair ``compare`` trains for the candidate's fields ``candidate`` and the other
-    arguments (``spec.pair_from_options``), after the processes are checked
+    """The pair ``compare`` trains for the candidate (a ``RunSpec``, or its fields) and the
+    other arguments (``spec.pair_from_options``), after the processes are checked
     (``comparison.check_processes``): inside torchrun the candidate's ``world`` is torchrun's
-    (absent or None: it is taken from there). ``lrcheck compare`` builds its pair here."""
-    world = check_processes(ref_world, candidate.get("world"), timeout)
-    return pair_from_options({**candidate, "world": world}, ref_bs=ref_bs, ref_world=ref_world,
+    (a field absent or None: it is taken from there). ``lrcheck compare`` builds its pair
+    here, from a ``RunSpec`` whose world it asked ``check_processes`` for."""
+    if isinstance(candidate, RunSpec):
+        check_processes(ref_world, candidate.world, timeout)
+    else:
+        world = check_processes(ref_world, candidate.get("world"), timeout)
+        candidate = {**candidate, "world": world}
+    return pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_world,
                              ref_framework=ref_framework, tolerances=tolerances, fast=fast)
 
 

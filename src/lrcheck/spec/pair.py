@@ -239,7 +239,7 @@ def _safe(text: str) -> str:
     return "".join(keep).strip("_.") or "custom"
 
 
-def pair_from_options(candidate: Mapping[str, Any], *, ref_bs: int | None = None,
+def pair_from_options(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
                       ref_world: int = 1, ref_framework: str | None = None,
                       tolerances: Tolerances | Mapping[str, float | None] | None = None,
                       fast: bool = False) -> PairSpec:
@@ -248,8 +248,11 @@ def pair_from_options(candidate: Mapping[str, Any], *, ref_bs: int | None = None
     processes and framework (``PairSpec.build``), ``tolerances`` whole or as overrides of the
     defaults of the candidate's dtype (which a framework that trains in one type has set), and
     ``fast`` (no noise floor). ``--policy accelerate``, the spelling before ``--framework``, is
-    ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so."""
-    ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
-    return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
+    ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so
+    (given a ``RunSpec``, which has rewritten it, the caller's ``reference_framework``)."""
+    if not isinstance(candidate, RunSpec):
+        ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
+        candidate = RunSpec(**candidate)
+    return PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_world,
                           tolerances=tolerances, ref_framework=ref_framework,
                           noise_floor=not fast)
