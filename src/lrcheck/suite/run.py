@@ -201,11 +201,7 @@ def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
 
     pair = entry.pair
     assert not isinstance(pair, PairSpec)
-    from lrcheck.logs.read import reading
-
-    return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
-                        tolerances=pair.tolerances, deterministic=pair.deterministic,
-                        stated=reading(pair.tags, pair.log_steps), interrupt=pair.interrupt)
+    return run_commands(pair.reference, pair.candidate, folder, pair.options)
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:
