@@ -178,3 +178,25 @@ def test_the_taps_and_the_precision_census_listen_through_the_one_wrapper():
         undo_census()
         undo_taps()
     assert torch.nn.Module.__call__ is before
+
+
+def test_a_loss_tap_that_fails_switches_the_recording_off_and_returns_the_users_loss(monkeypatch):
+    from lrcheck.record import taps as taps_module
+
+    def broken(self, name, bound, out):
+        raise RuntimeError("the tap's own")
+
+    monkeypatch.setattr(taps_module.Taps, "loss", broken)
+    guard.RECORDING.arm()
+    undo = taps_module.tap(taps_module.Taps())
+    try:
+        logits, target = torch.randn(4, 3, requires_grad=True), torch.tensor([0, 1, 2, 0])
+        loss = torch.nn.functional.cross_entropy(logits, target)
+        expected = torch.nn.functional.cross_entropy(logits.detach(), target)
+        assert torch.equal(loss.detach(), expected)  # the user's loss, unchanged
+        loss.backward()  # and its backward
+        assert guard.RECORDING.off == ("the tap of F.cross_entropy raised RuntimeError: "
+                                       "the tap's own")
+    finally:
+        undo()
+        guard.RECORDING.arm()

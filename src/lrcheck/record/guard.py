@@ -1,7 +1,7 @@
 """The one guard around every hook body the recorder installs in a user's process (the
 optimizer's step hooks, the counted calls, the scheduler's and the GradScaler's wraps, the
-lockstep exchange, the listeners of every module call): an error there must never reach the
-user's training.
+lockstep exchange, the listeners of every module call, the taps of the losses and of TRL's
+fused LM head): an error there must never reach the user's training.
 
 A ``Guard`` runs a body; the first exception (``Exception``: Ctrl-C and ``SystemExit`` pass)
 switches what it guards off for the rest of the process, with the reason, through the

@@ -157,7 +157,7 @@ class Taps:
 
         tensor.register_hook(reached)
 
-    def loss(self, name: str, bound: inspect.BoundArguments, out: torch.Tensor) -> None:
+    def loss(self, name: str, bound: inspect.BoundArguments, out: object) -> None:
         """A tapped loss's result ``out``: its items' weights added to the current micro-batch's
         rows in the backward pass."""
         micro = self.current
@@ -320,16 +320,19 @@ def tap_trl(taps: Taps) -> bool:
         @staticmethod
         def apply(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             out = function.apply(hidden, *args, **kwargs)
-            try:
-                scored = out[0] if isinstance(out, (tuple, list)) else out
-                compact = hidden.dim() == 2 and scored.numel() != _tokens(taps)
-                taps.fused(scored, compact)
-            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
-                pass
+            RECORDING.run("TRL's fused LM head tap", _fused, taps, hidden, out)
             return out
 
     utils._ChunkedLogProbFunction = Tapped  # type: ignore[attr-defined]
     return True
+
+
+def _fused(taps: Taps, hidden: torch.Tensor, out: object) -> None:
+    """TRL's per-token log-probabilities ``out`` of ``hidden`` weighed (``Taps.fused``)."""
+    scored = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(scored, torch.Tensor):
+        raise TypeError(f"it returned a {type(scored).__name__}, not log-probabilities")
+    taps.fused(scored, hidden.dim() == 2 and scored.numel() != _tokens(taps))
 
 
 def _tokens(taps: Taps) -> int:
@@ -337,6 +340,14 @@ def _tokens(taps: Taps) -> int:
     (their length − 1), the shift of a causal LM; -1 when unknown."""
     micro = taps.current
     return -1 if micro is None or micro.width is None else len(micro.ids) * (micro.width - 1)
+
+
+def _weigh(taps: Taps, name: str, signature: inspect.Signature, args: tuple[object, ...],
+           kwargs: dict[str, object], out: object) -> None:
+    """The loss ``name`` called with ``args`` and ``kwargs`` weighed (``Taps.loss``)."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    taps.loss(name, bound, out)
 
 
 def tap(taps: Taps) -> Callable[[], None]:
@@ -358,12 +369,8 @@ def tap(taps: Taps) -> Callable[[], None]:
                 out = _original(*args, **kwargs)
             finally:
                 _local.loss = 0
-            try:
-                bound = _signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                taps.loss(_name, bound, out)
-            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
-                pass
+            RECORDING.run(f"the tap of F.{_name}", _weigh, taps, _name, _signature, args,
+                          kwargs, out)
             return out
 
         functools.update_wrapper(loss, original)
