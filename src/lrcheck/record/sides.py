@@ -92,7 +92,7 @@ def _command(run: FolderRun) -> RecordedCommand:
     ranks that recorded)."""
     about = run.description
     return RecordedCommand(shlex.join(str(word) for word in about.get("command", [])),
-                           int(about.get("world_size") or run.ranks))
+                           int(about.get("world_size") or run.ranks), run.samples_known)
 
 
 def _whole(record: dict[str, Any]) -> dict[str, Any]:
