@@ -73,7 +73,9 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
             more.append(off)
         shifted = [shifted_data(traces[0].windows, traces[1].windows, b.update)
                    if name == "candidate" else None for b in run.boundaries]
-        if (joined := check_continuation(name, run.boundaries, shifted)) is not None:
+        joined = check_continuation(name, run.boundaries, shifted,
+                                    traces[1].windows if name == "candidate" else None)
+        if joined is not None:
             more.append(joined)
         if run.schedules is not None:
             found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
