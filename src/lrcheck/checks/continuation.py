@@ -22,6 +22,7 @@ earlier process's are left out of the comparison."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -173,12 +174,15 @@ def shifted_data(ref_windows: Sequence[Any] | None, windows: Sequence[Any] | Non
 
 def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
     """Where the process that joins at update ``at`` accumulates another number of rank 0's
-    micro-batches per update than the update before it (a resume with another accumulation,
-    which a framework may allow: the samples per update are ``data``'s to judge, a schedule
-    sized for the old accumulation ``lr``'s), in words; empty where the same, or unknown."""
+    micro-batches per update than the processes before it (each side's most common count): a
+    resume with another accumulation, which a framework may allow (the samples per update are
+    ``data``'s to judge, a schedule sized for the old accumulation ``lr``'s), in words; empty
+    where the same, or unknown."""
     if windows is None or not 0 < at < len(windows):
         return ""
-    before, after = (sum(1 for micro in windows[k] if micro.rank == 0) for k in (at - 1, at))
+    # Each side's most common count: an epoch's short last window is no other accumulation.
+    before, after = (Counter(sum(1 for micro in w if micro.rank == 0) for w in part)
+                     .most_common(1)[0][0] for part in (windows[:at], windows[at:]))
     if before == after or not before or not after:
         return ""
     return (f" with another accumulation: {after} micro-batches per update from update {at}, "
