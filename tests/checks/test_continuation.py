@@ -4,7 +4,8 @@ the timeline: a resume carries on, a new training is a stage of its own."""
 import numpy as np
 import pytest
 
-from lrcheck.checks.continuation import Boundary, check_continuation, is_resume
+from lrcheck.checks.continuation import check_continuation, is_resume
+from lrcheck.stepwise import Boundary
 
 END = {"opt_step": 12.0, "sched_epoch": 12, "fingerprint": [1.0, 2.0]}  # the first process's end
 FRESH = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [3.0, 4.0]}  # a new model, optimizer

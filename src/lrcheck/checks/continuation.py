@@ -24,45 +24,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
-
-ORDINALS = ("first", "second", "third", "fourth", "fifth")
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """Where a later process of rank 0 joins the timeline: its first update (in the timeline),
-    its pid, its place among the rank's processes (1: the second), where the earlier process
-    stood at its end (``before``) and where it stood before its first update (``after``):
-    ``record.stages.standing``'s keys, None where not recorded; and whether it was a lockstep
-    side (a later process runs free)."""
-
-    update: int
-    pid: int | None
-    order: int
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    lockstep: bool = False
-    ended: int | None = None  # the update count the earlier processes reached (None: update)
-
-    @property
-    def twice(self) -> str:
-        """The updates trained twice (the resume restored an earlier checkpoint than where the
-        earlier process stopped: ``record.restore``), in words; empty where none."""
-        if self.ended is None or self.ended <= self.update:
-            return ""
-        k, e = self.update, self.ended - 1
-        span = f"update {k} was" if k == e else f"updates {k}-{e} were"
-        return (f"{span} trained twice: the resume restored the checkpoint of update {k - 1}, "
-                f"the {_ordinal(self.order - 1)} process had made {self.ended} updates (its "
-                f"updates after update {k - 1} are left out of the comparison); ")
-
-
-def _ordinal(order: int) -> str:
-    return ORDINALS[order] if order < len(ORDINALS) else f"{order + 1}th"
+from lrcheck.stepwise import Boundary, ordinal
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
@@ -92,8 +57,8 @@ def is_resume(b: Boundary) -> bool:
 def _not_carried(b: Boundary) -> list[str]:
     """What the later process of a resume did not carry, in words."""
     found, before, after = carried(b), b.before or {}, b.after or {}
-    who = f"the {_ordinal(b.order)} process (pid {b.pid})"
-    prev = f"the {_ordinal(b.order - 1)} process's"
+    who = f"the {ordinal(b.order)} process (pid {b.pid})"
+    prev = f"the {ordinal(b.order - 1)} process's"
     k = b.update
 
     def stood(x: object) -> str:
@@ -203,7 +168,7 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
     told = []
     for b, shifted in zip(boundaries, [*data, *[None] * len(boundaries)], strict=False):
         if not is_resume(b):
-            told.append(f"at update {b.update} a new training began (the {_ordinal(b.order)} "
+            told.append(f"at update {b.update} a new training began (the {ordinal(b.order)} "
                         f"process, pid {b.pid}: a fresh optimizer and schedule), a stage of "
                         f"its own, not judged as a resume{_free(b, name)}")
             continue
@@ -212,7 +177,7 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
             return CheckResult(check, FAIL, None, b.update,
                                b.twice + "; ".join(problems) + f": the {name} did not resume "
                                f"where it stopped{_free(b, name)}")
-        told.append(f"{b.twice}at update {b.update} the {_ordinal(b.order)} process "
+        told.append(f"{b.twice}at update {b.update} the {ordinal(b.order)} process "
                     f"(pid {b.pid}) resumed{reaccumulated(windows, b.update)}: "
                     f"{_what_carried(b)}{_free(b, name)}")
     return CheckResult(check, PASS, None, None,

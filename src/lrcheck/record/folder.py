@@ -33,12 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from lrcheck.checks.continuation import Boundary
-from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
+from lrcheck.stepwise import Boundary, EmaPrints
 
 _RANK_FILE = re.compile(r"^rank(\d+)(-p\d+)?(-opt(\d+))?\.jsonl$")
 _EMA_FILE = re.compile(r"^ema-rank(\d+)\.jsonl$")

@@ -50,7 +50,7 @@ def files_title(report: Report, subject: str) -> str:
 
 
 def from_logs(report: Report) -> bool:
-    """Whether a diff compared two runs' own logs (``logs.pairs``, whose ``limits`` check says
+    """Whether a diff compared two runs' own logs (``checks.logs``, whose ``limits`` check says
     what they cannot prove)."""
     return any(c.name == "limits" for c in report.checks)
 
