@@ -22,6 +22,7 @@ earlier process's are left out of the comparison."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -136,11 +137,31 @@ def shifted_data(ref_windows: Sequence[Any] | None, windows: Sequence[Any] | Non
             f"samples of update {j} on (its data position moved ahead)")
 
 
+def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
+    """Where the process that joins at update ``at`` accumulates another number of rank 0's
+    micro-batches per update than the processes before it (each side's most common count): a
+    resume with another accumulation, which a framework may allow (the samples per update are
+    ``data``'s to judge, a schedule sized for the old accumulation ``lr``'s), in words; empty
+    where the same, or unknown."""
+    if windows is None or not 0 < at < len(windows):
+        return ""
+    # Each side's most common count: an epoch's short last window is no other accumulation.
+    before, after = (Counter(sum(1 for micro in w if micro.rank == 0) for w in part)
+                     .most_common(1)[0][0] for part in (windows[:at], windows[at:]))
+    if before == after or not before or not after:
+        return ""
+    return (f" with another accumulation: {after} micro-batches per update from update {at}, "
+            f"{before} before it (a schedule sized for the old accumulation shows in lr)")
+
+
 def check_continuation(name: str, boundaries: Sequence[Boundary],
-                       data: Sequence[str | None] = ()) -> CheckResult | None:
+                       data: Sequence[str | None] = (),
+                       windows: Sequence[Any] | None = None) -> CheckResult | None:
     """``continuation (name)``: the boundaries of the run's timeline judged (see the module's
     docstring); ``data``: per boundary, the samples the resumed run repeated or skipped
-    (``shifted_data``), a failure of its own. None where each rank ran one process."""
+    (``shifted_data``), a failure of its own; ``windows``: the run's (``trace.Window``'s), for
+    a resume with another accumulation (``reaccumulated``), said. None where each rank ran one
+    process."""
     if not boundaries:
         return None
     check = f"continuation ({name})"
@@ -157,8 +178,8 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
                                b.twice + "; ".join(problems) + f": the {name} did not resume "
                                f"where it stopped{_free(b, name)}")
         told.append(f"{b.twice}at update {b.update} the {ordinal(b.order)} process "
-                    f"(pid {b.pid}) "
-                    f"resumed: {_what_carried(b)}{_free(b, name)}")
+                    f"(pid {b.pid}) resumed{reaccumulated(windows, b.update)}: "
+                    f"{_what_carried(b)}{_free(b, name)}")
     return CheckResult(check, PASS, None, None,
                        f"rank 0's {len(boundaries) + 1} processes joined into one timeline; "
                        + "; ".join(told))

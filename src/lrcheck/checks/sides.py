@@ -49,7 +49,8 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
     shifted = [shifted_data(*windows, b.update) if name == "candidate" else None
                for b in run.boundaries]
     found = [check_recording(name, run.description.get("processes", [])),
-             check_continuation(name, run.boundaries, shifted)]
+             check_continuation(name, run.boundaries, shifted,
+                                windows[1] if name == "candidate" else None)]
     if run.schedules is not None:
         found.append(check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
                                  run.schedules.cadence))
