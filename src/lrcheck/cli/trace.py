@@ -30,7 +30,13 @@ from lrcheck.cli.output import (
     save_and_show,
     saving_incomplete,
 )
-from lrcheck.spec import TRACE_DEFAULTS, Optimizer, PairSpec, pair_from_options
+from lrcheck.spec import (
+    TRACE_DEFAULTS,
+    CompareOptions,
+    Optimizer,
+    PairSpec,
+    ToleranceOverrides,
+)
 
 
 def trace_command(
@@ -62,8 +68,9 @@ def trace_command(
     candidate = {**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs, "world": nproc,
                  "scheduler": scheduler, "warmup": warmup, "lr": lr, "optimizer": optimizer,
                  "policy": policy, "tail": tail, "samples": samples}
-    pair = noted(lambda: pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
-                                           tolerances={"lr": tol_lr}))
+    pair = noted(lambda: CompareOptions.of(
+        caller="trace", **candidate, ref_bs=ref_bs, ref_world=ref_nproc,
+        tolerances=ToleranceOverrides(lr=tol_lr)).pair())
     output = Output(json=json_out, quiet=quiet)
     with output.running():
         code = _trace(pair, out, output)
