@@ -392,3 +392,26 @@ def test_the_old_policy_accelerate_is_rewritten_by_the_library_for_every_caller(
         pair = comparison_pair(comparison_options(policy="accelerate"))
     assert (pair.candidate.framework, pair.candidate.policy) == ("accelerate", "per-update")
     assert pair.reference.framework == "plain"
+
+
+def test_the_package_exports_the_api_s_functions_themselves_lazily():
+    """``lrcheck.compare`` (and the others) is ``lrcheck.api.compare``, its own signature and
+    docstring, not a forwarder; ``import lrcheck`` imports neither lrcheck.api nor
+    lrcheck.result at module level (``__getattr__`` does, on first use)."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import lrcheck.api
+    import lrcheck.result
+
+    for name in ("compare", "trace_schedule", "diff", "save_report"):
+        assert getattr(lrcheck, name) is getattr(lrcheck.api, name)
+    assert lrcheck.Report is lrcheck.result.Report
+    assert "ref_bs" not in inspect.signature(lrcheck.compare).parameters  # a keyword of **
+    assert "progress" in inspect.signature(lrcheck.compare).parameters
+    tree = ast.parse(Path(lrcheck.__file__).read_text(encoding="utf-8"))
+    eager = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert not eager & {"lrcheck.api", "lrcheck.result"}
+    with pytest.raises(AttributeError, match="module 'lrcheck' has no attribute 'comparee'"):
+        lrcheck.comparee  # noqa: B018

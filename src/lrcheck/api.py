@@ -5,8 +5,11 @@ commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_s
 held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
 interpreter, ``runner.ranks.procs``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
-the command refuse the same input with the same message. Importing this module does not import
-torch; training does."""
+the command refuse the same input with the same message: the functions defined here are where a
+Python caller's keywords become the typed options the library takes (``CompareOptions``,
+``RunOptions``, how logs are read), the others are the library's own, exported as they are.
+Importing this module imports neither torch nor numpy (``diff``, ``record``, ``run_commands``
+and ``save_report`` import the modules that do when called); training does."""
 
 from __future__ import annotations
 
@@ -52,9 +55,9 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite as Suite
     from lrcheck.trace import RunTrace
 
-__all__ = ["compare", "comparison_options", "comparison_pair", "check_processes",
+__all__ = ["compare", "comparison_options", "comparison_pair", "check_processes", "check_setup",
            "run_comparison", "trace_schedule", "diff", "record",
-           "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
+           "run_commands", "save_report", "load_suite", "run_suite", "merge_suites",
            "suite_jobs", "suite_shard", "shard_part", "suite_plan", "hold", "exit_now",
            "under_torchrun", "Report", "CompareOptions"]
 
@@ -115,12 +118,6 @@ def comparison_pair(options: CompareOptions) -> PairSpec:
     options from its flags (the world asked of ``check_processes``) and its pair here."""
     check_processes(options.ref_world, options.candidate.world, options.timeout)
     return options.pair()
-
-
-def ready(pair: PairSpec) -> None:
-    """What can fail before training, checked now: the scheduler factory imports, the device
-    exists (``comparison.check_setup``)."""
-    check_setup([pair.candidate])
 
 
 def trace_schedule(pair: PairSpec | CompareOptions | None = None, *,
@@ -261,7 +258,3 @@ def _beside_pair(name: str, pair: PairSpec, keywords: dict[str, object],
                         "PairSpec.build make a pair with other fields)")
     return CompareOptions.of(caller=name, **keywords)
 
-
-# The names these had before they were the functions themselves, kept for callers of them.
-starting = hold
-leave = exit_now
