@@ -125,9 +125,9 @@ def trace_schedule(pair: PairSpec | CompareOptions | None = None, *,
     """``lrcheck trace``: step both schedules without a model over ``samples`` training samples
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
     Arguments as for ``compare`` (``fast`` and ``timeout`` unused), with ``lrcheck trace``'s
-    defaults (``TRACE_DEFAULTS``: bs 8, accum 1, 1 epoch); ``samples`` is required, as
-    ``--samples`` is. Ctrl-C raises ``Interrupted`` carrying what was simulated. A keyword it
-    does not take is a ``SpecError`` naming it, as for ``compare``."""
+    defaults (the ``RunSpec`` ``TRACE_DEFAULTS``: bs 8, accum 1, 1 epoch); ``samples`` is
+    required, as ``--samples`` is. Ctrl-C raises ``Interrupted`` carrying what was simulated. A
+    keyword it does not take is a ``SpecError`` naming it, as for ``compare``."""
     from lrcheck.checks import schedule_checks
     from lrcheck.result import Kind, Report
     from lrcheck.runner.simulate import simulate_pair
@@ -136,8 +136,8 @@ def trace_schedule(pair: PairSpec | CompareOptions | None = None, *,
         _beside_pair("trace_schedule", pair, keywords, ())
     else:
         options = _options("trace_schedule", pair)
-        chosen = CompareOptions.of(options, caller="trace_schedule", **(
-            keywords if options is not None else {**TRACE_DEFAULTS, **keywords}))
+        chosen = CompareOptions.of(options or CompareOptions(TRACE_DEFAULTS),
+                                   caller="trace_schedule", **keywords)
         if options is None and "samples" not in keywords:
             raise SpecError("trace_schedule needs samples=N, the training samples per epoch of "
                             "the run to check (lrcheck trace --samples)")

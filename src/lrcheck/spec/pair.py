@@ -168,7 +168,7 @@ class PairSpec:
         against = ref.label if ref.framework == cand.framework else f"{ref.framework}-{ref.label}"
         return "-".join(parts) + f"-vs-{against}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"reference": self.reference.to_dict(), "candidate": self.candidate.to_dict(),
                 "tolerances": asdict(self.tolerances)}
 
@@ -193,7 +193,7 @@ class FilePair:
                      for p, stem in zip(paths, stems, strict=True)]
         return "-vs-".join(stems)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
 
