@@ -1,0 +1,60 @@
+"""Each token's weight ∂L/∂logp_t (``record.tokens``): measured from the gradient reaching the
+log-probs, a row's real tokens whatever its padding, and their Recorder form read back."""
+
+import numpy as np
+import pytest
+import torch
+
+from lrcheck.errors import SpecError
+from lrcheck.record import tokens
+
+
+def test_the_gradient_reaching_the_log_probs_is_each_tokens_weight_summed_over_backwards():
+    leaf = torch.tensor([-1.0, -2.0, -3.0, -0.5, -0.5, -0.5], requires_grad=True)
+    flat = leaf * 1.0  # the log-probs, as TRL's head returns them: flat, in the graph
+    grads: list[torch.Tensor] = []
+    assert tokens.watch(grads, flat, rows=2)
+    weights = torch.tensor([[0.0, 0.25, 0.25], [0.0, 0.5, 0.125]])
+    (flat.reshape(2, 3) * weights).sum().backward(retain_graph=True)
+    (flat.reshape(2, 3) * weights).sum().backward()  # a second pass adds, as gradients accumulate
+    assert grads[0].dtype == torch.float64
+    np.testing.assert_array_equal(grads[0].numpy(), 2 * weights.numpy())
+
+
+def test_log_probs_that_do_not_divide_into_the_rows_are_not_watched():
+    assert not tokens.watch([], torch.zeros(5, requires_grad=True), rows=2)
+
+
+def test_a_rows_tokens_are_its_real_positions_after_its_first_whatever_the_padding():
+    # One row, left-padded by 2 in one run, right-padded by 1 in the other: 3 real tokens, of
+    # which the 2 after the first are predicted; the shifted log-probs hold width - 1 positions.
+    mask_left = torch.tensor([[0, 0, 1, 1, 1]])
+    mask_right = torch.tensor([[1, 1, 1, 0]])
+    a = tokens.rows(torch.tensor([[0.0, 0.0, 0.1, 0.2]], dtype=torch.float64), mask_left)
+    b = tokens.rows(torch.tensor([[0.1, 0.2, 0.0]], dtype=torch.float64), mask_right)
+    np.testing.assert_array_equal(a[0].numpy(), [0.1, 0.2])
+    np.testing.assert_array_equal(b[0].numpy(), [0.1, 0.2])
+
+
+def test_without_a_fitting_mask_every_position_is_a_token():
+    grads = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    assert [r.tolist() for r in tokens.rows(grads, None)] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_the_recorder_form_reads_back_exactly():
+    measured = [[[0.1, -1 / 3], [], [2.0 ** -40]], None, []]
+    back = tokens.read(tokens.pack(measured), 3, "line 1")["fed_tokens"]
+    assert back[1] is None and back[2] == []
+    assert [r.tolist() for r in back[0]] == measured[0]
+
+
+@pytest.mark.parametrize("bad", [[["x", "AA=="]], [[[1], "not base64!"]], [[[2], "AAAAAAAAAAA="]],
+                                 "text"])
+def test_a_malformed_fed_tokens_names_its_line(bad):
+    with pytest.raises(SpecError, match="line 7: 'fed_tokens'"):
+        tokens.read(bad, len(bad) if isinstance(bad, list) else 1, "line 7")
+
+
+def test_fed_tokens_for_another_number_of_micro_batches_is_refused():
+    with pytest.raises(SpecError, match="per micro-batch of 'fed'"):
+        tokens.read(tokens.pack([None, None]), 3, "line 2")
