@@ -1,6 +1,8 @@
 """Each token's weight ∂L/∂logp_t (``record.tokens``): measured from the gradient reaching the
 log-probs, a row's real tokens whatever its padding, and their Recorder form read back."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -58,3 +60,29 @@ def test_a_malformed_fed_tokens_names_its_line(bad):
 def test_fed_tokens_for_another_number_of_micro_batches_is_refused():
     with pytest.raises(SpecError, match="per micro-batch of 'fed'"):
         tokens.read(tokens.pack([None, None]), 3, "line 2")
+
+
+def test_two_ranks_token_weights_reach_the_traces_windows_beside_their_rows(tmp_path):
+    from lrcheck.record.folder import merge
+    from lrcheck.recorder import pack_fed, read_records
+    from lrcheck.trace import RunTrace
+
+    def line(rank: int) -> dict:
+        rows = [[0.0, -0.25 * (rank + 1)], [0.5]]
+        return {"step": 0, "samples_seen": 1, "lr": [0.1], "loss": None,
+                **pack_fed([[10 + rank, 20 + rank]], [[0.25, 0.5]]),
+                "fed_tokens": tokens.pack([rows])}
+
+    lines = []
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.jsonl"
+        path.write_text(json.dumps(line(rank)) + "\n")
+        lines.extend(read_records(path))
+    merged, _ = merge([[lines[0]], [lines[1]]], sharded=False)
+    window = RunTrace.from_records(merged, "file").windows[0]
+    assert [m.rank for m in window] == [0, 1]
+    assert [r.tolist() for r in window[1].token_weights] == [[0.0, -0.5], [0.5]]
+    # a rank without them: no tokens for any (the update's tokens are all or nothing)
+    bare = {k: v for k, v in lines[1].items() if k != "fed_tokens"}
+    merged, _ = merge([[lines[0]], [bare]], sharded=False)
+    assert all(m.token_weights is None for m in RunTrace.from_records(merged, "f").windows[0])
