@@ -82,3 +82,24 @@ def test_no_line_where_a_run_did_not_measure_its_tokens(unmeasured):
     ref, cand = REFERENCE[0], _window(HALVES, lambda s, m: 1 / N)
     pair = (bare, cand) if unmeasured == "reference" else (ref, bare)
     assert check_token_weights([pair[0]], [pair[1]], PAIRS, TOL) is None
+
+
+def test_a_term_added_per_micro_batch_beside_terms_that_agree_is_named():
+    # The reference's weights, plus an SFT-like term on sequences 0 and 2: each micro-batch's
+    # own token mean (3 and 4 tokens) where the reference took it over both (7 tokens).
+    def extra(s: int, ref: bool) -> float:
+        if s not in (0, 2):
+            return 0.0
+        return -1 / 7 / 1 if ref else -1 / LENGTHS[s] / 2
+
+    def window(split, ref):
+        return tuple(MicroBatch(0, np.array(rows), None, None,
+                                tuple(_row(s, 1 / N) + np.r_[0.0, 0.0, [extra(s, ref)]
+                                                             * LENGTHS[s]] for s in rows))
+                     for rows in split)
+
+    result = check_token_weights([window([[0, 1, 2, 3]], True)], [window(HALVES, False)],
+                                 PAIRS, TOL)
+    assert result.status == "fail"
+    assert ("the reference's weights plus one value per micro-batch on some tokens (-0.02381, "
+            "0.01786): a term of the loss taken as a mean per micro-batch") in result.detail

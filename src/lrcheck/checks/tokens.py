@@ -98,7 +98,8 @@ def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
                 "reference does not have")
     means = {m: float(np.mean(r)) for m, r in sorted(ratios.items())}
     if per_token:
-        return ("token by token, not one ratio per sequence: a term of the loss (a KL term, "
+        return (_added_per_micro_batch(ref, cand, tol)
+                or "token by token, not one ratio per sequence: a term of the loss (a KL term, "
                 "an auxiliary loss) follows another normalisation than the reference's")
     if _same(list(means.values()), tol) and all(_same(r, tol) for r in ratios.values()):
         c = next(iter(means.values()))
@@ -108,6 +109,9 @@ def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
         each = ", ".join(f"{v:.4g}×" for v in means.values())
         return (f"one ratio per micro-batch ({each} the reference's): a mean per micro-batch, "
                 "where the reference's is a token-mean over the window")
+    added = _added_per_micro_batch(ref, cand, tol)
+    if added:
+        return added
     r, n = np.array([x for x, _ in rows]), np.array([n for _, n in rows], dtype=np.float64)
     if _same((r * n).tolist(), tol * 10):
         return ("one ratio per sequence, as 1/its tokens: a sequence-mean (each sequence's "
@@ -116,6 +120,25 @@ def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
         return ("one ratio per sequence, as its tokens: a token-mean, where the reference's "
                 "is a sequence-mean")
     return "one ratio per sequence, following neither its length nor its micro-batch"
+
+
+def _added_per_micro_batch(ref: Tokens, cand: Tokens, tol: float) -> str | None:
+    """Where the candidate's weights are the reference's plus one value per micro-batch on the
+    tokens that differ (the others equal): a term of the loss taken as a mean per micro-batch
+    beside terms that agree. None otherwise."""
+    scale = max((float(np.abs(a).max(initial=0.0)) for a, _ in ref.values()), default=0.0)
+    added: dict[int, list[float]] = {}
+    for s, (a, _) in ref.items():
+        b, m = cand[s]
+        d = b - a
+        added.setdefault(m, []).extend(d[np.abs(d) > tol * max(scale, TINY)].tolist())
+    if (not any(added.values()) or any(len(v) == 1 for v in added.values())
+            or not all(_same(v, tol * 10) for v in added.values())):
+        return None  # nothing added, or not one value shared by a micro-batch's tokens
+    each = ", ".join(f"{float(np.mean(v)):.4g}" if v else "0" for _, v in sorted(added.items()))
+    return (f"the reference's weights plus one value per micro-batch on some tokens ({each}): a "
+            "term of the loss taken as a mean per micro-batch beside terms that agree (two "
+            "terms, two normalisations)")
 
 
 def _same(values: Sequence[float], tol: float) -> bool:
