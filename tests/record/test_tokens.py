@@ -23,6 +23,16 @@ def test_the_gradient_reaching_the_log_probs_is_each_tokens_weight_summed_over_b
     np.testing.assert_array_equal(grads[0].numpy(), 2 * weights.numpy())
 
 
+def test_a_micro_batch_scored_twice_leaves_its_tokens_unmeasured():
+    leaf = torch.ones(4, requires_grad=True)
+    first, second = leaf * 1.0, leaf * 2.0
+    grads: list[torch.Tensor] = []
+    assert tokens.watch(grads, first, rows=2)
+    assert not tokens.watch(grads, second, rows=2) and grads == []
+    (first.sum() + second.sum()).backward()
+    assert grads == []  # neither hook wrote: which tokens each scored is not known
+
+
 def test_log_probs_that_do_not_divide_into_the_rows_are_not_watched():
     assert not tokens.watch([], torch.zeros(5, requires_grad=True), rows=2)
 

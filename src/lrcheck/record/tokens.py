@@ -35,19 +35,22 @@ Rows = list[list[float]]
 
 def watch(grads: list[torch.Tensor], out: torch.Tensor, rows: int) -> bool:
     """Hook ``out`` (the log-probs of ``rows`` rows, flattened or not): the gradient reaching
-    it, as float64 of shape ``(rows, positions)``, is added to ``grads`` (one tensor, made on
-    the first backward pass). False where ``out`` does not divide into ``rows``."""
-    if not rows or out.numel() % rows:
+    it, as float64 of shape ``(rows, positions)``, is added to ``grads`` (one tensor, made
+    here). A micro-batch scored once; a second call on it (log-probs in chunks, say) leaves
+    its tokens unmeasured: ``grads`` emptied, False. False too where ``out`` does not divide
+    into ``rows``."""
+    if grads or not rows or out.numel() % rows:
+        grads.clear()
         return False
+    import torch
+
+    grads.append(torch.zeros((rows, out.numel() // rows), dtype=torch.float64,
+                             device=out.device))
+    total = grads[0]
 
     def reached(grad: torch.Tensor) -> None:
-        import torch
-
-        g = grad.detach().to(torch.float64).reshape(rows, -1)
-        if grads:
-            grads[0].add_(g)
-        else:
-            grads.append(g.clone())
+        if grads and grads[0] is total:
+            total.add_(grad.detach().to(torch.float64).reshape(total.shape))
 
     out.register_hook(RECORDING("the tokens' weights in backward", reached))
     return True
