@@ -10,7 +10,7 @@ while rank 0 is still at work (as a worker does when rank 0 goes on to train the
 Returning normally finalises the interpreter while gloo's worker threads may still hold a
 finished collective's work object, whose destructor needs the GIL: now and then rank 1 aborts
 with "terminate called without an active exception". With ``--exit-now`` each rank leaves
-through ``os._exit``, as lrcheck's processes do (``lrcheck.runner.ranks.procs.exit_now``).
+through ``os._exit``, as lrcheck's processes do (``lrcheck.procs.marks.exit_now``).
 """
 
 import os

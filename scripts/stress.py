@@ -29,7 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
-from lrcheck.runner.ranks.procs import marked
+from lrcheck.procs.marks import marked
 
 MARK = "LRCHECK_STRESS_MARK"
 COMPARE = [sys.executable, "-m", "lrcheck", "compare"]

@@ -116,9 +116,18 @@ USER_TESTS = """
     REF = [sys.executable, SCRIPT, "--bs", "16"]
     CAND = [sys.executable, SCRIPT, "--bs", "8", "--accum", "2"]
 
-    def test_correct_pair(lrcheck_runs):
-        report = lrcheck_runs(REF, CAND)
+    def test_correct_pair(lrcheck_runs, tmp_path):
+        # lrcheck run's options reach the run through the fixture: --deterministic's settings
+        # in effect, and each side's own log (one that says nothing) held against its record.
+        (tmp_path / "ref.csv").write_text("step,lr\\n")
+        (tmp_path / "cand.csv").write_text("nonsense\\n")
+        report = lrcheck_runs(REF, CAND, deterministic=True, ref_logs=tmp_path / "ref.csv",
+                              logs=tmp_path / "cand.csv", tags=["lr=lr"])
         assert report.ok
+        assert report.environment.deterministic["torch.use_deterministic_algorithms"] is True
+        assert [(f.side, f.status.value, str(tmp_path / name) in f.says)
+                for f, name in zip(report.logs, ["ref.csv", "cand.csv"])] == [
+            ("reference", "unknown", True), ("candidate", "unknown", True)]
 
     def test_scheduler_per_micro_batch(lrcheck_runs):
         lrcheck_runs(shlex.join(REF), shlex.join([*CAND, "--bug", "per-micro-batch"]))
@@ -128,7 +137,8 @@ USER_TESTS = """
 @pytest.mark.slow
 def test_a_correct_pair_passes_and_a_scheduler_stepped_per_micro_batch_fails_naming_lr(inner):
     """In a pytest process of its own, as a user's suite runs (an in-process session would
-    import torch, numpy and matplotlib's modules into this one, then drop them)."""
+    import torch, numpy and matplotlib's modules into this one, then drop them). The correct
+    pair runs with ``deterministic``, ``ref_logs`` and ``logs``, and checks they took effect."""
     script = inner.path / "user_tiny.py"  # its own path: what is left running is ours
     shutil.copy(SCRIPT, script)
     inner.makepyfile(test_user=USER_TESTS.format(script=str(script)))

@@ -31,7 +31,7 @@ def _fake_run(monkeypatch, report):
 
     calls = []
 
-    def run_commands(reference, candidate, out, **options):
+    def run_commands(reference, candidate, out, options, *, echo=None):
         calls.append((reference, candidate, Path(out), options))
         return report
 
@@ -54,7 +54,7 @@ def test_runs_equivalent_fails_naming_each_failed_check_its_update_and_the_folde
     assert message.endswith(f"report: {tmp_path / 'r'} (report.html, report.md, result.json)")
     assert calls[0][:3] == ("python 'my train.py' --bs 32", "python train.py --accum 2",
                             tmp_path / "r")
-    assert calls[0][3]["samples"] == 32 and calls[0][3]["free"] is False
+    assert calls[0][3].samples == 32 and calls[0][3].free is False
     assert '"verdict": "fail"' in (tmp_path / "r" / "result.json").read_text()
 
 
@@ -78,7 +78,7 @@ def test_runs_equivalent_names_an_unknown_keyword_before_running_anything(monkey
     calls = _fake_run(monkeypatch, make_report())
     with pytest.raises(SpecError, match=r"lrcheck\.testing\.assert_runs_equivalent: unknown "
                                         r"keyword 'sample' \(did you mean 'samples'\?\); it "
-                                        r"takes the two commands and out, samples"):
+                                        r"takes lrcheck run's options: samples, fingerprint_every"):
         assert_runs_equivalent("python a.py", "python b.py", sample=32)
     assert calls == []
 

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.recorder import Recorder
-from lrcheck.spec import PairSpec, RunSpec, Tolerances
+from lrcheck.spec import PairSpec, RunOptions, RunSpec, Tolerances
 from lrcheck.version import __version__
 
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
 __all__ = ["compare", "trace_schedule", "diff", "save_report", "Recorder", "PairSpec", "RunSpec",
-           "Tolerances", "Report", "ScheduleContext", "LrcheckError", "SpecError", "RunError",
-           "Interrupted", "__version__"]
+           "RunOptions", "Tolerances", "Report", "ScheduleContext", "LrcheckError", "SpecError",
+           "RunError", "Interrupted", "__version__"]
 
 
 if TYPE_CHECKING:  # their own signatures, to a type checker and an editor

@@ -3,14 +3,13 @@
 commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_suite``,
 ``merge_suites``); and what the command line needs of a process (``hold``: the garbage collector
 held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
-interpreter, ``runner.ranks.procs``).
+interpreter, ``procs.marks``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
 the command refuse the same input with the same message. Importing this module does not import
 torch; training does."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
@@ -25,17 +24,17 @@ from lrcheck.comparison import (
     under_torchrun,
 )
 from lrcheck.errors import SpecError
-from lrcheck.runner.ranks.procs import exit_now
+from lrcheck.procs.marks import exit_now
 from lrcheck.runner.startup import hold
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
-    RUN_STALL_S,
     TRACE_DEFAULTS,
     PairSpec,
     RunSpec,
     Tolerances,
     pair_from_options,
 )
+from lrcheck.spec.run_options import RunOptions, unknown_keywords
 from lrcheck.suite_api import (
     load_suite,
     merge_suites,
@@ -55,7 +54,8 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite as Suite
     from lrcheck.trace import RunTrace
 
-__all__ = ["compare", "comparison_pair", "run_comparison", "trace_schedule", "diff", "record",
+__all__ = ["compare", "comparison_pair", "check_processes", "run_comparison", "trace_schedule",
+           "diff", "record",
            "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
            "suite_jobs", "suite_shard", "shard_part", "suite_plan", "hold", "exit_now",
            "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
@@ -99,16 +99,21 @@ def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_worl
     return compare_pair(pair, progress=progress, timeout=timeout, cache=cache)
 
 
-def comparison_pair(candidate: Mapping[str, Any], *, ref_bs: int | None = None,
+def comparison_pair(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
                     ref_world: int = 1, ref_framework: str | None = None,
                     tolerances: Tolerances | Mapping[str, float | None] | None = None,
                     fast: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> PairSpec:
-    """The pair ``compare`` trains for the candidate's fields ``candidate`` and the other
-    arguments (``spec.pair_from_options``), after the processes are checked
+    """The pair ``compare`` trains for the candidate (a ``RunSpec``, or its fields) and the
+    other arguments (``spec.pair_from_options``), after the processes are checked
     (``comparison.check_processes``): inside torchrun the candidate's ``world`` is torchrun's
-    (absent or None: it is taken from there). ``lrcheck compare`` builds its pair here."""
-    world = check_processes(ref_world, candidate.get("world"), timeout)
-    return pair_from_options({**candidate, "world": world}, ref_bs=ref_bs, ref_world=ref_world,
+    (a field absent or None: it is taken from there). ``lrcheck compare`` builds its pair
+    here, from a ``RunSpec`` whose world it asked ``check_processes`` for."""
+    if isinstance(candidate, RunSpec):
+        check_processes(ref_world, candidate.world, timeout)
+    else:
+        world = check_processes(ref_world, candidate.get("world"), timeout)
+        candidate = {**candidate, "world": world}
+    return pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_world,
                              ref_framework=ref_framework, tolerances=tolerances, fast=fast)
 
 
@@ -159,11 +164,11 @@ def diff(reference: str | Path, candidate: str | Path, *,
     step counts (``"updates-from-1"``, docs/logs.md). A keyword other than these is a
     ``SpecError`` naming it."""
     if unknown:
-        raise _unknown("diff", list(unknown), ("tolerances", "tags", "log_steps"),
+        raise unknown_keywords("diff", list(unknown), ("tolerances", "tags", "log_steps"),
                        "it takes the two Recorder files or logs, tolerances, and how to read "
                        "logs")
+    from lrcheck.command_pair import diff_runs
     from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import diff_runs
 
     return diff_runs(reference, candidate, tolerances=tolerances,
                      stated=reading(tags, log_steps))
@@ -185,47 +190,43 @@ def record(command: Sequence[str], out: str | Path, *, samples: int | None = Non
     command's own log (a file or a folder; default: where its Trainer logged), held against
     the record: the run's ``logs`` findings, written into the folder's logs.json
     (docs/logs.md); ``tags`` and ``log_steps``: how to read it, as ``diff``'s."""
+    from lrcheck.command_pair import record_run
     from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import record_run
 
     return record_run(command, out, samples=samples, fingerprint_every=fingerprint_every,
                       echo=echo, capture=capture, deterministic=deterministic, logs=logs,
                       stated=reading(tags, log_steps))
 
 
-def run_commands(reference: str, candidate: str, out: str | Path, *,
-                 samples: int | None = None, fingerprint_every: int | None = None,
-                 echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False, deterministic: bool = False,
-                 ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None, tags: LogTags = None,
-                 log_steps: str | None = None, interrupt_at: int | None = None,
-                 resume: str | None = None, interrupt_signal: str = "TERM",
-                 grace: float = 30.0) -> Report:
+def run_commands(reference: str, candidate: str, out: str | Path,
+                 options: RunOptions | None = None, *, echo: TextIO | None = None,
+                 **keywords: object) -> Report:
     """``lrcheck run``: record the two command lines (each split as a shell would, not run
     through one) into ``out``/reference and ``out``/candidate, side by side with the
-    candidate in lockstep (``free``: one after the other, each free-running), then ``diff``
-    them; ``strict``: effects that could be judged only up to some update (a twin that
-    decorrelated) fail there. ``ref_logs`` and ``logs``: each run's own log (a file or a
-    folder; default: where its Trainer logged), held against its record in the report's
-    ``logs`` (docs/logs.md), which never changes the verdict; ``tags`` and ``log_steps``: how
-    to read them, as ``diff``'s. A command that fails, or makes
-    no update for ``timeout`` seconds in lockstep, is a ``RunError`` with its exit code and
-    last lines; Ctrl-C keeps what was recorded. ``deterministic``: both with
-    ``--deterministic``'s settings. ``interrupt_at`` and ``resume``: the candidate interrupted
-    once it made ``interrupt_at`` updates (``interrupt_signal``: ``TERM``, then ``KILL`` after
-    ``grace`` seconds, or ``KILL``), then resumed by the command line ``resume``, and the two
-    processes held against the reference as one run (docs/resume.md)."""
-    from lrcheck.logs.read import reading
-    from lrcheck.record.pairs import run_commands as run
-    from lrcheck.spec.interrupt import Interrupt
+    candidate in lockstep, then ``diff`` them (``command_pair.run_commands``). The options are
+    ``RunOptions``' fields, given as ``options`` or as keywords over it (``samples=32,
+    free=True``; one that is no field is a ``SpecError`` naming it):
 
-    return run(reference, candidate, out, samples=samples, fingerprint_every=fingerprint_every,
-               echo=echo, tolerances=tolerances, free=free, timeout=timeout, strict=strict,
-               deterministic=deterministic, ref_logs=ref_logs, logs=logs,
-               stated=reading(tags, log_steps),
-               interrupt=Interrupt.given(interrupt_at, resume, interrupt_signal, grace))
+    - ``samples``: samples per update, where known; ``fingerprint_every``: as ``record``'s;
+      ``tolerances``: default float32's.
+    - ``free``: one after the other, each free-running; ``strict``: effects that could be
+      judged only up to some update (a twin that decorrelated) fail there; ``timeout``: a
+      command that makes no update for that many seconds in lockstep (0 or None: no limit) is
+      a ``RunError`` with its exit code and last lines, as a command that fails is.
+    - ``deterministic``: both with ``--deterministic``'s settings.
+    - ``ref_logs`` and ``logs``: each run's own log (a file or a folder; default: where its
+      Trainer logged), held against its record in the report's ``logs`` (docs/logs.md), which
+      never changes the verdict; ``tags`` and ``log_steps``: how to read them, as ``diff``'s.
+    - ``interrupt_at`` and ``resume``: the candidate interrupted once it made ``interrupt_at``
+      updates (``interrupt_signal``: ``TERM``, then ``KILL`` after ``grace`` seconds, or
+      ``KILL``), then resumed by the command line ``resume``, and the two processes held
+      against the reference as one run (docs/resume.md).
+
+    ``echo``: where the commands' output goes (None: kept). Ctrl-C keeps what was recorded."""
+    from lrcheck.command_pair import run_commands as run
+
+    return run(reference, candidate, out,
+               RunOptions.of(options, caller="run_commands", **keywords), echo=echo)
 
 
 def save_report(report: Report, out: str | Path) -> Path:
@@ -246,7 +247,7 @@ def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
     name = function.__name__
     unknown = [key for key in candidate if key not in CANDIDATE_KEYWORDS]
     if unknown:
-        raise _unknown(name, unknown, (*CANDIDATE_KEYWORDS, *own),
+        raise unknown_keywords(name, unknown, (*CANDIDATE_KEYWORDS, *own),
                        f"it takes a PairSpec, or the candidate's RunSpec fields: "
                        f"{', '.join(CANDIDATE_KEYWORDS)}; and {', '.join(own)}")
     if pair is not None and not isinstance(pair, PairSpec):
@@ -258,20 +259,6 @@ def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
                         "pass one or the other (dataclasses.replace(pair.candidate, ...) and "
                         "PairSpec.build make a pair with other fields)")
 
-
-def _unknown(name: str, unknown: list[str], accepted: tuple[str, ...],
-             takes: str) -> SpecError:
-    """The error for the keywords ``unknown`` that ``lrcheck.name`` does not take: each named,
-    the accepted one nearest the first, and ``takes``, what it does take."""
-    close = difflib.get_close_matches(unknown[0], accepted, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    words = (f"keyword {unknown[0]!r}" if len(unknown) == 1
-             else f"keywords {', '.join(map(repr, unknown))}")
-    return SpecError(f"lrcheck.{name}: unknown {words}{hint}; {takes}")
-
-
-# The error for unknown keywords, for the other calls that check theirs (lrcheck.testing).
-unknown_keywords = _unknown
 
 # The names these had before they were the functions themselves, kept for callers of them.
 starting = hold

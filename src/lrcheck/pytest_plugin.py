@@ -12,13 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pytest
 
 if TYPE_CHECKING:
     from lrcheck.result import Report
-    from lrcheck.testing import Command
+    from lrcheck.spec.run_options import Command, RunOptions
 
 # The report folders a test's lrcheck_runs used, for the section of its report on failure.
 FOLDERS = pytest.StashKey[list[Path]]()
@@ -58,17 +58,20 @@ class RunsEquivalent:
         self.folder = folder
         self.used = used
 
-    def __call__(self, reference: Command, candidate: Command, **options: object) -> Report:
+    def __call__(self, reference: Command, candidate: Command,
+                 options: RunOptions | None = None, *, out: str | Path | None = None,
+                 echo: TextIO | None = None, **keywords: object) -> Report:
+        """``assert_runs_equivalent(reference, candidate, options, out=…, echo=…,
+        **keywords)``: every option of ``lrcheck run`` (``RunOptions``' fields)."""
         from lrcheck.testing import assert_runs_equivalent
 
         __tracebackhide__ = True
-        kwargs: dict[str, Any] = dict(options)
-        if kwargs.get("out") is None:
+        if out is None:
             n = len(self.used) + 1
-            kwargs["out"] = self.folder if n == 1 else self.folder.with_name(
-                f"{self.folder.name}-{n}")
-        self.used.append(Path(kwargs["out"]))
-        return assert_runs_equivalent(reference, candidate, **kwargs)
+            out = self.folder if n == 1 else self.folder.with_name(f"{self.folder.name}-{n}")
+        self.used.append(Path(out))
+        return assert_runs_equivalent(reference, candidate, options, out=out, echo=echo,
+                                      **keywords)
 
 
 @pytest.fixture(scope="session")
@@ -84,8 +87,9 @@ def lrcheck_reports(request: pytest.FixtureRequest,
 
 @pytest.fixture
 def lrcheck_runs(request: pytest.FixtureRequest, lrcheck_reports: Path) -> RunsEquivalent:
-    """``lrcheck.testing.assert_runs_equivalent(reference, candidate, **options)`` with the
-    report in this test's own folder under ``lrcheck_reports`` (named after its node id)."""
+    """``lrcheck.testing.assert_runs_equivalent(reference, candidate, options, **keywords)``,
+    every option of ``lrcheck run``, with the report in this test's own folder under
+    ``lrcheck_reports`` (named after its node id)."""
     used = request.node.stash.setdefault(FOLDERS, [])
     return RunsEquivalent(lrcheck_reports / folder_name(request.node.nodeid), used)
 

@@ -1,6 +1,10 @@
-"""What a candidate recorded in lockstep with its reference (``record.lockstep``): per update
-and parameter tensor, five norms measured after both runs made update k from the same state.
-Pure: numpy only; ``record.sides`` reads the file, ``checks.lockstep`` judges it."""
+"""What a record folder says beyond its Recorder lines, as data for ``checks/``: what a
+candidate recorded in lockstep with its reference (``record.lockstep``: per update and parameter
+tensor, five norms measured after both runs made update k from the same state), where a later
+process of a rank joined the timeline (``Boundary``, ``record.folder``) and an EMA model's
+fingerprints (``EmaPrints``, ``record.folder.read_ema``). Pure: numpy only; ``record/`` reads
+the files, ``checks/`` judges what they hold (``checks.lockstep``, ``checks.continuation``,
+``checks.ema``)."""
 
 from __future__ import annotations
 
@@ -115,3 +119,51 @@ class RecordedFacts:
     optimizer: str = ""
     twin: RunTrace | None = None
     other_ranks: tuple[StepGaps, ...] = ()
+
+
+ORDINALS = ("first", "second", "third", "fourth", "fifth")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """Where a later process of rank 0 joins the timeline: its first update (in the timeline),
+    its pid, its place among the rank's processes (1: the second), where the earlier process
+    stood at its end (``before``) and where it stood before its first update (``after``):
+    ``record.stages.standing``'s keys, None where not recorded; and whether it was a lockstep
+    side (a later process runs free)."""
+
+    update: int
+    pid: int | None
+    order: int
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    lockstep: bool = False
+    ended: int | None = None  # the update count the earlier processes reached (None: update)
+
+    @property
+    def twice(self) -> str:
+        """The updates trained twice (the resume restored an earlier checkpoint than where the
+        earlier process stopped: ``record.restore``), in words; empty where none."""
+        if self.ended is None or self.ended <= self.update:
+            return ""
+        k, e = self.update, self.ended - 1
+        span = f"update {k} was" if k == e else f"updates {k}-{e} were"
+        return (f"{span} trained twice: the resume restored the checkpoint of update {k - 1}, "
+                f"the {ordinal(self.order - 1)} process had made {self.ended} updates (its "
+                f"updates after update {k - 1} are left out of the comparison); ")
+
+
+def ordinal(order: int) -> str:
+    return ORDINALS[order] if order < len(ORDINALS) else f"{order + 1}th"
+
+
+@dataclass(frozen=True)
+class EmaPrints:
+    """One run's EMA: its class (``name``), the call that updates it, its tensors' names, and
+    per update ``k`` that was fingerprinted the EMA's fingerprint after it (rows of ``(sum,
+    max|p|)``, one per tensor)."""
+
+    name: str
+    call: str
+    names: tuple[str, ...]
+    prints: dict[int, np.ndarray]

@@ -6,25 +6,26 @@ Importing this module imports neither torch nor numpy."""
 
 from __future__ import annotations
 
-import inspect
-import os
-import shlex
+import functools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, ParamSpec, TextIO
 
-from lrcheck.spec import RUN_STALL_S, Tolerances
+from lrcheck.api import compare
+from lrcheck.spec.run_options import Command, RunOptions, command_line
 
 if TYPE_CHECKING:
     from lrcheck.result import Report
 
-Command = str | Sequence[str | os.PathLike[str]]
+__all__ = ["assert_equivalent", "assert_runs_equivalent", "render_text", "failure_message",
+           "new_report_folder", "set_reports_root", "Command", "RunOptions"]
 
 # Where assert_runs_equivalent puts a report when given no ``out``: a new folder under this one
 # (the pytest plugin's --lrcheck-reports, while a session that has it runs), else under the
 # system's temporary folder.
 _reports_root: Path | None = None
+P = ParamSpec("P")
 
 
 def render_text(report: Report, width: int = 120) -> str:
@@ -40,52 +41,49 @@ def render_text(report: Report, width: int = 120) -> str:
     return text.getvalue()
 
 
-def assert_equivalent(*args: Any, **kwargs: Any) -> Report | None:
-    """``lrcheck.compare(*args, **kwargs)``, raising ``AssertionError`` with the table when the
-    verdict is not pass; returns the report otherwise (None on the ranks other than 0 of a
-    script torchrun started, which have no report)."""
-    import lrcheck
+def _asserting(compare: Callable[P, Report | None]) -> Callable[P, Report | None]:
+    """``compare`` (``lrcheck.compare``), with its own signature, raising ``AssertionError``
+    with the table where the verdict is not pass."""
+    @functools.wraps(compare)
+    def assert_equivalent(*args: P.args, **kwargs: P.kwargs) -> Report | None:
+        report = compare(*args, **kwargs)
+        if report is not None and not report.ok:
+            raise AssertionError(f"{report.pair.name} does not train like its reference:\n"
+                                 f"{render_text(report)}")
+        return report
 
-    report = lrcheck.compare(*args, **kwargs)
-    if report is not None and not report.ok:
-        raise AssertionError(f"{report.pair.name} does not train like its reference:\n"
-                             f"{render_text(report)}")
-    return report
+    assert_equivalent.__name__ = assert_equivalent.__qualname__ = "assert_equivalent"
+    assert_equivalent.__doc__ = (
+        "``lrcheck.compare(...)``, whose arguments it takes, raising ``AssertionError`` with the "
+        "table when the verdict is not pass; returns the report otherwise (None on the ranks "
+        "other than 0 of a script torchrun started, which have no report).")
+    return assert_equivalent
 
 
-def assert_runs_equivalent(reference: Command, candidate: Command, *,
-                           out: str | Path | None = None, samples: int | None = None,
-                           fingerprint_every: int | None = None, echo: TextIO | None = None,
-                           tolerances: Tolerances | None = None, free: bool = False,
-                           timeout: float | None = RUN_STALL_S, strict: bool = False,
-                           interrupt_at: int | None = None, resume: Command | None = None,
-                           interrupt_signal: str = "TERM", grace: float = 30.0,
-                           **unknown: object) -> Report:
+assert_equivalent = _asserting(compare)
+
+
+def assert_runs_equivalent(reference: Command, candidate: Command,
+                           options: RunOptions | None = None, *,
+                           out: str | Path | None = None, echo: TextIO | None = None,
+                           **keywords: object) -> Report:
     """``lrcheck run`` from a test: record the two commands (each a command line, split as a
-    shell would, or a list of arguments) and compare them (``lrcheck.api.run_commands``, whose
-    keywords these are), writing the whole report into ``out`` (default: a new folder under the
-    pytest plugin's ``--lrcheck-reports``, else under the system's temporary folder). Returns
-    the report when the verdict is pass; else raises ``AssertionError`` naming each failed or
-    warned check with its update and detail, and the report folder. A command that fails is a
-    ``RunError``, a bad option a ``SpecError`` (an unknown keyword named, as the api does).
-    ``interrupt_at`` and ``resume`` (a command too): the candidate interrupted once it made
-    that many updates, then resumed by ``resume`` (docs/resume.md)."""
-    from lrcheck.api import run_commands, save_report, unknown_keywords
+    shell would, or a list of arguments) and compare them (``lrcheck.api.run_commands``),
+    writing the whole report into ``out`` (default: a new folder under the pytest plugin's
+    ``--lrcheck-reports``, else under the system's temporary folder). It takes every option
+    ``lrcheck run`` takes, as ``options`` or as keywords over it (``RunOptions``' fields:
+    ``samples``, ``free``, ``deterministic``, ``logs``, ``interrupt_at`` and ``resume``, a
+    command too, …). Returns the report when the verdict is pass; else raises
+    ``AssertionError`` naming each failed or warned check with its update and detail, and the
+    report folder. A command that fails is a ``RunError``, a bad option a ``SpecError`` (an
+    unknown keyword named, as the api does), both before anything runs."""
+    from lrcheck.api import run_commands, save_report
 
     __tracebackhide__ = True  # pytest shows the test's line and this message, not this frame
-    if unknown:
-        own = tuple(p.name for p in inspect.signature(assert_runs_equivalent).parameters.values()
-                    if p.kind is inspect.Parameter.KEYWORD_ONLY)
-        raise unknown_keywords("testing.assert_runs_equivalent", list(unknown), own,
-                               f"it takes the two commands and {', '.join(own)}")
-    lines = {"reference": _line(reference), "candidate": _line(candidate)}
+    chosen = RunOptions.of(options, caller="testing.assert_runs_equivalent", **keywords)
+    lines = {"reference": command_line(reference), "candidate": command_line(candidate)}
     folder = Path(out) if out is not None else new_report_folder()
-    report = run_commands(lines["reference"], lines["candidate"], folder, samples=samples,
-                          fingerprint_every=fingerprint_every, echo=echo, tolerances=tolerances,
-                          free=free, timeout=timeout, strict=strict,
-                          interrupt_at=interrupt_at,
-                          resume=None if resume is None else _line(resume),
-                          interrupt_signal=interrupt_signal, grace=grace)
+    report = run_commands(lines["reference"], lines["candidate"], folder, chosen, echo=echo)
     save_report(report, folder)
     if not report.ok:
         raise AssertionError(failure_message(report, lines, folder))
@@ -123,10 +121,3 @@ def set_reports_root(folder: Path | None) -> Path | None:
     global _reports_root
     earlier, _reports_root = _reports_root, folder
     return earlier
-
-
-def _line(command: Command) -> str:
-    """``command`` as one command line: a string as it is, a list of arguments quoted."""
-    if isinstance(command, str):
-        return command
-    return shlex.join(os.fspath(word) for word in command)

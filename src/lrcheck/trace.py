@@ -1,9 +1,8 @@
 """What a run recorded: one ``UpdateRecord`` per optimizer update, metrics per epoch, and the
 parameters after every update (kept in memory for the ``params`` check, not written to JSON).
 
-A schedule stepped without a model (``lrcheck trace``) can make hundreds of thousands of updates;
-``ScheduleTrace`` keeps them as numpy columns and writes a thinned selection to JSON, with a
-digest of the whole LR trace."""
+A schedule stepped without a model (``lrcheck trace``) can make 100,000s of updates:
+``ScheduleTrace`` keeps them as numpy columns and writes a thinned selection and a digest."""
 
 from __future__ import annotations
 
@@ -107,11 +106,11 @@ class Resumed:
 
 @dataclass(frozen=True)
 class RecordedCommand:
-    """What a record folder's run.json says of the command ``lrcheck record`` ran: its command
-    line, as a shell would write it, and its world size (the processes that trained)."""
-
+    """What a record folder's run.json says of the command ``lrcheck record`` ran: its line, as
+    a shell writes it, its world size, and whether ``--samples`` gave its samples per update."""
     line: str
     world_size: int
+    samples_known: bool = True
 
     def label(self) -> str:
         """``python train.py --bs 32 (world 1)``."""
@@ -271,7 +270,8 @@ class RunTrace:
             "wall_seconds": self.wall_seconds,
             "launch": self.launch,
             "lockstep": self.lockstep,
-            "command": None if self.command is None else asdict(self.command),
+            "command": None if self.command is None else {
+                "line": self.command.line, "world_size": self.command.world_size},
         }
         return {
             # A trace read from a file has the file's path where a RunSpec would be.

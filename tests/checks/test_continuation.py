@@ -1,9 +1,11 @@
 """``checks.continuation``: each later process of a rank in one command judged where it joined
 the timeline: a resume carries on, a new training is a stage of its own."""
 
+import numpy as np
 import pytest
 
-from lrcheck.checks.continuation import Boundary, check_continuation, is_resume
+from lrcheck.checks.continuation import check_continuation, is_resume
+from lrcheck.stepwise import Boundary
 
 END = {"opt_step": 12.0, "sched_epoch": 12, "fingerprint": [1.0, 2.0]}  # the first process's end
 FRESH = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [3.0, 4.0]}  # a new model, optimizer
@@ -76,3 +78,22 @@ def test_a_gradscaler_whose_scale_was_not_carried_fails_at_the_first_resumed_upd
             "1024") in found.detail
     ok = check_continuation("candidate", [Boundary(12, 7, 1, scaled, scaled)])
     assert ok.status == "pass" and "the GradScaler's loss scale (1024.0) carried" in ok.detail
+
+
+def _window(micro: int, rank_one: int = 0):
+    from lrcheck.plan.windows import MicroBatch
+    return tuple(MicroBatch(rank, np.arange(2), None, None)
+                 for rank in [0] * micro + [1] * rank_one)
+
+
+def test_a_resume_with_another_accumulation_is_said_where_it_joined():
+    windows = [_window(2, 2)] * 12 + [_window(4, 4)] * 4  # rank 0's micro-batches: 2, then 4
+    found = check_continuation("candidate", [_at()], windows=windows)
+    assert found is not None and found.status == "pass"
+    assert ("at update 12 the second process (pid 4242) resumed with another accumulation: 4 "
+            "micro-batches per update from update 12, 2 before it (a schedule sized for the "
+            "old accumulation shows in lr): the weights") in found.detail
+    short = [_window(2, 2)] * 11 + [_window(1, 1)] + [_window(2, 2)] * 4
+    for same in ([_window(2, 2)] * 16, short):  # an epoch's short last window before the resume
+        assert "another accumulation" not in check_continuation(
+            "candidate", [_at()], windows=same).detail

@@ -3,8 +3,9 @@ every update both runs fingerprinted them."""
 
 import numpy as np
 
-from lrcheck.checks.ema import EmaPrints, check_ema
+from lrcheck.checks.ema import check_ema
 from lrcheck.checks.status import FAIL, PASS, SKIP, WARN
+from lrcheck.stepwise import EmaPrints
 
 NAMES = ("0.weight", "0.bias")
 

@@ -109,7 +109,8 @@ def _outputs(tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines)
 
 
-RUN_ENV = {"SUITE": "", "MERGE": "", "REF": "", "CAND": "", "ARGS": "", "OUT": "lrcheck-report",
+RUN_ENV = {"SUITE": "", "MERGE": "", "REF": "", "CAND": "", "ARGS": "", "INTERRUPT_AT": "",
+           "RESUME": "", "OUT": "lrcheck-report",
            "STUB_EXIT": "1", "STUB_WRITES": "summary.md"}
 
 
@@ -137,6 +138,19 @@ def test_the_run_step_runs_a_pair_and_writes_its_report_to_the_step_summary(tmp_
     assert _outputs(tmp_path)["exit-code"] == "0"
     assert _outputs(tmp_path)["body"] == "lrcheck-report/report.md"
     assert (tmp_path / "summary").read_text() == "**Verdict: FAIL**\n"
+
+
+@pytest.mark.slow
+def test_the_run_step_interrupts_the_candidate_and_resumes_it_with_a_command_of_spaces(tmp_path):
+    done = _run_step(tmp_path, "Run lrcheck", {
+        **RUN_ENV, "REF": "python train.py", "CAND": "python train.py --ckpt c.pt",
+        "INTERRUPT_AT": "12", "RESUME": "python train.py --ckpt c.pt --resume",
+        "ARGS": "--strict", "STUB_EXIT": "0", "STUB_WRITES": "report.md"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "args").read_text().split("\n")[:-1] == [
+        "run", "--out", "lrcheck-report", "--interrupt-at", "12", "--resume",
+        "python train.py --ckpt c.pt --resume", "--strict", "python train.py",
+        "python train.py --ckpt c.pt"]
 
 
 @pytest.mark.slow

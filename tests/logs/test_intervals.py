@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from lrcheck.checks.logs import log_checks
 from lrcheck.logs.model import LogFormat, LoggedRun, LossIs, Quantity, Series, StepMeaning
-from lrcheck.logs.pairs import log_checks, log_trace
+from lrcheck.logs.pairs import log_trace
 from lrcheck.spec import Tolerances
 
 LR, LOSS = Quantity.LR, Quantity.LOSS

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from lrcheck.checks.logs import aligned, log_checks
 from lrcheck.logs.model import LogFormat, LoggedRun, Quantity, Series, StepMeaning
-from lrcheck.logs.pairs import aligned, log_checks, log_trace
+from lrcheck.logs.pairs import log_trace
 from lrcheck.spec import FilePair, Tolerances
 
 LR, LOSS = Quantity.LR, Quantity.LOSS

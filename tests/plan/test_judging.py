@@ -204,3 +204,29 @@ def test_lockstep_that_stopped_is_judged_in_part_and_free_running_after():
                                 "stopped after update 0: the optimizers' states differ")
     assert recorded_judging([0, 1, 2], "gone").lead(12).startswith(
         "judged in lockstep at 3 updates of 12 (0 to 2)")
+
+
+def _calls_of(name: str) -> dict[str, int]:
+    """Per lrcheck module, how many calls of ``name`` (by name or attribute) its source holds
+    (read with ``ast``, nothing imported)."""
+    import ast
+
+    from tests.test_imports import _modules, parse
+
+    found = {}
+    for module, path in _modules().items():
+        calls = [node for node in ast.walk(parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Call) and name in (getattr(node.func, "id", None),
+                                                            getattr(node.func, "attr", None))]
+        if calls:
+            found[module] = len(calls)
+    return found
+
+
+def test_a_recorded_pairs_mode_is_decided_by_recorded_judging_alone():
+    # Only plan.judging makes a RecordedJudging (stepwise's is the default: free, nothing
+    # recorded), and only record.sides.read_judging asks it, from the candidate's lockstep file:
+    # nothing else decides lockstep, in part or free for a recorded pair.
+    assert set(_calls_of("RecordedJudging")) == {"lrcheck.plan.judging", "lrcheck.stepwise"}
+    assert _calls_of("recorded_judging") == {"lrcheck.record.sides": 2}
+    assert set(_calls_of("read_judging")) == {"lrcheck.record.sides", "lrcheck.command_pair"}

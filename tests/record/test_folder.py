@@ -44,7 +44,7 @@ def test_a_partitioned_run_is_compared_with_the_other_runs_whole_model(tmp_path)
         (tmp_path / name / "rank0.jsonl").write_text(json.dumps(_line(0, fp)) + "\n")
         (tmp_path / name / "run.json").write_text(json.dumps(run_json(processes=[process_json(
             optimizers=[optimizer_json(sharded=partitioned, partitioned=partitioned)])])))
-    ref, cand, _, _ = read_sides(tmp_path / "ref", tmp_path / "zero", 1e-4)
+    ref, cand = (side.trace for side in read_sides(tmp_path / "ref", tmp_path / "zero"))
     assert ref.fingerprints[0].tolist() == cand.fingerprints[0].tolist() == [[4.0, 2.0]]
 
 
@@ -82,7 +82,7 @@ def test_every_ranks_schedule_is_kept_beside_rank_0s_records():
 
 
 def test_a_folder_whose_rank_1_did_not_step_its_scheduler_fails_ranks(tmp_path):
-    from lrcheck.record.pairs import diff_runs
+    from lrcheck.command_pair import diff_runs
 
     warmup = [_rank_line(k, 0.001 * (k + 1), 1) for k in range(4)]
     stuck = [_rank_line(k, 0.001, int(k == 0)) for k in range(4)]  # only its initial step
@@ -126,7 +126,7 @@ def _record(folder, updates, **about):
      "was interrupted (killed by SIGINT)"),
 ])
 def test_a_record_whose_command_crashed_fails_updates_as_incomplete(tmp_path, about, words):
-    from lrcheck.record.pairs import diff_runs
+    from lrcheck.command_pair import diff_runs
 
     _record(tmp_path / "ref", 5)
     _record(tmp_path / "ended-well", 5)
@@ -154,8 +154,8 @@ def test_a_ranks_failure_is_a_cause_that_spares_the_twin():
     from types import SimpleNamespace
 
     from lrcheck.checks.status import FAIL, PASS, CheckResult
+    from lrcheck.command_pair import _needs_twin
     from lrcheck.plan.judging import recorded_judging
-    from lrcheck.record.pairs import _needs_twin
 
     params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
     lr = CheckResult("lr", PASS, 0.0, None, "equal at all 32 updates")
@@ -203,8 +203,8 @@ def test_only_the_updates_judged_free_running_may_need_the_twin():
     from types import SimpleNamespace
 
     from lrcheck.checks.status import FAIL, CheckResult
+    from lrcheck.command_pair import _needs_twin
     from lrcheck.plan.judging import recorded_judging
-    from lrcheck.record.pairs import _needs_twin
 
     params = CheckResult("params", FAIL, 0.1, 2, "|Δsum|/max|p| 0.0151 > 0.0001 at update 2")
     report = SimpleNamespace(checks=[params])

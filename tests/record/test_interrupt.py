@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
-from lrcheck.runner.ranks.procs import alive
+from lrcheck.procs.marks import alive
 from tests.helpers import HANG_S, session, wait_for
 
 pytestmark = pytest.mark.slow

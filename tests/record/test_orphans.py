@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.procs.marks import marked
 from lrcheck.procs.owner import ENV_OWNER, OWNER_FILE, identity
 from lrcheck.record import together
-from lrcheck.runner.ranks.procs import marked
 from tests.helpers import HANG_S, session, wait_for
 
 pytestmark = pytest.mark.slow

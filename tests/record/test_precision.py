@@ -1,6 +1,6 @@
 """``record.precision``: the precision a forward computed in, observed (autocast, a census of
 its operations' types by module class), and never in the way of the user's forward; and
-``record.lockstep._gaps``' columns along the reference's own gradient and its coordinates of
+``record.gaps.gaps``' columns along the reference's own gradient and its coordinates of
 rounding noise."""
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lrcheck.record import precision
-from lrcheck.record.lockstep import _gaps
+from lrcheck.record.gaps import gaps
 from lrcheck.stepwise import COLUMNS, GRAD_ALONG, GRAD_DOT, GRAD_L1, NOISE, PARAM_DIFF
 
 
@@ -82,7 +82,7 @@ def test_the_gaps_hold_the_scale_and_leave_out_coordinates_of_rounding_noise():
     with torch.no_grad():
         p[16:32] += 1e-2 * torch.sign(p.grad[16:32] - g_r[16:32])  # its steps differ
     ref = {"grads": [g_r], "params": [p_r]}
-    [row] = _gaps([p], ref, [start], share=1e-2)
+    [row] = gaps([p], ref["grads"], ref["params"], [start], share=1e-2)
     assert len(row) == len(COLUMNS)
     print(dict(zip(COLUMNS, row, strict=True)))
     assert row[NOISE] == 16 and row[PARAM_DIFF] == 0  # the noisy steps left out
@@ -93,10 +93,10 @@ def test_the_gaps_hold_the_scale_and_leave_out_coordinates_of_rounding_noise():
 
 
 def test_a_coordinate_near_0_weighs_by_its_size_in_the_scale():
-    from lrcheck.record.lockstep import _along
+    from lrcheck.record.gaps import along
 
-    along, l1 = _along(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([-1e-6, 1.0, 0.0]))
-    assert l1 == pytest.approx(1.0 + 1e-6) and along == pytest.approx(-1.0 + 1e-3)
+    found, l1 = along(torch.tensor([1.0, 1e-3, 5.0]), torch.tensor([-1e-6, 1.0, 0.0]))
+    assert l1 == pytest.approx(1.0 + 1e-6) and found == pytest.approx(-1.0 + 1e-3)
 
 
 def test_finish_ends_the_watch_and_falls_back_to_the_parameters_type(monkeypatch):

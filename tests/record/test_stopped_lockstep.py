@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
-from lrcheck.record.pairs import diff_runs
+from lrcheck.command_pair import diff_runs
 from lrcheck.recorder import read_records
 
 pytestmark = pytest.mark.slow

@@ -55,7 +55,7 @@ def test_without_a_fitting_mask_every_position_is_a_token():
 
 def test_the_recorder_form_reads_back_exactly():
     measured = [[[0.1, -1 / 3], [], [2.0 ** -40]], None, []]
-    back = tokens.read(tokens.pack(measured), 3, "line 1")["fed_tokens"]
+    back = tokens.read(tokens.pack(measured), 3, "line 1")
     assert back[1] is None and back[2] == []
     assert [r.tolist() for r in back[0]] == measured[0]
 

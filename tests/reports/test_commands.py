@@ -19,7 +19,8 @@ REF = ["python", "train.py", "--bs", "32"]
 CAND = ["torchrun", "--nproc-per-node", "2", "train.py", "--bs", "8", "--accum", "2"]
 
 
-def record_folder(path: Path, command: list[str], world: int, losses: bool = True) -> Path:
+def record_folder(path: Path, command: list[str], world: int, losses: bool = True,
+                  samples: int | None = 32) -> Path:
     """A record folder as ``lrcheck record`` writes it: run.json and one Recorder file per
     rank, 8 updates of a linear decay (with their losses, or none)."""
     path.mkdir(parents=True)
@@ -30,7 +31,7 @@ def record_folder(path: Path, command: list[str], world: int, losses: bool = Tru
     for rank in range(world):
         (path / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     (path / "run.json").write_text(json.dumps(run_json(
-        command=command, samples_per_update=32, world_size=world,
+        command=command, samples_per_update=samples, world_size=world,
         updates={f"rank{r}.jsonl": 8 for r in range(world)},
         processes=[process_json(optimizers=[optimizer_json(updates=8)])])))
     return path
@@ -85,3 +86,12 @@ def test_no_loss_plot_where_neither_run_recorded_a_loss_and_the_report_says_why(
     assert (out / "loss.png").exists() and why not in (out / "report.md").read_text()
     write_report(report, out)
     assert not (out / "loss.png").exists()
+
+
+def test_samples_not_given_are_said_so_not_shown_as_the_count_of_updates(tmp_path):
+    report = lrcheck.diff(record_folder(tmp_path / "r" / "reference", REF, 1, samples=None),
+                          record_folder(tmp_path / "r" / "candidate", CAND, 2))
+    table = printed(report)
+    print(table)
+    # the candidate's 256 are not shown: the updates are aligned by their index, not by samples
+    assert "samples seen │ not given (--samples) │ not compared (the other's not given)" in table

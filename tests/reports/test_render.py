@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
+from lrcheck.procs.marks import alive
 from lrcheck.reports.plots import Plot, draw_loss
 from lrcheck.reports.render import Renderer, draw_in_two
-from lrcheck.runner.ranks.procs import alive
 from tests.helpers import HANG_S, wait_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from lrcheck.runner.ranks.procs import HAS_PROC, alive, marked
+from lrcheck.procs.marks import HAS_PROC, alive, marked
 from lrcheck.runner.workers import Ended, Message, NoWorkers, Quiet, Workers
 from tests.helpers import HANG_S, wait_for
 

@@ -17,7 +17,7 @@ import pytest
 
 from lrcheck.api import suite_jobs
 from lrcheck.errors import SpecError
-from lrcheck.runner.ranks.procs import HAS_PROC, alive, marked
+from lrcheck.procs.marks import HAS_PROC, alive, marked
 from lrcheck.runner.workers import Workers
 from lrcheck.suite.parallel import SUITE_WORKER_ENV, _schedule
 from lrcheck.suite.queue import PairQueue

@@ -142,7 +142,7 @@ def test_a_missing_scheduler_factory_names_the_suite_file_and_the_entry(tmp_path
 
 
 def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_path, monkeypatch):
-    from lrcheck.record import pairs
+    from lrcheck import command_pair as pairs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -160,13 +160,14 @@ def test_ctrl_c_during_a_pair_of_commands_stops_the_suite_and_says_where(tmp_pat
 
 
 def test_a_pair_of_commands_reads_its_logs_as_its_tags_and_log_steps_say(tmp_path, monkeypatch):
+    from lrcheck import command_pair as pairs
     from lrcheck.logs.model import Quantity
-    from lrcheck.record import pairs
+    from lrcheck.logs.read import reading
 
     seen = {}
 
-    def stop(*args, **kwargs):
-        seen.update(kwargs)
+    def stop(reference, candidate, out, options):
+        seen["options"] = options
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pairs, "run_commands", stop)
@@ -174,5 +175,5 @@ def test_a_pair_of_commands_reads_its_logs_as_its_tags_and_log_steps_say(tmp_pat
     path.write_text('[[pair]]\nref_command = "python a.py"\ncommand = "python b.py"\n'
                     'tags = {lr = "LearningRate"}\nlog_steps = "updates-from-1"\n')
     run_pairs(load_suite(path), tmp_path / "R", files=ReportFiles())
-    stated = seen["stated"]
+    stated = reading(seen["options"].tags, seen["options"].log_steps)
     assert stated.tags == {Quantity.LR: "LearningRate"} and stated.steps.first == 1

@@ -256,7 +256,7 @@ def test_a_pair_of_commands_takes_its_commands_samples_and_tolerances_not_the_ru
     mine, own = s.entries
     assert mine.pair.reference == "python train.py --bs 32"
     assert mine.pair.candidate == "python train.py --bs 16 --accum 2"
-    assert (mine.pair.samples, mine.pair.tolerances.lr, mine.expect) == (32, 1e-9, "fail")
+    assert (mine.pair.options.samples, mine.pair.tolerances.lr, mine.expect) == (32, 1e-9, "fail")
     assert mine.pair.noise_floor is False
     assert mine.pair.to_dict()["kind"] == "commands"
     assert own.pair.candidate.task == "wine"  # the defaults still apply to lrcheck's own pairs
@@ -289,13 +289,14 @@ def test_how_a_pair_of_commands_logs_are_read(tmp_path):
         tags = {lr = "LearningRate", loss = "Loss/train"}
         log_steps = "updates-from-1"
     """).entries
-    assert (mine.pair.tags, mine.pair.log_steps) == (("lr=LearningRate", "loss=Loss/train"),
-                                                     "updates-from-1")
+    options = mine.pair.options
+    assert (options.tags, options.log_steps) == (("lr=LearningRate", "loss=Loss/train"),
+                                                 "updates-from-1")
     assert CommandPair.from_dict(mine.pair.to_dict()) == mine.pair
     body = '[[pair]]\nref_command = "python a.py"\ncommand = "python b.py"\n'
     assert "key 'tags': tag mapping learning=" in error(tmp_path, body + 'tags = {learning = "x"}')
     assert "key 'log_steps': log steps 'epochs'" in error(tmp_path, body + 'log_steps = "epochs"')
-    assert "key 'tags': says how to read the logs of a pair of commands" in error(
+    assert "key 'tags': an option of lrcheck run, for a pair of commands" in error(
         tmp_path, '[[pair]]\naccum = 2\ntags = {lr = "x"}')
 
 
@@ -331,7 +332,7 @@ def test_deterministic_is_a_suite_key_for_every_pair_commands_included(tmp_path)
     assert pairs["on"].reference.deterministic and pairs["on"].candidate.deterministic
     assert not pairs["off"].candidate.deterministic
     commands = pairs["commands"]
-    assert isinstance(commands, CommandPair) and commands.deterministic
+    assert isinstance(commands, CommandPair) and commands.options.deterministic
     assert CommandPair.from_dict(commands.to_dict()) == commands
     forced = {e.name: e.pair for e in deterministic_suite(s).entries}
     assert forced["off"].reference.deterministic and forced["off"].candidate.deterministic
@@ -355,7 +356,7 @@ def test_a_pair_of_commands_takes_an_interrupt_and_a_resume(tmp_path):
         resume = "python train.py --bs 16 --accum 2 --resume c.pt"
         interrupt_signal = "KILL"
     """).entries
-    assert entry.pair.interrupt == Interrupt(
+    assert entry.pair.options.interrupt == Interrupt(
         14, "python train.py --bs 16 --accum 2 --resume c.pt", "KILL", 30.0)
     assert CommandPair.from_dict(entry.pair.to_dict()) == entry.pair
     plain = 'ref_command = "python a.py"\ncommand = "python b.py"\n'

@@ -22,46 +22,12 @@ earlier process's are left out of the comparison."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
-
-ORDINALS = ("first", "second", "third", "fourth", "fifth")
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """Where a later process of rank 0 joins the timeline: its first update (in the timeline),
-    its pid, its place among the rank's processes (1: the second), where the earlier process
-    stood at its end (``before``) and where it stood before its first update (``after``):
-    ``record.stages.standing``'s keys, None where not recorded; and whether it was a lockstep
-    side (a later process runs free)."""
-
-    update: int
-    pid: int | None
-    order: int
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-    lockstep: bool = False
-    ended: int | None = None  # the update count the earlier processes reached (None: update)
-
-    @property
-    def twice(self) -> str:
-        """The updates trained twice (the resume restored an earlier checkpoint than where the
-        earlier process stopped: ``record.restore``), in words; empty where none."""
-        if self.ended is None or self.ended <= self.update:
-            return ""
-        k, e = self.update, self.ended - 1
-        span = f"update {k} was" if k == e else f"updates {k}-{e} were"
-        return (f"{span} trained twice: the resume restored the checkpoint of update {k - 1}, "
-                f"the {_ordinal(self.order - 1)} process had made {self.ended} updates (its "
-                f"updates after update {k - 1} are left out of the comparison); ")
-
-
-def _ordinal(order: int) -> str:
-    return ORDINALS[order] if order < len(ORDINALS) else f"{order + 1}th"
+from lrcheck.stepwise import Boundary, ordinal
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
@@ -91,8 +57,8 @@ def is_resume(b: Boundary) -> bool:
 def _not_carried(b: Boundary) -> list[str]:
     """What the later process of a resume did not carry, in words."""
     found, before, after = carried(b), b.before or {}, b.after or {}
-    who = f"the {_ordinal(b.order)} process (pid {b.pid})"
-    prev = f"the {_ordinal(b.order - 1)} process's"
+    who = f"the {ordinal(b.order)} process (pid {b.pid})"
+    prev = f"the {ordinal(b.order - 1)} process's"
     k = b.update
 
     def stood(x: object) -> str:
@@ -171,18 +137,38 @@ def shifted_data(ref_windows: Sequence[Any] | None, windows: Sequence[Any] | Non
             f"samples of update {j} on (its data position moved ahead)")
 
 
+def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
+    """Where the process that joins at update ``at`` accumulates another number of rank 0's
+    micro-batches per update than the processes before it (each side's most common count): a
+    resume with another accumulation, which a framework may allow (the samples per update are
+    ``data``'s to judge, a schedule sized for the old accumulation ``lr``'s), in words; empty
+    where the same, or unknown."""
+    if windows is None or not 0 < at < len(windows):
+        return ""
+    # Each side's most common count: an epoch's short last window is no other accumulation.
+    before, after = (Counter(sum(1 for micro in w if micro.rank == 0) for w in part)
+                     .most_common(1)[0][0] for part in (windows[:at], windows[at:]))
+    if before == after or not before or not after:
+        return ""
+    return (f" with another accumulation: {after} micro-batches per update from update {at}, "
+            f"{before} before it (a schedule sized for the old accumulation shows in lr)")
+
+
 def check_continuation(name: str, boundaries: Sequence[Boundary],
-                       data: Sequence[str | None] = ()) -> CheckResult | None:
+                       data: Sequence[str | None] = (),
+                       windows: Sequence[Any] | None = None) -> CheckResult | None:
     """``continuation (name)``: the boundaries of the run's timeline judged (see the module's
     docstring); ``data``: per boundary, the samples the resumed run repeated or skipped
-    (``shifted_data``), a failure of its own. None where each rank ran one process."""
+    (``shifted_data``), a failure of its own; ``windows``: the run's (``trace.Window``'s), for
+    a resume with another accumulation (``reaccumulated``), said. None where each rank ran one
+    process."""
     if not boundaries:
         return None
     check = f"continuation ({name})"
     told = []
     for b, shifted in zip(boundaries, [*data, *[None] * len(boundaries)], strict=False):
         if not is_resume(b):
-            told.append(f"at update {b.update} a new training began (the {_ordinal(b.order)} "
+            told.append(f"at update {b.update} a new training began (the {ordinal(b.order)} "
                         f"process, pid {b.pid}: a fresh optimizer and schedule), a stage of "
                         f"its own, not judged as a resume{_free(b, name)}")
             continue
@@ -191,9 +177,9 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
             return CheckResult(check, FAIL, None, b.update,
                                b.twice + "; ".join(problems) + f": the {name} did not resume "
                                f"where it stopped{_free(b, name)}")
-        told.append(f"{b.twice}at update {b.update} the {_ordinal(b.order)} process "
-                    f"(pid {b.pid}) "
-                    f"resumed: {_what_carried(b)}{_free(b, name)}")
+        told.append(f"{b.twice}at update {b.update} the {ordinal(b.order)} process "
+                    f"(pid {b.pid}) resumed{reaccumulated(windows, b.update)}: "
+                    f"{_what_carried(b)}{_free(b, name)}")
     return CheckResult(check, PASS, None, None,
                        f"rank 0's {len(boundaries) + 1} processes joined into one timeline; "
                        + "; ".join(told))

@@ -12,12 +12,13 @@ warning)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, relative
 from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, CheckResult
+from lrcheck.stepwise import EmaPrints
 from lrcheck.words import plural
 
 NAME = "ema-params"
@@ -26,18 +27,6 @@ WHAT = "|Δsum|/max|p|"
 LOCKSTEP = ("in lockstep the candidate's weights are the reference's after every update and its "
             "EMA its own: it folded in other weights, or as often differently (cadence says how "
             "often each run updated it), or with another decay")
-
-
-@dataclass(frozen=True)
-class EmaPrints:
-    """One run's EMA: its class (``name``), the call that updates it, its tensors' names, and
-    per update ``k`` that was fingerprinted the EMA's fingerprint after it (rows of ``(sum,
-    max|p|)``, one per tensor)."""
-
-    name: str
-    call: str
-    names: tuple[str, ...]
-    prints: dict[int, np.ndarray]
 
 
 def check_ema(ref: EmaPrints | None, cand: EmaPrints | None,

@@ -18,7 +18,7 @@ ignores it) gets a gradient of pure rounding noise, different in each run, which
 into steps of a sizeable fraction of the LR: such tensors (``rounding_noise``) are left out of
 both judgements and named; so are the coordinates of a tensor whose gradient is such noise
 (the key-bias slice of a fused qkv projection), which the candidate leaves out of the
-parameters' columns and counts (``record.lockstep._noise``)."""
+parameters' columns and counts (``record.gaps.noise``)."""
 
 from __future__ import annotations
 

@@ -12,14 +12,14 @@ from lrcheck.checks.cadence import check_cadence
 from lrcheck.checks.causes import check_data, check_weights, weight_rtol
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
-from lrcheck.checks.ema import EmaPrints, check_ema
+from lrcheck.checks.ema import check_ema
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, JUDGED_UP_TO, PASS, SKIP, WARN, CheckResult
 from lrcheck.checks.tokens import check_token_weights
 from lrcheck.plan.judging import Recorded, RecordedJudging
 from lrcheck.spec import Tolerances
-from lrcheck.stepwise import RecordedFacts
+from lrcheck.stepwise import EmaPrints, RecordedFacts
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
 

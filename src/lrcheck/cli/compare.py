@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -47,6 +48,7 @@ from lrcheck.spec import (
     RunSpec,
     Tail,
     TrainerLoss,
+    reference_framework,
 )
 
 if TYPE_CHECKING:
@@ -118,12 +120,14 @@ class CompareOptions:
     json_out: bool
     quiet: bool
 
-    def candidate(self) -> dict[str, Any]:
-        """The candidate's ``RunSpec`` fields: ``--nproc`` as its world, the updates of
-        ``--inject-overflow`` as numbers."""
+    def candidate(self, world: int) -> RunSpec:
+        """The candidate, checked by ``RunSpec`` as the library checks it: every field its
+        flag (by name), ``world`` (``--nproc`` checked against torchrun's:
+        ``api.check_processes``), the updates of ``--inject-overflow`` as numbers."""
         run = {f.name: getattr(self, f.name) for f in fields(RunSpec) if f.name not in NOT_FLAGS}
-        return {**run, "world": self.nproc,
-                "inject_overflow": parse_updates("--inject-overflow", self.inject_overflow)}
+        spec: Callable[..., RunSpec] = RunSpec  # each flag's value is checked there
+        return spec(**run | {"world": world, "inject_overflow": parse_updates(
+            "--inject-overflow", self.inject_overflow)})
 
     def tolerances(self) -> dict[str, float | None]:
         """The ``--tol-*`` overrides, by check."""
@@ -187,11 +191,14 @@ def _run(options: CompareOptions) -> int:
 def _pair(options: CompareOptions) -> PairSpec:
     """``api.comparison_pair`` for the options: the library checks them all, as it checks
     ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``."""
-    from lrcheck.api import comparison_pair
+    from lrcheck.api import check_processes, comparison_pair
 
-    return comparison_pair(options.candidate(), tolerances=options.tolerances(),
+    world = check_processes(options.ref_nproc, options.nproc, options.timeout)
+    return comparison_pair(options.candidate(world), tolerances=options.tolerances(),
                            timeout=options.timeout, ref_bs=options.ref_bs,
-                           ref_world=options.ref_nproc, ref_framework=options.ref_framework,
+                           ref_world=options.ref_nproc,
+                           ref_framework=reference_framework(options.policy,
+                                                             options.ref_framework),
                            fast=options.fast)
 
 

@@ -21,6 +21,7 @@ from lrcheck.cli.options import (
 )
 from lrcheck.cli.output import DEFAULT_REPORTS, Output, saving_incomplete
 from lrcheck.spec import DIFF_DTYPE, RUN_STALL_S, Tolerances
+from lrcheck.spec.run_options import RunOptions
 
 PASS_ON = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 SamplesOpt = Annotated[int | None, typer.Option(min=1, help="Samples per optimizer update over all processes (bs·accum·world), when known; without it updates are aligned by their index.")]
@@ -102,18 +103,18 @@ def run_command(
     """
     from lrcheck.api import run_commands, save_report
 
-    tolerances = Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr)
+    options = RunOptions(
+        samples=samples, fingerprint_every=fingerprint_every,
+        tolerances=Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr), free=free, strict=strict,
+        timeout=timeout or None, deterministic=deterministic, ref_logs=ref_logs, logs=logs,
+        tags=tuple(tag or ()), log_steps=log_steps, interrupt_at=interrupt_at, resume=resume,
+        interrupt_signal=interrupt_signal, grace=grace)
     output = Output(json=json_out, quiet=quiet)
     folder = out if out is not None else _unused(
         DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}")
     with output.running(), saving_incomplete(folder, output):
-        report = run_commands(reference, candidate, folder, samples=samples,
-                              fingerprint_every=fingerprint_every, tolerances=tolerances,
-                              echo=None if quiet or json_out else sys.stderr, free=free,
-                              timeout=timeout or None, strict=strict,
-                              deterministic=deterministic, ref_logs=ref_logs, logs=logs,
-                              tags=tag, log_steps=log_steps, interrupt_at=interrupt_at,
-                              resume=resume, interrupt_signal=interrupt_signal, grace=grace)
+        report = run_commands(reference, candidate, folder, options,
+                              echo=None if quiet or json_out else sys.stderr)
         output.show(report, save_report(report, folder))
     raise typer.Exit(report.exit_code)
 

@@ -3,7 +3,8 @@ TensorBoard events, the Transformers Trainer's ``trainer_state.json``, Lightning
 an MLflow file store — read by ``logs.read`` into a ``LoggedRun``: its tags mapped to the
 quantities lrcheck knows (``Quantity``), at the steps they were logged, and what a step means
 (``StepMeaning``). Nothing here reads a file or judges: ``logs.read`` reads, ``logs.truth``
-holds a log against a recording, ``logs.pairs`` compares two logs."""
+holds a log against a recording, ``logs.pairs`` reads two logs and ``checks.logs`` compares
+them."""
 
 from __future__ import annotations
 

@@ -6,12 +6,12 @@ verdict is decided").
 candidate update from the reference's state), against a twin of the reference (the training's
 own noise), or by the tolerance alone. ``run_order`` turns that into the runs to train — the
 reference, the candidate, the twin — in order, with what each keeps or loads, and where they
-run; ``runner.pair`` (in this process, or inside torchrun) and ``runner.ranks.worker`` (a
+run; ``runner.pair`` (in this process, or inside torchrun) and ``runner.rank`` (a
 launched job) execute it, and nothing else decides it.
 
 ``recorded_judging`` decides the same for two recorded commands (``lrcheck run``, ``diff``):
 in lockstep, in part (lockstep stopped, free-running after), or free-running; ``record.sides``,
-``record.pairs`` and ``checks.recorded`` read it.
+``command_pair`` and ``checks.recorded`` read it.
 
 Pure: it reads a run's fields and the registry, and imports no torch (``tests/plan``).
 """

@@ -33,12 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from lrcheck.checks.continuation import Boundary
-from lrcheck.checks.ema import EmaPrints
 from lrcheck.errors import SpecError
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
+from lrcheck.record.tokens import read
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
+from lrcheck.stepwise import Boundary, EmaPrints
 
 _RANK_FILE = re.compile(r"^rank(\d+)(-p\d+)?(-opt(\d+))?\.jsonl$")
 _EMA_FILE = re.compile(r"^ema-rank(\d+)\.jsonl$")
@@ -249,7 +249,8 @@ def fed_rows(lines: list[dict[str, Any]]) -> list[list[Any]]:
     by_token = all("fed_tokens" in line for line in lines)
     for rank, line in enumerate(lines):
         weights = line.get("fed_weights") or [None] * len(line["fed"])
-        tokens = line["fed_tokens"] if by_token else [None] * len(line["fed"])
+        tokens = read(line["fed_tokens"] if by_token else None, len(line["fed"]),
+                      f"rank {rank}'s line")
         window.extend([rank, ids, w, *([t] if by_token else [])]
                       for ids, w, t in zip(line["fed"], weights, tokens, strict=True))
     return window

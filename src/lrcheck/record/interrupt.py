@@ -1,7 +1,7 @@
 """``lrcheck run --interrupt-at N --resume CMD``: the candidate interrupted as a preemption
 interrupts it, then resumed by the user's own command, both recorded into one folder as one
 command: ``python -m lrcheck.record.interrupt --at N --resume CMD -- CANDIDATE...`` is the
-candidate command ``lrcheck run`` records (``record.pairs``), and its two processes become one
+candidate command ``lrcheck run`` records (``command_pair``), and its two processes become one
 timeline per rank (``record.folder``), judged by ``continuation`` at the boundary.
 
 How lrcheck knows update N was made, and where the interrupt lands: the process's own hooks

@@ -6,10 +6,10 @@ The reference's rank 0 streams, after each update k, the gradient the update use
 the user's clipping), its parameters and its optimizer state into the exchange folder
 (``ref-{k}.pt``, written whole, then renamed). Each rank of the candidate, after its own update
 k, reads that file, measures per tensor how far its gradient and its parameters are from the
-reference's (both started update k from the same state), writes those numbers as one line of
-its ``lockstep-rank{R}.jsonl``, and loads the reference's parameters and optimizer state into
-its own tensors, in place: update k+1 starts again from the reference's state. The candidate's
-LR, scheduler, data, loss, GradScaler and clipping stay its own.
+reference's (``record.gaps``; both started update k from the same state), writes those numbers
+as one line of its ``lockstep-rank{R}.jsonl``, and loads the reference's parameters and
+optimizer state into its own tensors, in place: update k+1 starts again from the reference's
+state. The candidate's LR, scheduler, data, loss, GradScaler and clipping stay its own.
 
 Memory and disk stay O(model): the reference writes update k only once every candidate rank
 has read update k - DEPTH, and removes what they all have read. Before its first update the
@@ -36,15 +36,11 @@ import torch
 from lrcheck.procs.owner import identity
 from lrcheck.record import exchange
 from lrcheck.record.exchange import DEPTH as DEPTH  # read by record.process
+from lrcheck.record.gaps import NOISE_CAP, NOISE_UNITS, gaps
 from lrcheck.record.precision import EPS, coarsest
 from lrcheck.record.roles import CANDIDATE, ENV_SPARE, REFERENCE, ended
 from lrcheck.stepwise import COLUMNS, LINES
 
-# A coordinate's gradient is rounding noise where it is at most this many units of the compute
-# precision's roundoff of its tensor's largest (at most ``NOISE_CAP`` of it) and the runs do not
-# share it (they differ by ``UNSHARED`` of it or more): the key-bias slice of a fused qkv
-# projection, whose exact gradient is 0.
-NOISE_UNITS, NOISE_CAP, UNSHARED = 64, 1e-2, 0.1
 END = 1 << 62  # a candidate rank's progress once it follows no more
 def _save(obj: Any, path: Path) -> None:
     """``obj`` written whole, then renamed into place; without the CRC32 of each record (a
@@ -276,7 +272,8 @@ class Follower:
                               if said.exists() else f"the reference ended after {k} update(s)",
                               k)
         ref = _read(path)
-        self._write({"step": k, "gaps": _gaps(params, ref, self.start_params, self.noise)})
+        self._write({"step": k, "gaps": gaps(params, ref["grads"], ref["params"], self.start_params,
+                                              self.noise)})
         problem = _load(optimizer, params, ref)
         if problem:
             return self._stop(problem, k)
@@ -294,82 +291,6 @@ def _read(path: Path) -> dict[str, Any]:
     tensors are views of the file's pages, which stay valid once the file is removed."""
     found: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     return found
-
-
-def _norm(t: torch.Tensor) -> float:
-    """‖t‖, summed in float64."""
-    return float(torch.linalg.vector_norm(t, dtype=torch.float64))
-
-
-def _dot(a: torch.Tensor, b: torch.Tensor) -> float:
-    """<a, b>: the products in the tensors' own type (one temporary, no float64 copies),
-    summed in float64."""
-    return float(torch.sum(a * b, dtype=torch.float64))
-
-
-def _along(diff: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    """Σ sign(ref_i)·Δ_i and Σ |ref_i|: their ratio is the mean of the coordinates' relative
-    gaps Δ_i / ref_i weighted by |ref_i|, exactly s where Δ = s·ref, and where each
-    coordinate's rounding is its own it averages out over many more coordinates than
-    <Δ, ref> / ‖ref‖² (which a few of the largest carry); a coordinate near 0 weighs little."""
-    return _dot(torch.sign(ref), diff), float(torch.sum(torch.abs(ref), dtype=torch.float64))
-
-
-_UP = torch.tensor(float("inf"))
-
-
-def _noise(gap: torch.Tensor, size: torch.Tensor, share: float) -> torch.Tensor | None:
-    """The coordinates whose gradient is rounding noise (``NOISE_UNITS``), from the runs' gap
-    and the reference's |g|: at most ``share`` of the tensor's largest and unshared by the
-    runs; None where there is none."""
-    if not share or not size.is_floating_point() or not size.numel():
-        return None
-    gap = torch.abs(gap)
-    found = (size <= share * torch.max(size)) & (gap >= UNSHARED * size) & (gap > 0)
-    return found if bool(found.any()) else None
-
-
-def _grads(g_c: torch.Tensor, g_r: torch.Tensor, share: float, whole: bool
-           ) -> tuple[tuple[float, ...], torch.Tensor | None]:
-    """‖g_c − g_r‖, ‖g_r‖, <g_c − g_r, g_r>, ``_along``'s two, and the coordinates of rounding
-    noise (``whole``: the gradient has the parameter's shape), each difference taken once."""
-    gap, size = g_c - g_r, torch.abs(g_r)
-    noise = _noise(gap, size, share) if whole else None
-    sign = torch.sign(g_r)
-    if noise is not None:
-        sign, size = torch.where(noise, 0, sign), torch.where(noise, 0, size)
-    return (_norm(gap), _norm(g_r), _dot(gap, g_r), _dot(sign, gap),
-            float(torch.sum(size, dtype=torch.float64))), noise
-
-
-def _gaps(params: list[torch.Tensor], ref: dict[str, Any], start: list[torch.Tensor],
-          share: float = 0.0) -> list[list[float]]:
-    """The ``COLUMNS`` of each tensor at this update, rounded to 4 significant digits. The
-    differences are taken in the parameters' own type: two values this close subtract
-    exactly (Sterbenz), and only the norms and dot products are summed in float64. The
-    parameters' columns and the gradient's ``_along`` leave out the coordinates whose gradient is
-    rounding noise (``_noise``), counted in their column."""
-    rows = []
-    with torch.no_grad():
-        for p, g_r, p_r, p_0 in zip(params, ref["grads"], ref["params"], start, strict=True):
-            mine = p.detach().to("cpu")
-            g_c = None if p.grad is None else exchange.dense(p.grad.detach()).to("cpu")
-            noise = None
-            grad: tuple[float, ...]
-            if g_r is None or g_c is None:
-                gd = _norm(g_c) if g_c is not None else _norm(g_r) if g_r is not None else 0.0
-                grad = (gd, 0.0 if g_r is None else _norm(g_r), 0.0, 0.0, 0.0)
-            else:
-                grad, noise = _grads(g_c, g_r, share, g_c.shape == p_r.shape)
-            moved, update = mine - p_r, p_r - p_0
-            ulp = torch.nextafter(p_r, _UP.to(p_r.dtype)) - p_r \
-                if p_r.is_floating_point() and p_r.numel() else torch.zeros(())
-            if noise is not None:
-                moved, update, ulp = (torch.where(noise, 0, t) for t in (moved, update, ulp))
-            rows.append([float(f"{v:.4g}") for v in (
-                *grad[:2], _norm(moved), _norm(update), _norm(ulp), grad[2], _dot(moved, update),
-                0 if noise is None else int(noise.sum()), *grad[3:], *_along(moved, update))])
-    return rows
 
 
 def _load(optimizer: torch.optim.Optimizer, params: list[torch.Tensor],

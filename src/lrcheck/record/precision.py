@@ -12,14 +12,16 @@ compiled; any error in it switches it off, and the user's forward runs whatever 
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from lrcheck.record.guard import MODULE_CALLS, Guard
 
 # From the finest type to the coarsest, with its unit roundoff (TF32: float32's range, 10 bits
 # of mantissa, as float16's).
@@ -65,9 +67,22 @@ class _Census(TorchDispatchMode):
         return out
 
 
+@dataclass(frozen=True)
+class _Heard:
+    """What ``Precision.before`` did for one module call: the census it began (the outermost
+    call), and whether it put the module on the census's stack."""
+
+    census: _Census | None
+    counted: bool
+
+
 class Precision:
     """What the forward computed in before the first update (``summary``); ``done`` once
-    that update started."""
+    that update started. It hears every module call (``guard.MODULE_CALLS``) inside a guard of
+    its own: an error switches the census off (``summary`` then falls back to the parameters'
+    type and autocast), and the user's forward runs whatever happens."""
+
+    where = "the precision census of a module call"
 
     def __init__(self) -> None:
         self.autocast: dict[str, str] = {}  # device type → autocast's type, where enabled
@@ -75,7 +90,8 @@ class Precision:
         self.active = False  # while the census is taken
         self.done = False
         self.stack: list[str] = []
-        self.local = threading.local()
+        self.guard = Guard("the precision census")
+        self.guard.arm(self._off)
 
     def _autocast(self) -> None:
         for device in ("cpu", "cuda", "xpu", "mps", "hpu"):
@@ -96,36 +112,40 @@ class Precision:
             return False
         return all(type(p) in (torch.nn.Parameter, torch.Tensor) for p in module.parameters())
 
-    def call(self, module_call: Callable[..., object], module: torch.nn.Module,
-             args: tuple[object, ...], kwargs: dict[str, object]) -> object:
-        """``module_call(module, *args, **kwargs)``, observed."""
-        depth = getattr(self.local, "depth", 0)
+    def before(self, module: object, args: tuple[object, ...], kwargs: dict[str, object],
+               depth: int) -> _Heard | None:
+        """Before a module call: the outermost one reads autocast and may begin the census; a
+        call while it is taken goes on its stack."""
+        if self.done or not isinstance(module, torch.nn.Module):
+            return None
         census = None
         if depth == 0:
-            try:
-                self._autocast()
-                if self._census_here(module):
-                    census = self.census = _Census(self.stack)
-                    census.__enter__()  # type: ignore[no-untyped-call]
-                    self.active = True
-            except Exception:  # noqa: BLE001 - observed or not, the forward runs
-                census = None
+            self._autocast()
+            if self._census_here(module):
+                census = self.census = _Census(self.stack)
+                census.__enter__()  # type: ignore[no-untyped-call]
+                self.active = True
         counted = self.active and threading.current_thread() is threading.main_thread()
         if counted:
             self.stack.append(type(module).__name__)
-        self.local.depth = depth + 1
-        try:
-            return module_call(module, *args, **kwargs)
-        finally:
-            self.local.depth = depth
-            if counted and self.stack:
-                self.stack.pop()
-            if census is not None:
-                self.active = False
-                try:
-                    census.__exit__(None, None, None)  # type: ignore[no-untyped-call]
-                except Exception:  # noqa: BLE001
-                    pass
+        return _Heard(census, counted)
+
+    def after(self, heard: object, out: object, raised: bool) -> None:
+        """After a module call: off the stack, and the census ended where it began."""
+        if not isinstance(heard, _Heard):
+            return
+        if heard.counted and self.stack:
+            self.stack.pop()
+        if heard.census is not None:
+            self.active = False
+            heard.census.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+    def _off(self, why: str) -> None:
+        """The census off (its guard tripped): one still taken ends, and none is kept."""
+        census, taken = self.census, self.active
+        self.census, self.active = None, False
+        if census is not None and taken:
+            census.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     def summary(self, params: list[torch.Tensor]) -> dict[str, object]:
         """The coarsest type the update computed in (``precision``), what set it (``why``),
@@ -171,25 +191,16 @@ _undo: list[Callable[[], None]] = []
 
 
 def watch(on: bool = True, precision: Precision = OBSERVED) -> Callable[[], None]:
-    """Wrap ``Module.__call__`` for ``precision`` (where ``on``) until ``finish`` or the
-    process's first optimizer step; returns the undo."""
+    """``precision`` on every module call (``guard.MODULE_CALLS``, where ``on``) until
+    ``finish`` or the process's first optimizer step; returns the undo."""
     if not on:
         return lambda: None
-    module_call = torch.nn.Module.__call__
-
-    @functools.wraps(module_call)
-    def call(self: torch.nn.Module, *args: object, **kwargs: object) -> object:
-        if precision.done or torch.compiler.is_compiling():
-            return module_call(self, *args, **kwargs)
-        return precision.call(module_call, self, args, kwargs)
-
-    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+    removal = MODULE_CALLS.listen(precision)
 
     def restore(*_: object) -> None:
         precision.done = True
         try:
-            if torch.nn.Module.__call__ is call:
-                torch.nn.Module.__call__ = module_call  # type: ignore[method-assign]
+            removal()
         except Exception:  # noqa: BLE001 - called in the user's optimizer.step()
             pass
 

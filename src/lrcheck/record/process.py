@@ -47,6 +47,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
+from lrcheck.procs.determinism import in_effect
 from lrcheck.record import ema, guard, lockstep, modules, optimizers, precision, roles, stages, taps
 from lrcheck.record.birth import BORN, fingerprint_at_birth
 from lrcheck.record.calls import (
@@ -60,7 +61,6 @@ from lrcheck.record.calls import (
 )
 from lrcheck.record.losses import Losses
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
-from lrcheck.runner.determinism import in_effect
 
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
 CALLS = ("backward", "module_zero_grad", "clip_grad_norm", "clip_grad_value", "scaler_update",

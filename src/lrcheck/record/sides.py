@@ -1,23 +1,19 @@
 """The two runs ``lrcheck diff`` compares, each a Recorder file or a record folder, read as
 traces: a folder's ranks merged (``record.folder``), and both aligned by update index where a
 folder does not know its samples per update. Where one run was partitioned by ZeRO (its
-fingerprint the whole model's, ``record.folder``), the other's is taken whole too."""
+fingerprint the whole model's, ``record.folder``), the other's is taken whole too. Data only:
+``checks.sides`` and ``checks.recorded`` judge it."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
-from lrcheck.checks.continuation import check_continuation, shifted_data
-from lrcheck.checks.ema import EmaPrints
-from lrcheck.checks.optimizer import check_optimizer
-from lrcheck.checks.recorded import align
-from lrcheck.checks.status import CheckResult
 from lrcheck.errors import SpecError
 from lrcheck.hparams import OptimizerSettings
 from lrcheck.plan.judging import Recorded, RecordedJudging, recorded_judging
@@ -30,18 +26,24 @@ from lrcheck.record.folder import (
     whole_model,
 )
 from lrcheck.recorder import read_records
-from lrcheck.spec import Tolerances
-from lrcheck.stepwise import LINES, RecordedFacts, StepGaps
+from lrcheck.stepwise import LINES, EmaPrints, RecordedFacts, StepGaps
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import plural
 
 
-def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tolerances.lr
-               ) -> tuple[RunTrace, RunTrace, list[CheckResult], list[str]]:
-    """Both runs as traces, the checks of their optimizers (``checks.optimizer``) and of their
-    ranks (every rank's LR against rank 0's within ``lr_tol``, the replicas' agreement within
-    ``tol``), and why a record folder is incomplete
-    (``FolderRun.incomplete``: its command failed or was stopped)."""
+@dataclass(frozen=True)
+class Side:
+    """One of the two runs as read: its trace, its optimizers' settings (``hparams``) and, for
+    a record folder, the folder as one run (None: a Recorder file)."""
+
+    trace: RunTrace
+    settings: OptimizerSettings | None
+    run: FolderRun | None
+
+
+def read_sides(reference: Path, candidate: Path) -> tuple[Side, Side]:
+    """Both runs as read, traces aligned (see the module's docstring); ``checks.sides`` judges
+    what they hold beside their updates (optimizers, ranks, replicas, continuation)."""
     sides: list[tuple[list[dict[str, Any]], FolderRun | None]] = []
     for path in (reference, candidate):
         if path.is_dir():
@@ -56,36 +58,11 @@ def read_sides(reference: Path, candidate: Path, tol: float, lr_tol: float = Tol
     if any(run is not None and run.partitioned for _, run in sides):
         sides = [(records if run is not None and run.partitioned else
                   [_whole(r) for r in records], run) for records, run in sides]
-    traces = [RunTrace.from_records(records, str(path), None if run is None else _command(run))
-              for (records, run), path in zip(sides, (reference, candidate), strict=True)]
-    more, incomplete = [], []
-    settings = [OptimizerSettings.from_records(records) for records, _ in sides]
-    optimizer = check_optimizer(settings[0], settings[1], align(traces[0], traces[1]), lr_tol)
-    if optimizer is not None:
-        more.append(optimizer)
-    for name, (_, run) in zip(("reference", "candidate"), sides, strict=True):
-        if run is not None and (why := run.incomplete(name)) is not None:
-            incomplete.append(why)
-        if run is None:
-            continue
-        off = check_recording(name, run.description.get("processes", []))
-        if off is not None:
-            more.append(off)
-        shifted = [shifted_data(traces[0].windows, traces[1].windows, b.update)
-                   if name == "candidate" else None for b in run.boundaries]
-        if (joined := check_continuation(name, run.boundaries, shifted)) is not None:
-            more.append(joined)
-        if run.schedules is not None:
-            found = check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
-                                run.schedules.cadence)
-            if found is not None:
-                more.append(found)
-        if run.replicas is not None:
-            found = check_replicas(name, [(g.gap, g.update, g.rank) for g in run.replicas],
-                                   run.ranks, tol)
-            if found is not None:
-                more.append(found)
-    return traces[0], traces[1], more, incomplete
+    ref, cand = (Side(RunTrace.from_records(records, str(path),
+                                            None if run is None else _command(run)),
+                      OptimizerSettings.from_records(records), run)
+                 for (records, run), path in zip(sides, (reference, candidate), strict=True))
+    return ref, cand
 
 
 def _numbered(sides: list[tuple[list[dict[str, Any]], FolderRun | None]]
@@ -115,7 +92,7 @@ def _command(run: FolderRun) -> RecordedCommand:
     ranks that recorded)."""
     about = run.description
     return RecordedCommand(shlex.join(str(word) for word in about.get("command", [])),
-                           int(about.get("world_size") or run.ranks))
+                           int(about.get("world_size") or run.ranks), run.samples_known)
 
 
 def _whole(record: dict[str, Any]) -> dict[str, Any]:
@@ -135,8 +112,7 @@ def read_emas(reference: Path, candidate: Path, twin: Path | None = None
     return read_ema(reference), read_ema(candidate), None if twin is None else read_ema(twin)
 
 
-def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
-               tol: float = 0.0) -> RecordedFacts:
+def read_facts(reference: Path, candidate: Path, twin: Path | None = None) -> RecordedFacts:
     """What the two record folders say beyond their Recorder lines (``RecordedFacts``; the
     ``twin``'s record folder read as the reference is, against the candidate); empty for
     Recorder files."""
@@ -148,7 +124,7 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
     first = [o for p in about["reference"].get("processes", []) for o in p.get("optimizers", [])
              if o.get("index") == 0]
     optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
-    twin_trace = None if twin is None else read_sides(twin, candidate, tol)[0]
+    twin_trace = None if twin is None else read_sides(twin, candidate)[0].trace
     others = []
     for rank in range(1, int(about["candidate"].get("world_size") or 1)):
         path = candidate / LINES.format(rank=rank)

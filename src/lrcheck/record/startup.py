@@ -69,7 +69,7 @@ def _torch_ready() -> None:
     deterministic = bool(os.environ.get(ENV_DETERMINISTIC))
     try:
         if deterministic:
-            from lrcheck.runner.determinism import apply_flags
+            from lrcheck.procs.determinism import apply_flags
 
             apply_flags()
         from lrcheck.record import interrupt

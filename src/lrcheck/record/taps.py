@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from lrcheck.record import tokens as by_token
-from lrcheck.record.guard import RECORDING
+from lrcheck.record.guard import MODULE_CALLS, RECORDING
 from lrcheck.record.identity import first_input, first_tensor, join, row_ids
 
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
@@ -92,7 +92,12 @@ class Fed:
 
 
 class Taps:
-    """The micro-batches of this process since the last update (``take``)."""
+    """The micro-batches of this process since the last update (``take``). It hears every
+    module call (``guard.MODULE_CALLS``) inside the recording's guard: an error here switches
+    the recording off, with the reason, rather than leave a micro-batch out."""
+
+    guard = RECORDING
+    where = "the samples' tap of a module call"
 
     def __init__(self) -> None:
         self.micro: list[_Micro] = []
@@ -135,6 +140,20 @@ class Taps:
         self.micro.append(micro)
         self.current = micro
 
+    def before(self, module: object, args: tuple[object, ...], kwargs: dict[str, object],
+               depth: int) -> bool:
+        """Before a module call: an outermost one may start a micro-batch (``forward``)."""
+        if depth or not isinstance(module, torch.nn.Module):
+            return False
+        self.forward(module, args, kwargs)
+        return True
+
+    def after(self, outermost: object, out: object, raised: bool) -> None:
+        """After a module call: an outermost one that returned is watched for its backward
+        pass (``called``)."""
+        if outermost is True and not raised and self.current is not None:
+            self.called(out)
+
     def called(self, out: object) -> None:
         """An outermost training call returned ``out``: a backward pass that reaches it marks
         the current micro-batch as reached (no later call joins it)."""
@@ -148,7 +167,7 @@ class Taps:
 
         tensor.register_hook(reached)
 
-    def loss(self, name: str, bound: inspect.BoundArguments, out: torch.Tensor) -> None:
+    def loss(self, name: str, bound: inspect.BoundArguments, out: object) -> None:
         """A tapped loss's result ``out``: its items' weights added to the current micro-batch's
         rows in the backward pass."""
         micro = self.current
@@ -317,16 +336,19 @@ def tap_trl(taps: Taps) -> bool:
         @staticmethod
         def apply(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             out = function.apply(hidden, *args, **kwargs)
-            try:
-                scored = out[0] if isinstance(out, (tuple, list)) else out
-                compact = hidden.dim() == 2 and scored.numel() != _tokens(taps)
-                taps.fused(scored, compact)
-            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
-                pass
+            RECORDING.run("TRL's fused LM head tap", _fused, taps, hidden, out)
             return out
 
     utils._ChunkedLogProbFunction = Tapped  # type: ignore[attr-defined]
     return True
+
+
+def _fused(taps: Taps, hidden: torch.Tensor, out: object) -> None:
+    """TRL's per-token log-probabilities ``out`` of ``hidden`` weighed (``Taps.fused``)."""
+    scored = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(scored, torch.Tensor):
+        raise TypeError(f"it returned a {type(scored).__name__}, not log-probabilities")
+    taps.fused(scored, hidden.dim() == 2 and scored.numel() != _tokens(taps))
 
 
 def _tokens(taps: Taps) -> int:
@@ -336,36 +358,20 @@ def _tokens(taps: Taps) -> int:
     return -1 if micro is None or micro.width is None else len(micro.ids) * (micro.width - 1)
 
 
+def _weigh(taps: Taps, name: str, signature: inspect.Signature, args: tuple[object, ...],
+           kwargs: dict[str, object], out: object) -> None:
+    """The loss ``name`` called with ``args`` and ``kwargs`` weighed (``Taps.loss``)."""
+    bound = signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    taps.loss(name, bound, out)
+
+
 def tap(taps: Taps) -> Callable[[], None]:
-    """Wrap ``Module.__call__`` and the losses of ``LOSSES`` for ``taps``; returns the undo."""
+    """``taps`` on every module call (``guard.MODULE_CALLS``) and the losses of ``LOSSES``
+    wrapped for it; returns the undo."""
     import torch.nn.functional as F
 
-    module_call = torch.nn.Module.__call__
-
-    @functools.wraps(module_call)
-    def call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return module_call(self, *args, **kwargs)
-        depth = getattr(_local, "module", 0)
-        if depth == 0:
-            try:
-                taps.forward(self, args, kwargs)
-            except Exception:  # noqa: BLE001 - the user's forward runs whatever happens
-                taps.current = None
-        _local.module = depth + 1
-        try:
-            out = module_call(self, *args, **kwargs)
-        finally:
-            _local.module = depth
-        if depth == 0 and taps.current is not None:
-            try:
-                taps.called(out)
-            except Exception:  # noqa: BLE001 - the user's output is returned whatever happens
-                pass
-        return out
-
-    undo = [functools.partial(setattr, torch.nn.Module, "__call__", module_call)]
-    torch.nn.Module.__call__ = call  # type: ignore[method-assign]
+    undo = [MODULE_CALLS.listen(taps)]
     for name in LOSSES:
         original = getattr(F, name)
         signature = inspect.signature(original)
@@ -379,12 +385,8 @@ def tap(taps: Taps) -> Callable[[], None]:
                 out = _original(*args, **kwargs)
             finally:
                 _local.loss = 0
-            try:
-                bound = _signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                taps.loss(_name, bound, out)
-            except Exception:  # noqa: BLE001 - the user's loss is returned whatever happens
-                pass
+            RECORDING.run(f"the tap of F.{_name}", _weigh, taps, _name, _signature, args,
+                          kwargs, out)
             return out
 
         functools.update_wrapper(loss, original)

@@ -105,12 +105,12 @@ def unpack(value: object) -> list[list[np.ndarray] | None]:
     return out
 
 
-def read(value: object, micro: int, where: str) -> dict[str, object]:
-    """A line's ``fed_tokens`` (``value``; None: not recorded) as ``{"fed_tokens": …}``
+def read(value: object, micro: int, where: str) -> list[list[np.ndarray] | None]:
+    """A line's ``fed_tokens`` (``value``; None: not recorded, none measured) read back
     (``unpack``), for the ``micro`` micro-batches of its ``fed``; a ``SpecError`` naming
     ``where`` when it is not what ``pack`` writes."""
     if value is None:
-        return {}
+        return [None] * micro
     try:
         found = unpack(value)
         if len(found) != micro:
@@ -118,4 +118,4 @@ def read(value: object, micro: int, where: str) -> dict[str, object]:
     except ValueError:
         raise SpecError(f"{where}: 'fed_tokens' must hold, per micro-batch of 'fed', null or "
                         "[tokens per row, base64 float64] (lrcheck.record.tokens.pack)") from None
-    return {"fed_tokens": found}
+    return found

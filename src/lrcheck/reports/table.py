@@ -50,7 +50,7 @@ def files_title(report: Report, subject: str) -> str:
 
 
 def from_logs(report: Report) -> bool:
-    """Whether a diff compared two runs' own logs (``logs.pairs``, whose ``limits`` check says
+    """Whether a diff compared two runs' own logs (``checks.logs``, whose ``limits`` check says
     what they cannot prove)."""
     return any(c.name == "limits" for c in report.checks)
 
@@ -135,13 +135,18 @@ def files_table(report: Report) -> Table:
     losses = [[u.loss for u in t.updates if u.loss is not None] for t in runs]
     if from_logs(report):
         return _logs_table(report, table, losses)
+    commands = report.commands()
+    given = [True, True] if commands is None else [c.samples_known for c in commands]
+    counted = [f"{t.updates[-1].samples_seen:,}" if all(given) else "not given (--samples)"
+               if not known else "not compared (the other's not given)"
+               for t, known in zip(runs, given, strict=True)]
     rows = [
         ("file", [str(t.source) for t in runs]),
         *([("command", [c.line for c in commands]),
            ("world size", [str(c.world_size) for c in commands])]
-          if (commands := report.commands()) is not None else []),
+          if commands is not None else []),
         ("optimizer updates", [f"{len(t.updates):,}" for t in runs]),
-        ("samples seen", [f"{t.updates[-1].samples_seen:,}" for t in runs]),
+        ("samples seen", counted),
         ("param groups", [str(len(t.updates[0].lr)) for t in runs]),
         ("final LR (group 0)", [f"{t.updates[-1].lr[0]:.4g}" for t in runs]),
         ("final loss", [f"{v[-1]:.6f}" if v else "not recorded" for v in losses]),

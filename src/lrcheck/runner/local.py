@@ -15,8 +15,8 @@ from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, LrcheckError, RunError
 from lrcheck.experiments.tasks import load_data
 from lrcheck.plan.frameworks import PLAIN
+from lrcheck.procs.determinism import applied
 from lrcheck.runner import plain
-from lrcheck.runner.determinism import applied
 from lrcheck.runner.frameworks import adapter
 from lrcheck.runner.lockstep import Lockstep
 from lrcheck.runner.ranks.fault import fault_hook
@@ -100,7 +100,7 @@ def _run_local(spec: RunSpec, role: str, *, device: str, rank: int,
 
 def _deterministic(spec: RunSpec, run: Callable[[], RunTrace]) -> Callable[[], RunTrace]:
     """``run`` with ``--deterministic``'s settings applied around it where the spec asks
-    (``runner.determinism.applied``: inside ``guarded``, which keeps their warnings)."""
+    (``procs.determinism.applied``: inside ``guarded``, which keeps their warnings)."""
     def within() -> RunTrace:
         with applied(spec.deterministic):
             return run()

@@ -1,7 +1,7 @@
 """Runs both sides of a pair and returns their traces, in the order ``plan.judging.run_order``
 computes (who trains first, who loads the reference's states, the twin): each side in this
 process (world 1) or launched through torchrun (world > 1), both in one torchrun job (a
-multi-process candidate's single-process reference on its rank 0: ``runner.ranks.worker``), or,
+multi-process candidate's single-process reference on its rank 0: ``runner.rank``), or,
 when lrcheck itself runs inside torchrun, on the ranks of the process group this process belongs
 to (``join_torchrun``). This module executes the order here and inside torchrun, and hands it to
 a launched job."""
@@ -129,7 +129,7 @@ def join_torchrun(spec: RunSpec, timeout: float | None) -> Member | None:
     env = torchrun_env(os.environ)
     if env is None or env.world == 1:
         return None
-    from lrcheck.runner.determinism import set_environment
+    from lrcheck.procs.determinism import set_environment
     from lrcheck.runner.ranks.group import join
 
     if spec.deterministic:  # before the process group, and NCCL, start
@@ -283,7 +283,7 @@ def _run_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float
 def _launch_pair(pair: PairSpec, order: RunOrder, tracker: _Tracker, timeout: float | None,
                  cached: RunTrace | None) -> dict[str, RunTrace]:
     """A multi-process candidate and its single-process reference, in one torchrun job
-    (``runner.ranks.worker``): the ranks check the plan and train the candidate, and rank 0
+    (``runner.rank``): the ranks check the plan and train the candidate, and rank 0
     trains the reference, in ``order``. This process imports neither torch nor the data, so its
     own work does not compete with the ranks for the machine's cores. A ``cached`` reference is
     not trained again (its states go to the ranks in the job's folder)."""

@@ -13,7 +13,7 @@ from lrcheck.experiments.tasks import Dataset, load_data
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context
-from lrcheck.runner.determinism import described_here
+from lrcheck.procs.determinism import described_here
 from lrcheck.runner.memory import check_fits
 from lrcheck.runner.recording import recording_bytes
 from lrcheck.runner.resume import resume_point

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
-from lrcheck.runner.ranks.procs import marked
+from lrcheck.procs.marks import marked
 
 # How long a worker whose pipe ended is given to be told as ended by the leader.
 REAP_S = 5.0

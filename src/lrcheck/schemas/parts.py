@@ -120,6 +120,8 @@ def shared() -> dict[str, Schema]:
         "deterministic": deterministic(),
         "command_pair": closed(COMMAND_PAIR_KEYS, {
             "deterministic": BOOLEAN, "tags": array(STRING), "log_steps": STRING,
+            "fingerprint_every": INTEGER, "free": BOOLEAN, "strict": BOOLEAN,
+            "timeout": nullable(NUMBER), "ref_logs": STRING, "logs": STRING,
             "interrupt": closed({"at": INTEGER, "resume": STRING, "signal": words(SIGNALS),
                                  "grace": NUMBER},
                                 description="lrcheck run --interrupt-at's options "

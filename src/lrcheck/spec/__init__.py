@@ -41,11 +41,12 @@ from lrcheck.spec.run import (
     resumed_against_itself,
     samples_per_epoch,
 )
+from lrcheck.spec.run_options import RunOptions
 from lrcheck.spec.settings import SETTINGS, Setting, settings_for
 from lrcheck.spec.tolerances import Tolerances
 
-__all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "Tolerances", "Choice", "Tail",
-           "LossNorm", "Dtype",
+__all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "RunOptions", "Tolerances",
+           "Choice", "Tail", "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
            "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "SETTINGS",
            "Setting", "settings_for", "Note", "resolve",

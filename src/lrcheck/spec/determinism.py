@@ -7,7 +7,7 @@ The model is torchtitan's ``set_determinism`` and ``set_batch_invariance``
 affects starts, and recorded. Environment variables (``how == "env"``) go into a process's
 environment before CUDA, cuBLAS and NCCL start (into the environment of the processes lrcheck
 starts, and of this one before it trains); flags (``how == "flag"``) are set once torch is
-imported, before the first CUDA operation (``runner.determinism``). An environment variable
+imported, before the first CUDA operation (``procs.determinism``). An environment variable
 the caller set already is kept and reported with lrcheck's value beside it, never replaced.
 
 Pure: imports no torch.

@@ -15,7 +15,6 @@ from lrcheck.plan.frameworks import FRAMEWORKS, PLAIN
 from lrcheck.plan.judging import Judging, judging_mode
 from lrcheck.plan.steps import batch_breakdown
 from lrcheck.spec.choices import Dtype, LossNorm, Tail, at_least, one_of
-from lrcheck.spec.interrupt import Interrupt
 from lrcheck.spec.resolve import Note, is_resolved, resolve
 from lrcheck.spec.run import (
     DIFF_DTYPE,
@@ -23,6 +22,7 @@ from lrcheck.spec.run import (
     RunSpec,
     resumed_against_itself,
 )
+from lrcheck.spec.run_options import RunOptions, options_from_dict, options_to_dict
 from lrcheck.spec.settings import SETTINGS
 from lrcheck.spec.tolerances import Tolerances
 
@@ -202,39 +202,27 @@ class FilePair:
 @dataclass(frozen=True)
 class CommandPair:
     """A suite's pair of a user's own commands (``ref_command`` and ``command``), each a quoted
-    command line that ``lrcheck run`` records and diffs; ``samples``: samples per update, where
-    known; ``deterministic``: both recorded with ``--deterministic``'s settings; ``interrupt``:
-    the candidate interrupted and resumed (``lrcheck run --interrupt-at``). It has no noise
-    floor: the commands run as they are, not in lockstep."""
+    command line that ``lrcheck run`` records and diffs with ``options``, every option of
+    ``lrcheck run`` (``RunOptions``). It has no noise floor of lrcheck's own: the commands run
+    as they are."""
 
     reference: str
     candidate: str
-    tolerances: Tolerances = field(default_factory=lambda: Tolerances.for_dtype(DIFF_DTYPE))
-    samples: int | None = None
-    deterministic: bool = False
-    # How to read the commands' own logs (docs/logs.md): "lr=LearningRate", ...; what a
-    # logged step counts ("updates-from-1").
-    tags: tuple[str, ...] = ()
-    log_steps: str | None = None
-    interrupt: Interrupt | None = None  # ``interrupt_at``, ``resume``: docs/resume.md
+    options: RunOptions = field(default_factory=RunOptions)
 
     noise_floor = False
 
-    def to_dict(self) -> dict[str, Any]:
-        logs = {**({"tags": list(self.tags)} if self.tags else {}),
-                **({"log_steps": self.log_steps} if self.log_steps else {})}
+    @property
+    def tolerances(self) -> Tolerances:
+        return self.options.tolerances
+
+    def to_dict(self) -> dict[str, object]:
         return {"kind": "commands", "ref_command": self.reference, "command": self.candidate,
-                "samples": self.samples, "tolerances": asdict(self.tolerances),
-                "deterministic": self.deterministic, **logs,
-                **({} if self.interrupt is None else {"interrupt": asdict(self.interrupt)})}
+                **options_to_dict(self.options)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CommandPair:
-        stop = data.get("interrupt")
-        return cls(data["ref_command"], data["command"], Tolerances(**data["tolerances"]),
-                   data.get("samples"), bool(data.get("deterministic", False)),
-                   tuple(data.get("tags", ())), data.get("log_steps"),
-                   None if stop is None else Interrupt(**stop))
+    def from_dict(cls, data: Mapping[str, Any]) -> CommandPair:
+        return cls(data["ref_command"], data["command"], options_from_dict(data))
 
 
 def reference_framework(policy: str, ref_framework: str | None) -> str | None:
@@ -251,7 +239,7 @@ def _safe(text: str) -> str:
     return "".join(keep).strip("_.") or "custom"
 
 
-def pair_from_options(candidate: Mapping[str, Any], *, ref_bs: int | None = None,
+def pair_from_options(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
                       ref_world: int = 1, ref_framework: str | None = None,
                       tolerances: Tolerances | Mapping[str, float | None] | None = None,
                       fast: bool = False) -> PairSpec:
@@ -260,8 +248,11 @@ def pair_from_options(candidate: Mapping[str, Any], *, ref_bs: int | None = None
     processes and framework (``PairSpec.build``), ``tolerances`` whole or as overrides of the
     defaults of the candidate's dtype (which a framework that trains in one type has set), and
     ``fast`` (no noise floor). ``--policy accelerate``, the spelling before ``--framework``, is
-    ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so."""
-    ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
-    return PairSpec.build(RunSpec(**candidate), ref_bs=ref_bs, ref_world=ref_world,
+    ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so
+    (given a ``RunSpec``, which has rewritten it, the caller's ``reference_framework``)."""
+    if not isinstance(candidate, RunSpec):
+        ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
+        candidate = RunSpec(**candidate)
+    return PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_world,
                           tolerances=tolerances, ref_framework=ref_framework,
                           noise_floor=not fast)

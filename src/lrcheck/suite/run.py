@@ -197,15 +197,11 @@ def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
 def _run_commands(entry: SuiteEntry, folder: Path) -> Report:
     """A pair of the user's own commands, recorded into ``folder``/reference and /candidate
     and diffed, as ``lrcheck run`` does; Ctrl-C keeps what they recorded there."""
-    from lrcheck.record.pairs import run_commands
+    from lrcheck.command_pair import run_commands
 
     pair = entry.pair
     assert not isinstance(pair, PairSpec)
-    from lrcheck.logs.read import reading
-
-    return run_commands(pair.reference, pair.candidate, folder, samples=pair.samples,
-                        tolerances=pair.tolerances, deterministic=pair.deterministic,
-                        stated=reading(pair.tags, pair.log_steps), interrupt=pair.interrupt)
+    return run_commands(pair.reference, pair.candidate, folder, pair.options)
 
 
 def _where(suite: Suite, index: int, how: str, *, after: bool = False) -> str:

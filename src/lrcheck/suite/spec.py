@@ -28,7 +28,6 @@ from typing import Any
 from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import (
-    DIFF_DTYPE,
     SETTINGS,
     CommandPair,
     PairSpec,
@@ -36,7 +35,14 @@ from lrcheck.spec import (
     Tolerances,
     pair_from_options,
 )
-from lrcheck.spec.interrupt import DEFAULT_GRACE_S, Interrupt
+from lrcheck.suite.commands import (
+    COMMAND_KEYS,
+    INTERRUPT_KEYS,
+    OPTION_KEYS,
+    STARTS_COMMANDS,
+    check_option,
+    command_pair,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,16 +55,10 @@ RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"np
 TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
 PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework", "fast")
 META_KEYS = ("name", "expect")
-# A [[pair]] of a user's own commands (``lrcheck run 'REF' 'CAND'``): these, a name, expect and
-# tolerances; no run key.
-COMMAND_KEYS = ("ref_command", "command", "samples_per_update")
-# A pair of commands' candidate interrupted and resumed (``lrcheck run --interrupt-at``).
-INTERRUPT_KEYS = ("interrupt_at", "resume", "interrupt_signal", "grace")
 # How a pair of commands' own logs are read (docs/logs.md): tags = {lr = "LearningRate"},
-# log_steps = "updates-from-1".
+# log_steps = "updates-from-1"; its other keys (``lrcheck run``'s options): suite.commands.
 LOG_KEYS = ("tags", "log_steps")
-KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS, *LOG_KEYS,
-        *INTERRUPT_KEYS)
+KEYS = (*RUN_KEYS, *PAIR_KEYS, *TOLERANCE_KEYS, *META_KEYS, *COMMAND_KEYS)
 # Keys whose value is a list of update numbers (or one); in a [[grid]], a list of such lists
 # expands.
 UPDATE_LIST_KEYS = ("inject_overflow",)
@@ -73,9 +73,8 @@ NEEDS = {"amp": {"dtype": "float32"}, "inject_overflow": {"dtype": "float32", "a
 # Values that need more than their key does: bf16 is DeepSpeed's alone.
 NEEDS_FOR_VALUE = {("amp", "bf16"): {"framework": "deepspeed"}}
 # Keys whose value is true or false.
-BOOL_KEYS = ("fast", "deterministic", *(s.name for s in SETTINGS if s.switch))
-# The run keys a pair of commands takes too (from [defaults] or its own [[pair]]).
-COMMAND_RUN_KEYS = ("deterministic",)
+BOOL_KEYS = ("fast", "deterministic", "free", "strict",
+             *(s.name for s in SETTINGS if s.switch))
 TABLES = ("defaults", "pair", "grid")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,119}")
 # "--ref-bs" in a message from spec.py is "ref_bs" in a suite file.
@@ -121,7 +120,7 @@ def deterministic_suite(suite: Suite) -> Suite:
     as ``deterministic = true`` in each)."""
     def on(pair: PairSpec | CommandPair) -> PairSpec | CommandPair:
         if isinstance(pair, CommandPair):
-            return replace(pair, deterministic=True)
+            return replace(pair, options=replace(pair.options, deterministic=True))
         return replace(pair, reference=pair.reference.replace(deterministic=True),
                        candidate=pair.candidate.replace(deterministic=True))
 
@@ -138,7 +137,7 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     if not isinstance(defaults, dict):
         raise SpecError(f"{source}: 'defaults' must be a table: write [defaults]")
     _check_keys(source, "[defaults]", defaults, lists=False)
-    for key in (k for k in (*COMMAND_KEYS, *LOG_KEYS, *INTERRUPT_KEYS) if k in defaults):
+    for key in (k for k in COMMAND_KEYS if k in defaults):
         raise SpecError(f"{source}: [defaults], key {key!r}: a command belongs to one pair; "
                         "set it in [[pair]]")
     if "name" in defaults:
@@ -153,11 +152,11 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
         for number, item in enumerate(items, 1):
             origin = f"[[{kind}]] #{number}"
             _check_keys(source, origin, item, lists=kind == "grid")
-            if any(k in item for k in (*COMMAND_KEYS, *INTERRUPT_KEYS)):
+            if any(k in item for k in (*STARTS_COMMANDS, *INTERRUPT_KEYS)):
                 entries.append(_command_entry(source, origin, kind, defaults, item))
-            elif logs := [k for k in LOG_KEYS if k in item]:
-                raise SpecError(f"{source}: {origin}, key {logs[0]!r}: says how to read the "
-                                "logs of a pair of commands (ref_command, command)")
+            elif own := [k for k in COMMAND_KEYS if k in item]:
+                raise SpecError(f"{source}: {origin}, key {own[0]!r}: an option of lrcheck run, "
+                                "for a pair of commands (ref_command, command)")
             else:
                 entries += (_expand(source, origin, defaults, item) if kind == "grid"
                             else [_entry(source, origin, {**defaults, **item}, None)])
@@ -201,7 +200,7 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
     (lrcheck does not train it), but for ``deterministic``; its tolerances, ``expect`` and the
     defaults' tolerances do."""
     if kind != "pair":
-        key = next(k for k in (*COMMAND_KEYS, *INTERRUPT_KEYS) if k in item)
+        key = next(k for k in COMMAND_KEYS if k in item)
         raise SpecError(f"{source}: {where}, key {key!r}: commands belong in a [[pair]], "
                         "not a [[grid]]")
     for key in ("ref_command", "command"):
@@ -209,23 +208,16 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
             raise SpecError(f"{source}: {where}: a pair of commands needs both 'ref_command' "
                             f"and 'command'; {key!r} is missing")
     for key in item:
-        if (key in RUN_KEYS or key in PAIR_KEYS) and key not in COMMAND_RUN_KEYS:
+        if (key in RUN_KEYS or key in PAIR_KEYS) and key not in OPTION_KEYS:
             raise SpecError(f"{source}: {where}, key {key!r}: a pair of commands runs the "
                             "commands as they are; it takes no run key (only name, expect, "
-                            "samples_per_update, deterministic, interrupt_at, resume, "
-                            "interrupt_signal, grace and tol_*)")
+                            f"tol_* and lrcheck run's options: {', '.join(OPTION_KEYS)})")
     values = {**defaults, **item}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
     try:
-        stop = Interrupt.given(item.get("interrupt_at"), item.get("resume"),
-                               item.get("interrupt_signal", "TERM"),
-                               item.get("grace", DEFAULT_GRACE_S))
+        pair = command_pair({**item, "deterministic": values.get("deterministic", False)}, tol)
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
-    tags = tuple(f"{q}={t}" for q, t in item.get("tags", {}).items())
-    pair = CommandPair(item["ref_command"], item["command"],
-                       Tolerances.for_dtype(DIFF_DTYPE, **tol), item.get("samples_per_update"),
-                       values.get("deterministic", False), tags, item.get("log_steps"), stop)
     name = item.get("name", "commands")
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
@@ -277,7 +269,7 @@ def _check_keys(source: str, where: str, table: dict[str, Any], *, lists: bool) 
             _check_value(source, where, key, value)
 
 
-def _check_value(source: str, where: str, key: str, value: Any) -> None:
+def _check_value(source: str, where: str, key: str, value: object) -> None:
     """``value`` for ``key`` on its own, with the checks the command line applies to its flag."""
     def bad(message: str) -> SpecError:
         return SpecError(f"{source}: {where}, key {key!r}: {message}")
@@ -319,16 +311,22 @@ def _check_value(source: str, where: str, key: str, value: Any) -> None:
     elif key == "ref_nproc":
         if not (isinstance(value, int) and value >= 1):
             raise bad(f"must be a whole number >= 1, got {value!r}")
-    elif key == "fast" or key in INTERRUPT_KEYS:
-        pass  # a boolean, checked above; the interrupt's, checked with the pair's (Interrupt)
-    else:
+    elif key == "fast":
+        pass  # a boolean, checked above
+    elif key in OPTION_KEYS and key != "deterministic":
         try:
+            check_option(key, value)
+        except SpecError as exc:
+            raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
+    else:
+        try:  # a value of any type, checked by Tolerances and RunSpec as a flag's is
             if key in TOLERANCE_KEYS:
-                Tolerances.for_dtype("float64", **{key.removeprefix("tol_"): value})
+                tolerances: Callable[..., Tolerances] = Tolerances.for_dtype
+                tolerances("float64", **{key.removeprefix("tol_"): value})
             else:
                 for_value = NEEDS_FOR_VALUE.get((key, value), {}) if isinstance(value, str) else {}
-                needs = {**NEEDS.get(key, {}), **for_value}
-                RunSpec(**{**needs, RUN_KEYS[key]: _run_value(key, value)})
+                run: Callable[..., RunSpec] = RunSpec
+                run(**{**NEEDS.get(key, {}), **for_value, RUN_KEYS[key]: _run_value(key, value)})
         except (SpecError, TypeError) as exc:
             raise bad(_in_suite_words(_LEADING_FLAG.sub("", str(exc)))) from None
 
@@ -360,7 +358,7 @@ def _is_axis(key: str, value: object) -> bool:
     return isinstance(value, list)
 
 
-def _run_value(key: str, value: Any) -> Any:
+def _run_value(key: str, value: object) -> object:
     """The ``RunSpec`` field's value for the suite's ``value`` (``inject_overflow = 3`` is
     ``(3,)``)."""
     if key in UPDATE_LIST_KEYS:

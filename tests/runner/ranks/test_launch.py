@@ -13,7 +13,8 @@ import pytest
 
 from lrcheck.environment import Environment
 from lrcheck.errors import RunError, SpecError
-from lrcheck.runner.ranks import handoff, procs
+from lrcheck.procs import marks
+from lrcheck.runner.ranks import handoff
 from lrcheck.runner.ranks.launch import Exited, Launched, TorchrunLog
 from lrcheck.spec import RunSpec
 from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
@@ -33,7 +34,7 @@ def _trace(spec: RunSpec, n: int) -> RunTrace:
 def _job(tmp_path, script: str = "import time; time.sleep(600)") -> Launched:
     token = uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-c", script],
-                            env={**os.environ, procs.MARKER_ENV: token}, start_new_session=True)
+                            env={**os.environ, marks.MARKER_ENV: token}, start_new_session=True)
     seen: list[tuple[str, int]] = []
     hooks = {role: (lambda record, total, role=role: seen.append((role, record.step)))
              for role in ("candidate", "reference")}
@@ -58,7 +59,7 @@ def test_a_job_stopped_during_the_reference_keeps_the_finished_candidate(tmp_pat
     assert job.seen == [("reference", 0), ("reference", 1)]
     assert job.watch.role == "reference"
     assert not tmp_path.exists()  # interrupted: the folder goes
-    assert procs.marked(job.token) == []
+    assert marks.marked(job.token) == []
 
 
 def test_a_stall_after_the_candidate_is_told_as_the_reference_s(tmp_path):
@@ -71,7 +72,7 @@ def test_a_stall_after_the_candidate_is_told_as_the_reference_s(tmp_path):
                                        r"for 0.5 s \(--timeout\) before the first update"):
         job.wait(timeout=0.5)
     assert tmp_path.exists()  # a failure keeps the logs
-    assert procs.marked(job.token) == []
+    assert marks.marked(job.token) == []
 
 
 def test_bad_input_from_the_ranks_is_a_spec_error(tmp_path):

@@ -1,6 +1,6 @@
 """A multi-process run launched through torchrun, watched from this process until it finishes,
 a rank fails, it makes no progress for ``timeout`` seconds, or Ctrl-C; whatever happens, no
-process it started is left running (``procs.stop``)."""
+process it started is left running (``marks.stop``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from lrcheck.environment import Environment
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.plan.judging import Step
-from lrcheck.runner.ranks import handoff, procs
+from lrcheck.procs import marks
+from lrcheck.runner.ranks import handoff
 from lrcheck.runner.ranks.torchrun import torchrun_argv
 from lrcheck.runner.startup import release
 from lrcheck.spec import RunSpec, determinism
@@ -62,7 +63,7 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
           lockstep: Lockstep | None = None) -> Launched:
     """Start torchrun for ``spec`` and return at once; ``wait()`` or ``stop()`` the result.
     ``order``: the job's runs in order (``plan.judging.RunOrder.in_job``; default ``role``'s
-    alone), which ``runner.ranks.worker`` follows: ``role``'s run on every rank and, with
+    alone), which ``runner.rank`` follows: ``role``'s run on every rank and, with
     ``reference`` (one process), the reference's on rank 0 — before ``spec`` where it runs in
     lockstep with it (the other ranks wait for rank 0 to join their process group), else after
     it. ``on_update[role]`` is called here for every update rank 0 records in that run.
@@ -78,7 +79,7 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
     argv = torchrun_argv(sys.executable, spec.world, [str(folder)], run_id=token)
     # --deterministic's environment variables from the ranks' start (spec.determinism).
     base = determinism.environment(os.environ) if spec.deterministic else dict(os.environ)
-    env = {**base, procs.MARKER_ENV: token}
+    env = {**base, marks.MARKER_ENV: token}
     with open(folder / handoff.TORCHRUN_LOG, "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -86,7 +87,7 @@ def start(spec: RunSpec, role: str, *, reference: RunSpec | None = None,
         return Launched(spec, role, tuple(step.role for step in steps), folder, proc, token,
                         on_update or {})
     except BaseException:  # Ctrl-C (or SIGTERM) before the caller holds the job: stop it here
-        procs.stop(proc, token)
+        marks.stop(proc, token)
         raise
 
 
@@ -141,9 +142,9 @@ class Launched:
         ``keep_logs``. Once the job has ended, nothing."""
         if self.ended:
             return
-        while True:  # bounded (procs.stop gives up within seconds): no process may outlive it
+        while True:  # bounded (marks.stop gives up within seconds): no process may outlive it
             try:
-                procs.stop(self.proc, self.token)
+                marks.stop(self.proc, self.token)
                 break
             except KeyboardInterrupt:  # a second Ctrl-C while stopping: finish stopping
                 continue
@@ -216,10 +217,10 @@ class _Watch:
     def _dead(self) -> list[int]:
         """Ranks whose process is gone although they neither finished nor reported an error,
         and torchrun did not stop them (it stops the others once one has failed)."""
-        if not procs.HAS_PROC:  # no /proc to see a process in: only torchrun's exit tells
+        if not marks.HAS_PROC:  # no /proc to see a process in: only torchrun's exit tells
             return []
         pids = handoff.read_pids(self.folder)
-        gone = {rank: pid for rank, pid in pids.items() if not procs.alive(pid)}
+        gone = {rank: pid for rank, pid in pids.items() if not marks.alive(pid)}
         if not gone:
             return []
         # Read after the processes were found gone: torchrun logs that it stops a worker

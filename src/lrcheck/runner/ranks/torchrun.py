@@ -4,7 +4,7 @@ from the environment torchrun gives it. Nothing here imports torch or starts a p
 Two directions (docs/multiprocess.md):
 
 - ``lrcheck compare --nproc N`` launches ``python -m torch.distributed.run`` with the argv of
-  ``torchrun_argv``; each rank runs ``lrcheck.runner.ranks.worker``.
+  ``torchrun_argv``; each rank runs ``lrcheck.runner.rank``.
 - ``torchrun ... -m lrcheck compare`` runs lrcheck on every rank; ``torchrun_env`` sees it and
   ``candidate_world`` takes the world size from there, on one node or many.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from lrcheck.errors import SpecError
 
-WORKER_MODULE = "lrcheck.runner.ranks.worker"
+WORKER_MODULE = "lrcheck.runner.rank"
 # The rendezvous store listens on loopback, port 0: the OS hands out a free port, so a busy port
 # (another torchrun's 29400, a MASTER_PORT 29500 in use) can never collide with it.
 RENDEZVOUS_ENDPOINT = "127.0.0.1:0"

@@ -1,4 +1,4 @@
-"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.ranks.worker FOLDER``,
+"""One rank of a run that lrcheck launched: ``python -m lrcheck.runner.rank FOLDER``,
 started by torchrun with the argv of ``torchrun.torchrun_argv``.
 
 Every rank checks the plan (bad input is told before anything trains) and trains; rank 0
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from lrcheck.errors import LrcheckError, RunError, SpecError
 from lrcheck.plan.judging import REFERENCE
+from lrcheck.procs.marks import exit_now
 from lrcheck.runner.ranks import handoff
-from lrcheck.runner.ranks.procs import exit_now
 from lrcheck.runner.ranks.torchrun import TorchrunEnv, torchrun_env
 from lrcheck.runner.startup import hold
 from lrcheck.trace import OnUpdate, RunTrace, UpdateRecord
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path((sys.argv[1:] if argv is None else argv)[0])
     env = torchrun_env(os.environ)
     if env is None:
-        print("lrcheck.runner.ranks.worker runs under torchrun only", file=sys.stderr)
+        print("lrcheck.runner.rank runs under torchrun only", file=sys.stderr)
         return 2
     _send_output_to(handoff.log_path(folder, env.rank))
     handoff.write_pid(folder, env.rank)

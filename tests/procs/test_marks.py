@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from lrcheck.runner.ranks import procs
+from lrcheck.procs import marks
 from tests.helpers import HANG_S, wait_for
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc (Linux)")
@@ -29,14 +29,14 @@ time.sleep(600)
 
 
 def test_stop_kills_the_launcher_and_its_worker_in_another_session(monkeypatch):
-    monkeypatch.setattr(procs, "TERM_GRACE_S", 0.3)
+    monkeypatch.setattr(marks, "TERM_GRACE_S", 0.3)
     token = uuid.uuid4().hex
-    env = {**os.environ, procs.MARKER_ENV: token}
+    env = {**os.environ, marks.MARKER_ENV: token}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER], env=env, start_new_session=True)
     # The worker carries the marker from its fork on, and has its session only once its
     # setsid() ran: wait for both, not for the moment between.
     def started() -> list[int] | None:
-        found = procs.marked(token)
+        found = marks.marked(token)
         worker = [p for p in found if p != proc.pid]
         try:
             alone = len(found) == 2 and os.getsid(worker[0]) != os.getsid(proc.pid)
@@ -48,15 +48,15 @@ def test_stop_kills_the_launcher_and_its_worker_in_another_session(monkeypatch):
                     proc=proc)
     assert len(pids) == 2 and proc.pid in pids  # out of reach of the launcher's group
 
-    procs.stop(proc, token)  # both ignore SIGTERM: only the SIGKILL after the grace stops them
-    assert procs.marked(token) == []
+    marks.stop(proc, token)  # both ignore SIGTERM: only the SIGKILL after the grace stops them
+    assert marks.marked(token) == []
     assert proc.returncode == -9
 
 
 def test_stop_after_a_clean_exit_is_a_no_op():
     token = uuid.uuid4().hex
     proc = subprocess.Popen([sys.executable, "-c", "pass"],
-                            env={**os.environ, procs.MARKER_ENV: token})
+                            env={**os.environ, marks.MARKER_ENV: token})
     proc.wait()
-    procs.stop(proc, token)
+    marks.stop(proc, token)
     assert proc.returncode == 0

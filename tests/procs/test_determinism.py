@@ -1,4 +1,4 @@
-"""``runner.determinism``: ``--deterministic`` applied around lrcheck's own runs and read back;
+"""``procs.determinism``: ``--deterministic`` applied around lrcheck's own runs and read back;
 ``compare(deterministic=True)`` on the CPU, in this process and in torchrun's ranks."""
 
 import os
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from lrcheck import compare
+from lrcheck.procs.determinism import applied, described_here, read
 from lrcheck.reports.kinds import run_settings
-from lrcheck.runner.determinism import applied, described_here, read
 from lrcheck.runner.local import run_local
 from lrcheck.spec import PairSpec, RunSpec
 from lrcheck.spec.determinism import AT_START, DETERMINISM, ENV_VARIABLES, FLAGS, NO_CUDA

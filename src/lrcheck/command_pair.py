@@ -1,4 +1,5 @@
-"""Two recorded runs compared: ``lrcheck diff`` of two Recorder files or record folders, and
+"""Two recorded runs compared (above ``record/``, which records and reads them, and ``checks/``,
+which judge them): ``lrcheck diff`` of two Recorder files or record folders, and
 ``lrcheck run`` of two command lines, recorded then diffed. ``lrcheck.api`` forwards to these;
 a suite's command pairs (``spec.CommandPair``) run through ``run_commands`` too."""
 
@@ -23,14 +24,15 @@ from lrcheck.record.logged import findings, write_findings
 from lrcheck.record.roles import ENV_NUDGE
 from lrcheck.record.together import record_together
 from lrcheck.result import Report
-from lrcheck.spec import RUN_STALL_S, FilePair, Tolerances
-from lrcheck.spec.interrupt import Interrupt
+from lrcheck.spec import FilePair, Tolerances
+from lrcheck.spec.run_options import RunOptions
 from lrcheck.words import plural
 
 if TYPE_CHECKING:
     from lrcheck.logs.model import Reading
 
 P = ParamSpec("P")
+NO_OPTIONS = RunOptions()  # lrcheck run's defaults
 
 
 def diff_runs(reference: str | Path, candidate: str | Path, *,
@@ -42,6 +44,8 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
     there (``checks.strictly``); ``stated``: how to read two logs (``--tag``, ``--log-steps``),
     a ``SpecError`` for two recordings."""
     from lrcheck.checks import recorded_checks
+    from lrcheck.checks.logs import log_checks
+    from lrcheck.checks.sides import side_checks
     from lrcheck.environment import Environment
     from lrcheck.logs.pairs import logs_pair, read_pair
     from lrcheck.record.sides import read_emas, read_facts, read_sides
@@ -52,23 +56,22 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                     **({} if tolerances is None else {"tolerances": tolerances}))
     environment = Environment(lrcheck=__version__, device="none")
     if logs_pair(Path(reference), Path(candidate)):  # two runs' own logs (logs.pairs)
-        ref, cand, checks = read_pair(Path(reference), Path(candidate), pair.tolerances,
-                                      stated)
+        logs, (ref, cand) = read_pair(Path(reference), Path(candidate), stated)
+        checks = log_checks(*logs, (ref, cand), pair.tolerances)
         return Report(pair, ref, cand, strictly(checks) if strict else checks, environment,
                       kind=Kind.DIFF)
     if stated is not None and stated.stated:
         raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
                         f"{candidate} are recordings, not logs")
-    ref, cand, more, incomplete = read_sides(Path(reference), Path(candidate),
-                                             pair.tolerances.params, pair.tolerances.lr)
-    checks = recorded_checks(ref, cand, pair.tolerances, more, incomplete,
-                             read_facts(Path(reference), Path(candidate), twin,
-                                        pair.tolerances.params),
+    sides = read_sides(Path(reference), Path(candidate))
+    more, incomplete = side_checks(*sides, pair.tolerances.params, pair.tolerances.lr)
+    checks = recorded_checks(sides[0].trace, sides[1].trace, pair.tolerances, more, incomplete,
+                             read_facts(Path(reference), Path(candidate), twin),
                              read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
     environment = replace(environment, deterministic=_deterministic(Path(candidate)))
-    return Report(pair, ref, cand, checks, environment, kind=Kind.DIFF)
+    return Report(pair, sides[0].trace, sides[1].trace, checks, environment, kind=Kind.DIFF)
 
 
 def _deterministic(folder: Path) -> dict[str, object] | None:
@@ -132,7 +135,9 @@ def _keeping_what_was_recorded(run: Callable[P, Report]) -> Callable[P, Report]:
         except KeyboardInterrupt as stop:
             given = inspect.signature(run).bind(*args, **kwargs).arguments
             folders = {side: Path(given["out"]) / side for side in ("reference", "candidate")}
-            raise _interrupted(stop, folders, given.get("tolerances")) from None
+            options = given.get("options")
+            raise _interrupted(stop, folders, options.tolerances
+                               if isinstance(options, RunOptions) else None) from None
 
     return kept
 
@@ -167,49 +172,45 @@ def _interrupted(stop: KeyboardInterrupt, folders: dict[str, Path],
 
 
 @_keeping_what_was_recorded
-def run_commands(reference: str, candidate: str, out: str | Path, *,
-                 samples: int | None = None, fingerprint_every: int | None = None,
-                 echo: TextIO | None = None, tolerances: Tolerances | None = None,
-                 free: bool = False, timeout: float | None = RUN_STALL_S,
-                 strict: bool = False, deterministic: bool = False,
-                 ref_logs: str | Path | None = None,
-                 logs: str | Path | None = None, stated: Reading | None = None,
-                 interrupt: Interrupt | None = None) -> Report:
+def run_commands(reference: str, candidate: str, out: str | Path,
+                 options: RunOptions = NO_OPTIONS, *, echo: TextIO | None = None) -> Report:
     """``lrcheck.run_commands``: both command lines recorded into ``out``/reference and
-    ``out``/candidate, then diffed, and each run's own logs (``ref_logs``, ``logs``, else
-    where its trainer logged: ``record.logged``) held against its record, in the report's
-    logs section. By default side by side, the candidate in lockstep with
-    the reference (``record.together``; ``timeout``: seconds without an update before both are
-    stopped as hung); ``free``: one after the other, each free-running. A pair that ran free
-    (asked to, or where lockstep could not load: shards) and whose effects go beyond their
-    tolerance is judged against a twin: the reference command run again into ``out``/twin,
-    its parameters nudged by one ulp at its first step (``strict``: effects judged only up to
-    the update where the twin decorrelated fail there). A command that fails is a
-    ``RunError`` with its exit code and last lines. ``deterministic``: every command with
-    ``--deterministic``'s settings. ``interrupt``: the candidate interrupted and resumed
-    (``record.interrupt``), its processes joined into one timeline."""
-    if timeout is not None and not timeout >= 0:
-        raise SpecError(f"--timeout must be a number of seconds >= 0 (0: wait for ever), got "
-                        f"{timeout!r}")
+    ``out``/candidate, then diffed, and each run's own logs (``options.ref_logs``,
+    ``options.logs``, else where its trainer logged: ``record.logged``; read as ``tags`` and
+    ``log_steps`` say) held against its record, in the report's logs section. By default side
+    by side, the candidate in lockstep with the reference (``record.together``; ``timeout``:
+    seconds without an update before both are stopped as hung); ``free``: one after the other,
+    each free-running. A pair that ran free (asked to, or where lockstep could not load:
+    shards) and whose effects go beyond their tolerance is judged against a twin: the
+    reference command run again into ``out``/twin, its parameters nudged by one ulp at its
+    first step (``strict``: effects judged only up to the update where the twin decorrelated
+    fail there). A command that fails is a ``RunError`` with its exit code and last lines.
+    ``deterministic``: every command with ``--deterministic``'s settings. ``interrupt_at``
+    and ``resume``: the candidate interrupted and resumed (``record.interrupt``), its
+    processes joined into one timeline. ``echo``: where the commands' output goes."""
+    from lrcheck.logs.read import reading
+
+    stated = reading(options.tags, options.log_steps)
     commands = {side: split_command(side, line)
                 for side, line in (("reference", reference), ("candidate", candidate))}
-    if interrupt is not None:
+    if (interrupt := options.interrupt) is not None:
         commands["candidate"] = interrupt.command(commands["candidate"])
-    every = DEFAULT_EVERY if fingerprint_every is None else fingerprint_every
+    every = DEFAULT_EVERY if options.fingerprint_every is None else options.fingerprint_every
     folders = {side: Path(out) / side for side in ("reference", "candidate", "twin")}
-    if free:
+    samples, deterministic = options.samples, options.deterministic
+    if options.free:
         for side, argv in commands.items():
             _record_alone(side, argv, folders[side], samples, every, echo,
                           deterministic=deterministic)
     else:
         for run in record_together(commands, Path(out), samples=samples, every=every,
-                                   echo=echo, timeout=timeout,
+                                   echo=echo, timeout=options.timeout,
                                    deterministic=deterministic).values():
             _stepped(run)
     from lrcheck.record.sides import read_judging
 
-    report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                       strict=strict)
+    report = diff_runs(folders["reference"], folders["candidate"],
+                       tolerances=options.tolerances, strict=options.strict)
     if not _needs_twin(report, read_judging(folders["candidate"])[0]):
         if (folders["twin"] / "run.json").exists():  # an earlier run's, in a reused folder
             shutil.rmtree(folders["twin"], ignore_errors=True)
@@ -217,11 +218,13 @@ def run_commands(reference: str, candidate: str, out: str | Path, *,
         # Beside a pair recorded together, whose reference fingerprinted every update
         # (``record.process``), the twin does too.
         _record_alone("twin of the reference", commands["reference"], folders["twin"],
-                      samples, every if free else 1, echo, {ENV_NUDGE: "1"}, deterministic)
-        report = diff_runs(folders["reference"], folders["candidate"], tolerances=tolerances,
-                           twin=folders["twin"], strict=strict)
-    report.logs = [*findings(folders["reference"], "reference", _path(ref_logs), stated),
-                   *findings(folders["candidate"], "candidate", _path(logs), stated)]
+                      samples, every if options.free else 1, echo, {ENV_NUDGE: "1"},
+                      deterministic)
+        report = diff_runs(folders["reference"], folders["candidate"],
+                           tolerances=options.tolerances, twin=folders["twin"],
+                           strict=options.strict)
+    report.logs = [*findings(folders["reference"], "reference", options.ref_logs, stated),
+                   *findings(folders["candidate"], "candidate", options.logs, stated)]
     return report
 
 
