@@ -172,24 +172,34 @@ def test_report_files_get_the_umask_s_permissions_not_owner_only(tmp_path):
     assert stat.S_IMODE((tmp_path / "a.png").stat().st_mode) == 0o644
 
 
-def write_pid(path, wait=0.0):
-    """A 'picture' that says which process drew it (after ``wait`` seconds)."""
-    import time
-
-    time.sleep(wait)
+def write_pid(path, until=None):
+    """A 'picture' that says which process drew it (once the file ``until`` exists)."""
+    if until is not None:
+        wait_for(until.exists, HANG_S, f"{until} to be made")
     path.write_text(str(os.getpid()))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="draw_in_two forks")
 def test_every_plot_the_helper_has_not_begun_is_taken_back_at_finish(tmp_path):
-    # The helper is handed one plot at a time: while it draws the first (for 1.5 s), the next
-    # four wait here, and finish() has the helper draw all four in two processes; the first of
-    # them (a pool would already have queued it to the helper) in the forked one.
+    # The helper is handed one plot at a time: while it draws the first (until finish() has
+    # taken the others back: no race with the machine's load), the next four wait here, and
+    # finish() has the helper draw all four in two processes; the first of them (a pool would
+    # already have queued it to the helper) in the forked one.
+    taken_back = tmp_path / "taken-back"
     with Renderer(background=True) as renderer:
         helper = renderer.helper()
+        take_back = renderer._take_back
+
+        def take_back_then_let_the_first_end():
+            try:
+                take_back()
+            finally:
+                taken_back.touch()
+
+        renderer._take_back = take_back_then_let_the_first_end
         paths = [tmp_path / f"{n}.txt" for n in range(5)]
-        renderer.draw([Plot(paths[0], write_pid, {"wait": 1.5}),
+        renderer.draw([Plot(paths[0], write_pid, {"until": taken_back}),
                        *(Plot(path, write_pid, {}) for path in paths[1:])])
         renderer.finish()
     drawn_by = [int(path.read_text()) for path in paths]
