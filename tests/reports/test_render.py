@@ -54,7 +54,7 @@ def test_a_process_whose_plots_are_drawn_by_the_helper_never_imports_matplotlib(
         " {'ref': (x, x), 'cand': (x, x), 'title': 't'})])\n"
         "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert_png(tmp_path / "p.png")
@@ -309,7 +309,7 @@ def test_a_script_without_a_main_guard_gets_its_plots_and_no_traceback(tmp_path)
         f"    r.draw([Plot(Path({str(tmp_path / 'p.png')!r}), draw_loss,"
         " {'ref': (x, x), 'cand': (x, x), 'title': 't'})])\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+                         timeout=HANG_S, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     assert_png(tmp_path / "p.png")
