@@ -116,3 +116,38 @@ def test_a_killed_process_whose_description_is_older_than_its_last_update_is_rea
     restored = restore_point(_lines(MADE), stale, {"start": _standing(MADE)})
     assert restored.at == MADE and restored.standing == {**_standing(MADE), "sched_epoch": None}
     assert restore_point(_lines(MADE), stale, {"start": _standing(12)}).standing == _standing(12)
+
+
+def _fed(lines, first):
+    """Each update fed its own 4 samples (ids 4k..4k+3), in two micro-batches, from ``first``."""
+    for k, line in enumerate(lines):
+        ids = list(range(4 * (first + k), 4 * (first + k + 1)))
+        line["fed"] = [ids[:2], ids[2:]]
+    return lines
+
+
+def test_a_resume_that_restored_neither_optimizer_nor_schedule_is_placed_by_its_data():
+    lost = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [9.0, 9.0]}
+    restored = restore_point(_fed(_lines(MADE), 0), EARLIER, {"start": lost},
+                             _fed(_lines(1), 8)[0])
+    assert restored.at == 8 and restored.standing["opt_step"] == 8.0
+    # its data from the start: a new stage on the same data, not a resume; unknown data: its end
+    assert restore_point(_fed(_lines(MADE), 0), EARLIER, {"start": lost},
+                         _fed(_lines(1), 0)[0]).at == MADE
+    assert restore_point(_lines(MADE), EARLIER, {"start": lost}, _lines(1)[0]).at == MADE
+
+
+def test_a_resume_placed_by_its_data_fails_naming_what_it_lost(tmp_path):
+    lost = {"opt_step": 0.0, "sched_epoch": 0, "fingerprint": [9.0, 9.0]}
+    (tmp_path / "run.json").write_text(json.dumps(run_json()))
+    for stem, pid, started, lines, start, end in (
+            ("rank0", 50, 100.0, _fed(_lines(MADE), 0), EARLIER["start"], EARLIER["end"]),
+            ("rank0-p60", 60, 200.0, _fed(_lines(6), 8), lost, _standing(6))):
+        (tmp_path / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        (tmp_path / f"{stem}.json").write_text(json.dumps(process_json(
+            pid=pid, started=started, start=start, end=end)))
+    found = check_continuation("candidate", read_folder(tmp_path).boundaries)
+    assert found.status == "fail" and found.first_divergence == 8, found.detail
+    assert "updates 8-13 were trained twice" in found.detail
+    assert "restarted the schedule at update 8: its step counter was 0" in found.detail
+    assert "lost the optimizer's state at update 8" in found.detail

@@ -48,7 +48,7 @@ def is_resume(b: Boundary) -> bool:
     """Whether the later process resumed the earlier one's training (see the module's
     docstring), rather than starting a new one."""
     found = carried(b)
-    if found["opt_step"] or found["sched_epoch"]:
+    if found["opt_step"] or found["sched_epoch"] or b.twice:  # twice: it restored a position
         return True
     return (found["opt_step"] is None and found["sched_epoch"] is None
             and bool(found["fingerprint"]))

@@ -183,7 +183,8 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
     boundaries = []
     for order, (lines, about) in enumerate(parts[1:], start=1):
         earlier, ended = parts[order - 1], len(records)
-        restored = restore_point(records[ended - len(earlier[0]):], earlier[1], about)
+        restored = restore_point(records[ended - len(earlier[0]):], earlier[1], about,
+                                 lines[0] if lines else None)
         del records[ended - len(earlier[0]) + restored.at:]  # trained twice: the resumed's count
         seen, step = records[-1]["samples_seen"], records[-1]["step"] + 1
         boundaries.append(Boundary(len(records), about.get("pid"), order, restored.standing,

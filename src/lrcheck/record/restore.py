@@ -6,7 +6,9 @@ aligned by what it restored: its first optimizer state's step counter before its
 (``record.stages``'s ``start``), matched with the step counter each update of the earlier
 process ended with (the Recorder line's ``opt_step``); where the optimizer keeps none or it
 was not restored (0), its scheduler's position, matched with the earlier process's positions
-(its ``start`` plus the ``scheduler.step()`` calls counted per update). The judged timeline
+(its ``start`` plus the ``scheduler.step()`` calls counted per update); where neither was
+restored, the data position: the earlier update k > 0 whose samples the resumed process's first
+update trains again (at k = 0 it is a new stage on the same data). The judged timeline
 continues from that restore point: the earlier process's updates after it are left out
 (``record.folder.join``) and said (``checks.continuation``)."""
 
@@ -55,11 +57,28 @@ def _trusted_end(lines: list[dict[str, Any]], end: dict[str, Any] | None
     return end
 
 
+def _fed(line: dict[str, Any]) -> tuple[int, ...] | None:
+    """The identities of the samples behind an update, in order (``record.taps``' row hashes,
+    as ``recorder.read_records`` unpacks them, whatever its micro-batches); None where the taps
+    saw none."""
+    fed = line.get("fed")
+    return tuple(int(i) for ids in fed for i in ids) if fed else None
+
+
+def _by_data(lines: list[dict[str, Any]], first: dict[str, Any] | None) -> int | None:
+    """The last earlier update k > 0 fed the samples the later process's ``first`` update was
+    fed: the data position it restored."""
+    wanted = None if first is None else _fed(first)
+    found = [k for k, line in enumerate(lines) if k and wanted and _fed(line) == wanted]
+    return found[-1] if found else None
+
+
 def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
-                  later: dict[str, Any]) -> Restore:
-    """Where the process described by ``later`` joins after the one described by ``earlier``
-    (its Recorder lines ``lines``): see the module's docstring. Where nothing matches, after
-    the earlier process's last update (its ``end``), which ``checks.continuation`` judges."""
+                  later: dict[str, Any], first: dict[str, Any] | None = None) -> Restore:
+    """Where the process described by ``later`` (its first Recorder line ``first``) joins after
+    the one described by ``earlier`` (its Recorder lines ``lines``): see the module's
+    docstring. Where nothing matches, after the earlier process's last update (its ``end``),
+    which ``checks.continuation`` judges."""
     end = _trusted_end(lines, earlier.get("end"))
     after = later.get("start") or {}
     whole = Restore(len(lines), end)
@@ -67,17 +86,18 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
         return whole
     counter = after.get("opt_step")
     at = positions(lines, earlier.get("start"), end)
-    places: list[Any]
+    places: list[Any] = []
+    wanted: object = None
     if isinstance(counter, (int, float)) and counter > 0:
         places, wanted = [line.get("opt_step") for line in lines], float(counter)
     elif isinstance(after.get("sched_epoch"), int):
         places, wanted = at, after["sched_epoch"]
-    else:
-        return whole
-    found = [k for k, value in enumerate(places) if value == wanted]
-    if not found or (found[-1] + 1 == len(lines) and end is not None):
+    found = [k + 1 for k, value in enumerate(places) if value == wanted]
+    if not found:  # neither restored: the data position, where it was
+        found = [k for k in [_by_data(lines, first)] if k is not None]
+    if not found or (found[-1] == len(lines) and end is not None):
         return whole
     k = found[-1]
     free = earlier.get("lockstep") is None  # in lockstep its weights became the reference's
-    return Restore(k + 1, {"opt_step": lines[k].get("opt_step"), "sched_epoch": at[k],
-                           "fingerprint": lines[k].get("fingerprint") if free else None})
+    return Restore(k, {"opt_step": lines[k - 1].get("opt_step"), "sched_epoch": at[k - 1],
+                       "fingerprint": lines[k - 1].get("fingerprint") if free else None})
