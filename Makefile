@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates the virtual
-# environment first when it is missing. `make test` runs the linters first (`make lint`: ruff and
-# mypy), then every test (the 25 slowest named at the end), then builds the docs site
-# (`make docs`: a broken link fails it);
+# environment first when it is missing. `make test` runs every test (the 25 slowest named at the
+# end) and, beside them, the linters (`make lint`: ruff and mypy), the docs site (`make docs`: a
+# broken link fails it) and Ludwig's tests in their own environment (`make test-ludwig`);
 # `make test-fast` leaves out the tests marked slow (training beyond a few updates, starting
 # processes), the linters and the site: under a minute. The report.html tests drive a headless
 # Chromium: `make test` (not `make venv`, so not `make demo`, which opens no browser) runs
@@ -59,11 +59,21 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check src tests docs/hooks
 	$(BIN)/python -m mypy src/lrcheck
 
-test: lint test-ludwig
-	@required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
+# The linters, the docs site and Ludwig's environment and tests (mostly pip fetching and
+# unpacking, then 7 tests) run beside the main tests, which leave a core free much of the time:
+# their output goes to $(BESIDE_LOG) and is printed after the main tests' own; either failing
+# fails make test.
+BESIDE_LOG := $(VENV)/make-test-beside.log
+
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & beside=$$!; \
+	echo "make lint docs test-ludwig >$(BESIDE_LOG), beside the main tests"; \
+	required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
 	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25"; \
-	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25
-	$(MAKE) --no-print-directory docs
+	LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25; main=$$?; \
+	wait $$beside; code=$$?; \
+	echo "--- make lint docs test-ludwig (run beside the main tests; exit code $$code):"; \
+	cat $(BESIDE_LOG); [ $$main -eq 0 ] && [ $$code -eq 0 ]
 
 # The docs site (mkdocs.yml), offline, into site/; --strict: a broken link or anchor, or a page
 # left out of the nav, fails. The reference pages are generated from the code as it builds. Not

@@ -249,12 +249,12 @@ def refuse_training(monkeypatch):
 
 
 @pytest.mark.parametrize("function,own", [
-    ("compare", "ref_bs, ref_world, tolerances, ref_framework, fast, progress, timeout, cache"),
-    ("trace_schedule", "ref_bs, ref_world, tolerances, progress"),
+    ("compare", "ref_bs, ref_world, ref_framework, tolerances, fast, timeout"),
+    ("trace_schedule", "ref_bs, ref_world, ref_framework, tolerances, fast, timeout"),
 ])
 def test_an_unknown_keyword_is_a_spec_error_listing_the_accepted_ones(monkeypatch, function, own):
-    from lrcheck.api import CANDIDATE_KEYWORDS
     from lrcheck.errors import SpecError
+    from lrcheck.spec.compare_options import CANDIDATE_FIELDS
 
     refuse_training(monkeypatch)
     call = getattr(lrcheck, function)
@@ -262,9 +262,10 @@ def test_an_unknown_keyword_is_a_spec_error_listing_the_accepted_ones(monkeypatc
         call(nonsense=1, samples=100)
     message = str(info.value)
     assert message.startswith(f"lrcheck.{function}: unknown keyword 'nonsense'; it takes a "
-                              "PairSpec, or the candidate's RunSpec fields: task, bs, accum,")
+                              "PairSpec or CompareOptions, or the candidate's RunSpec fields: "
+                              "task, bs, accum,")
     assert message.endswith(f"; and {own}")
-    assert all(name in message for name in CANDIDATE_KEYWORDS) and "twin" not in message
+    assert all(name in message for name in CANDIDATE_FIELDS) and "twin" not in message
     with pytest.raises(SpecError, match=r"unknown keyword 'acum' \(did you mean 'accum'\?\)"):
         call(acum=2, samples=100)
     with pytest.raises(SpecError, match="unknown keywords 'a', 'b'"):
@@ -280,8 +281,8 @@ def test_a_pair_with_candidate_fields_beside_it_is_a_spec_error(monkeypatch):
     with pytest.raises(SpecError, match=r"lrcheck.compare: a PairSpec and the candidate's "
                                         r"fields \(accum=4\) together"):
         lrcheck.compare(pair, accum=4)
-    with pytest.raises(SpecError, match="lrcheck.trace_schedule: pair must be a PairSpec, "
-                                        "got RunSpec"):
+    with pytest.raises(SpecError, match="lrcheck.trace_schedule: pair must be a PairSpec or "
+                                        "CompareOptions, got RunSpec"):
         lrcheck.trace_schedule(pair.candidate)
 
 
@@ -375,19 +376,42 @@ def test_compare_and_a_suite_pair_refuse_processes_as_the_command_does(
 
 
 def test_inside_torchrun_compare_takes_the_world_size_from_torchrun(monkeypatch):
-    from lrcheck.api import comparison_pair
+    from lrcheck.api import comparison_options, comparison_pair
 
     _inside_torchrun(monkeypatch)
-    pair = comparison_pair({"bs": 8, "accum": 1})
+    pair = comparison_pair(comparison_options(bs=8, accum=1))
     assert (pair.candidate.world, pair.reference.bs, pair.reference.world) == (4, 32, 1)
-    assert comparison_pair({"bs": 8, "accum": 1}, ref_world=4).reference.bs == 8
+    assert comparison_pair(comparison_options(bs=8, accum=1, ref_world=4)).reference.bs == 8
 
 
 def test_the_old_policy_accelerate_is_rewritten_by_the_library_for_every_caller():
-    from lrcheck.api import comparison_pair
+    from lrcheck.api import comparison_options, comparison_pair
 
     with pytest.warns(FutureWarning, match="--policy accelerate is now --framework accelerate "
                                            "--ref-framework plain"):
-        pair = comparison_pair({"policy": "accelerate"})
+        pair = comparison_pair(comparison_options(policy="accelerate"))
     assert (pair.candidate.framework, pair.candidate.policy) == ("accelerate", "per-update")
     assert pair.reference.framework == "plain"
+
+
+def test_the_package_exports_the_api_s_functions_themselves_lazily():
+    """``lrcheck.compare`` (and the others) is ``lrcheck.api.compare``, its own signature and
+    docstring, not a forwarder; ``import lrcheck`` imports neither lrcheck.api nor
+    lrcheck.result at module level (``__getattr__`` does, on first use)."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import lrcheck.api
+    import lrcheck.result
+
+    for name in ("compare", "trace_schedule", "diff", "save_report"):
+        assert getattr(lrcheck, name) is getattr(lrcheck.api, name)
+    assert lrcheck.Report is lrcheck.result.Report
+    assert "ref_bs" not in inspect.signature(lrcheck.compare).parameters  # a keyword of **
+    assert "progress" in inspect.signature(lrcheck.compare).parameters
+    tree = ast.parse(Path(lrcheck.__file__).read_text(encoding="utf-8"))
+    eager = {node.module for node in tree.body if isinstance(node, ast.ImportFrom)}
+    assert not eager & {"lrcheck.api", "lrcheck.result"}
+    with pytest.raises(AttributeError, match="module 'lrcheck' has no attribute 'comparee'"):
+        lrcheck.comparee  # noqa: B018

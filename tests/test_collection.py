@@ -30,11 +30,15 @@ def test_every_test_file_under_tests_is_collected(request):
         ludwig = {f for f in files if f.startswith("tests/ludwig/")}
         assert ludwig and collected & ludwig == set()
         files -= ludwig
-        recipe = (TESTS.parent / "Makefile").read_text().split("\ntest-ludwig:", 1)[1]
-        assert "pytest -q tests/ludwig" in recipe.split("\n\n", 1)[0]
-        assert "test-ludwig" in re.search(r"^test:.*$", (TESTS.parent / "Makefile").read_text(),
-                                          re.M).group(0)
+        makefile = (TESTS.parent / "Makefile").read_text()
+        assert "pytest -q tests/ludwig" in _recipe(makefile, "test-ludwig")
+        assert re.search(r"\$\(MAKE\)[^\n]* test-ludwig\b", _recipe(makefile, "test"))
     assert files - collected == set()
+
+
+def _recipe(makefile: str, target: str) -> str:
+    """The rule of ``target`` in the Makefile: its line and its recipe, to the next blank line."""
+    return makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
 
 
 def _collected(config: pytest.Config) -> set[str]:

@@ -266,15 +266,17 @@ def test_a_rank_that_raises_fails_the_run_in_seconds_naming_it(tmp_path):
 
 
 def test_a_hung_rank_is_stopped_by_the_timeout(tmp_path):
+    # 10 s: far beyond any stall of a loaded machine between two updates of this tiny run (a
+    # stall as long would stop it before the hang, at another update).
     run = Run(LRCHECK + ["--nproc", "2", "--bs", "8", "--accum", "2", "--task", "wine",
-                         "--epochs", "5", "--timeout", "5", "--out", "out"], tmp_path,
+                         "--epochs", "5", "--timeout", "10", "--out", "out"], tmp_path,
               LRCHECK_FAULT="1:2:hang").finish()
     assert run.code == 3
-    assert ("the candidate run (2 processes) made no progress for 5 s (--timeout) after "
+    assert ("the candidate run (2 processes) made no progress for 10 s (--timeout) after "
             "update 2 of 20; every process was stopped") in run.err
     folder = next(tmp_path.glob("lrcheck-candidate-*"))
     last_update = (folder / "updates.jsonl").stat().st_mtime
-    assert run.ended_wall - last_update >= 5  # not before --timeout (no upper bound: a busy
+    assert run.ended_wall - last_update >= 10  # not before --timeout (no upper bound: a busy
     run.assert_no_survivors()                 # machine may take longer to stop it)
 
 

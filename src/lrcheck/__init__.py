@@ -6,53 +6,42 @@ The public API; importing it does not import torch.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from lrcheck.errors import Interrupted, LrcheckError, RunError, SpecError
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.recorder import Recorder
-from lrcheck.spec import PairSpec, RunOptions, RunSpec, Tolerances
+from lrcheck.spec import (
+    CompareOptions,
+    PairSpec,
+    RunOptions,
+    RunSpec,
+    ToleranceOverrides,
+    Tolerances,
+)
 from lrcheck.version import __version__
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # exported lazily: __getattr__
+    from lrcheck.api import compare, diff, save_report, trace_schedule
     from lrcheck.result import Report
 
 __all__ = ["compare", "trace_schedule", "diff", "save_report", "Recorder", "PairSpec", "RunSpec",
-           "RunOptions", "Tolerances", "Report", "ScheduleContext", "LrcheckError", "SpecError",
-           "RunError", "Interrupted", "__version__"]
+           "RunOptions", "CompareOptions", "Tolerances", "ToleranceOverrides", "Report",
+           "ScheduleContext", "LrcheckError", "SpecError", "RunError", "Interrupted",
+           "__version__"]
 
-
-if TYPE_CHECKING:  # their own signatures, to a type checker and an editor
-    from lrcheck.api import compare, diff, save_report, trace_schedule
-else:  # lazily, so that importing lrcheck does not import torch
-    def compare(*args, **kwargs):
-        """See ``lrcheck.api.compare``."""
-        from lrcheck.api import compare as _compare
-
-        return _compare(*args, **kwargs)
-
-    def trace_schedule(*args, **kwargs):
-        """See ``lrcheck.api.trace_schedule``."""
-        from lrcheck.api import trace_schedule as _trace_schedule
-
-        return _trace_schedule(*args, **kwargs)
-
-    def diff(*args, **kwargs):
-        """See ``lrcheck.api.diff``."""
-        from lrcheck.api import diff as _diff
-
-        return _diff(*args, **kwargs)
-
-    def save_report(*args, **kwargs):
-        """See ``lrcheck.api.save_report``."""
-        from lrcheck.api import save_report as _save_report
-
-        return _save_report(*args, **kwargs)
+# The names exported lazily, by the module that holds them: importing lrcheck.api is cheap, but
+# not free, and lrcheck.result imports numpy; neither is needed by a process that only records.
+_LAZY = {"compare": "lrcheck.api", "trace_schedule": "lrcheck.api", "diff": "lrcheck.api",
+         "save_report": "lrcheck.api", "Report": "lrcheck.result"}
 
 
 def __getattr__(name: str) -> object:
-    if name == "Report":
-        from lrcheck.result import Report
-
-        return Report
-    raise AttributeError(f"module 'lrcheck' has no attribute {name!r}")
+    """``lrcheck.compare`` and the others of ``_LAZY``: the object itself, from the module that
+    holds it, imported on first use (looked up there each time, as a test that replaces it
+    there expects)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'lrcheck' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(_LAZY[name]), name)
+    return value

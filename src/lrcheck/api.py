@@ -5,16 +5,18 @@ commands; the suite's calls (from ``lrcheck.suite_api``: ``load_suite``, ``run_s
 held off while a command starts, ``runner.startup``; ``exit_now``: leave without finalising the
 interpreter, ``procs.marks``).
 Every option is checked here or in ``spec``, so that a library call, a suite's ``[[pair]]`` and
-the command refuse the same input with the same message. Importing this module does not import
-torch; training does."""
+the command refuse the same input with the same message: the functions defined here are where a
+Python caller's keywords become the typed options the library takes (``CompareOptions``,
+``RunOptions``, how logs are read), the others are the library's own, exported as they are.
+Importing this module imports neither torch nor numpy (``diff``, ``record``, ``run_commands``
+and ``save_report`` import the modules that do when called); training does."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from lrcheck.comparison import (
     check_processes,
@@ -27,12 +29,11 @@ from lrcheck.errors import SpecError
 from lrcheck.procs.marks import exit_now
 from lrcheck.runner.startup import hold
 from lrcheck.spec import (
-    DEFAULT_TIMEOUT_S,
     TRACE_DEFAULTS,
+    CompareOptions,
     PairSpec,
     RunSpec,
     Tolerances,
-    pair_from_options,
 )
 from lrcheck.spec.run_options import RunOptions, unknown_keywords
 from lrcheck.suite_api import (
@@ -54,95 +55,93 @@ if TYPE_CHECKING:
     from lrcheck.suite.spec import Suite as Suite
     from lrcheck.trace import RunTrace
 
-__all__ = ["compare", "comparison_pair", "check_processes", "run_comparison", "trace_schedule",
-           "diff", "record",
-           "run_commands", "save_report", "ready", "load_suite", "run_suite", "merge_suites",
+__all__ = ["compare", "comparison_options", "comparison_pair", "check_processes", "check_setup",
+           "run_comparison", "trace_schedule", "diff", "record",
+           "run_commands", "save_report", "load_suite", "run_suite", "merge_suites",
            "suite_jobs", "suite_shard", "shard_part", "suite_plan", "hold", "exit_now",
-           "under_torchrun", "Report", "CANDIDATE_KEYWORDS"]
+           "under_torchrun", "Report", "CompareOptions"]
 
-# The candidate's fields ``compare`` and ``trace_schedule`` take as keywords: RunSpec's, less
-# ``twin``, which lrcheck sets on a reference of its own and a user never types.
 # The tags a user maps to quantities: ["lr=LearningRate"] or {"lr": "LearningRate"}.
 LogTags = Sequence[str] | Mapping[str, str] | None
-CANDIDATE_KEYWORDS = tuple(f.name for f in fields(RunSpec) if f.name != "twin")
 
 
-def compare(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
-            tolerances: Tolerances | None = None, ref_framework: str | None = None,
-            fast: bool = False, progress: Progress | None = None,
-            timeout: float | None = DEFAULT_TIMEOUT_S,
-            cache: dict[RunSpec, RunTrace] | None = None, **candidate: object) -> Report | None:
+def compare(pair: PairSpec | CompareOptions | None = None, *, progress: Progress | None = None,
+            cache: dict[RunSpec, RunTrace] | None = None, **keywords: object) -> Report | None:
     """Train the reference and the candidate and check that they train alike.
 
-    Either pass a ``PairSpec``, or the candidate's ``RunSpec`` fields as keywords
-    (``compare(accum=2, bs=16)``, ``compare(world=2, bs=8)``); the reference then has
+    Either pass a ``PairSpec`` (and, maybe, ``timeout``), or ``CompareOptions`` and/or its
+    fields as keywords (``comparison_options``): the candidate's ``RunSpec`` fields
+    (``compare(accum=2, bs=16)``, ``compare(world=2, bs=8)``), and ``ref_bs``, ``ref_world``,
+    ``ref_framework``, ``tolerances``, ``fast``, ``timeout``. The reference then has
     ``bs = ref_bs`` (default: the candidate's effective batch over ``ref_world``), accum 1 and
     policy ``per-update``, trained through ``ref_framework`` (default: the candidate's
     ``framework``). Every default is ``lrcheck compare``'s (``RunSpec``'s fields; bs 16 ×
-    accum 2 against bs 32). A side with ``world > 1`` is launched through torchrun; ``timeout``
-    (300 s, None for no limit) is how long such a run may go without finishing an update.
-    ``fast``: no noise floor where the candidate cannot run in lockstep (``--fast``).
+    accum 2 against bs 32). ``tolerances``: whole (``Tolerances``) or overrides of the defaults
+    of the candidate's dtype (``ToleranceOverrides``, or a mapping: ``{"lr": 1e-3}``). A side
+    with ``world > 1`` is launched through torchrun; ``timeout`` (300 s, None for no limit) is
+    how long such a run may go without finishing an update. ``fast``: no noise floor where the
+    candidate cannot run in lockstep (``--fast``).
 
     Inside torchrun with several processes (a script or ``lrcheck compare`` that torchrun
-    started), every rank trains the candidate, rank 0 the reference, and ranks other than 0 get
-    None instead of a report. ``cache`` (reference ``RunSpec`` → trace) lets several pairs share
-    one trained reference. Ctrl-C raises ``Interrupted`` carrying what was recorded.
+    started), every rank trains the candidate (``world``: torchrun's), rank 0 the reference,
+    and ranks other than 0 get None instead of a report. ``cache`` (reference ``RunSpec`` →
+    trace) lets several pairs share one trained reference. Ctrl-C raises ``Interrupted``
+    carrying what was recorded.
 
-    A keyword that is neither a ``RunSpec`` field nor one of these, or a ``pair`` given with
-    candidate fields beside it (which it would override), is a ``SpecError`` naming it.
+    A keyword that is none of these, or a ``pair`` given with fields beside it (which it would
+    override), is a ``SpecError`` naming it.
     """
-    _check_keywords(compare, pair, candidate)
-    if pair is None:
-        pair = comparison_pair(candidate, ref_bs=ref_bs, ref_world=ref_world,
-                               tolerances=tolerances, ref_framework=ref_framework, fast=fast,
-                               timeout=timeout)
-    return compare_pair(pair, progress=progress, timeout=timeout, cache=cache)
+    if isinstance(pair, PairSpec):
+        timeout = _beside_pair("compare", pair, keywords, ("timeout",)).timeout
+        return compare_pair(pair, progress=progress, timeout=timeout, cache=cache)
+    options = comparison_options(_options("compare", pair), caller="compare", **keywords)
+    return compare_pair(comparison_pair(options), progress=progress, timeout=options.timeout,
+                        cache=cache)
 
 
-def comparison_pair(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
-                    ref_world: int = 1, ref_framework: str | None = None,
-                    tolerances: Tolerances | Mapping[str, float | None] | None = None,
-                    fast: bool = False, timeout: float | None = DEFAULT_TIMEOUT_S) -> PairSpec:
-    """The pair ``compare`` trains for the candidate (a ``RunSpec``, or its fields) and the
-    other arguments (``spec.pair_from_options``), after the processes are checked
-    (``comparison.check_processes``): inside torchrun the candidate's ``world`` is torchrun's
-    (a field absent or None: it is taken from there). ``lrcheck compare`` builds its pair
-    here, from a ``RunSpec`` whose world it asked ``check_processes`` for."""
-    if isinstance(candidate, RunSpec):
-        check_processes(ref_world, candidate.world, timeout)
-    else:
-        world = check_processes(ref_world, candidate.get("world"), timeout)
-        candidate = {**candidate, "world": world}
-    return pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_world,
-                             ref_framework=ref_framework, tolerances=tolerances, fast=fast)
+def comparison_options(options: CompareOptions | None = None, /, *, caller: str = "compare",
+                       **keywords: object) -> CompareOptions:
+    """``CompareOptions.of(options, **keywords)`` (``lrcheck.compare``'s keywords), its
+    processes checked (``comparison.check_processes``): inside torchrun the candidate's
+    ``world``, where neither ``options`` nor a keyword gives one, is torchrun's."""
+    chosen = CompareOptions.of(options, caller=caller, **keywords)
+    given = None if options is None and keywords.get("world") is None else chosen.candidate.world
+    world = check_processes(chosen.ref_world, given, chosen.timeout)
+    if world == chosen.candidate.world:
+        return chosen
+    return replace(chosen, candidate=chosen.candidate.replace(world=world))
 
 
-def ready(pair: PairSpec) -> None:
-    """What can fail before training, checked now: the scheduler factory imports, the device
-    exists (``comparison.check_setup``)."""
-    check_setup([pair.candidate])
+def comparison_pair(options: CompareOptions) -> PairSpec:
+    """The pair ``compare`` trains for ``options`` (``CompareOptions.pair``), after the
+    processes are checked (``comparison.check_processes``). ``lrcheck compare`` builds its
+    options from its flags (the world asked of ``check_processes``) and its pair here."""
+    check_processes(options.ref_world, options.candidate.world, options.timeout)
+    return options.pair()
 
 
-def trace_schedule(pair: PairSpec | None = None, *, ref_bs: int | None = None, ref_world: int = 1,
-                   tolerances: Tolerances | None = None, progress: Progress | None = None,
-                   **candidate: object) -> Report:
+def trace_schedule(pair: PairSpec | CompareOptions | None = None, *,
+                   progress: Progress | None = None, **keywords: object) -> Report:
     """``lrcheck trace``: step both schedules without a model over ``samples`` training samples
     per epoch (world size is arithmetic) and run the checks that apply, ``updates`` and ``lr``.
-    Arguments as for ``compare``, with ``lrcheck trace``'s defaults (``TRACE_DEFAULTS``: bs 8,
-    accum 1, 1 epoch); ``samples`` is required, as ``--samples`` is. Ctrl-C raises
-    ``Interrupted`` carrying what was simulated. A keyword it does not take is a ``SpecError``
-    naming it, as for ``compare``."""
+    Arguments as for ``compare`` (``fast`` and ``timeout`` unused), with ``lrcheck trace``'s
+    defaults (the ``RunSpec`` ``TRACE_DEFAULTS``: bs 8, accum 1, 1 epoch); ``samples`` is
+    required, as ``--samples`` is. Ctrl-C raises ``Interrupted`` carrying what was simulated. A
+    keyword it does not take is a ``SpecError`` naming it, as for ``compare``."""
     from lrcheck.checks import schedule_checks
     from lrcheck.result import Kind, Report
     from lrcheck.runner.simulate import simulate_pair
 
-    _check_keywords(trace_schedule, pair, candidate)
-    if pair is None and "samples" not in candidate:
-        raise SpecError("trace_schedule needs samples=N, the training samples per epoch of the "
-                        "run to check (lrcheck trace --samples)")
-    if pair is None:
-        pair = pair_from_options({**TRACE_DEFAULTS, **candidate}, ref_bs=ref_bs,
-                                 ref_world=ref_world, tolerances=tolerances)
+    if isinstance(pair, PairSpec):
+        _beside_pair("trace_schedule", pair, keywords, ())
+    else:
+        options = _options("trace_schedule", pair)
+        chosen = CompareOptions.of(options or CompareOptions(TRACE_DEFAULTS),
+                                   caller="trace_schedule", **keywords)
+        if options is None and "samples" not in keywords:
+            raise SpecError("trace_schedule needs samples=N, the training samples per epoch of "
+                            "the run to check (lrcheck trace --samples)")
+        pair = chosen.pair()
     traces = simulate_pair(pair, progress)
     checks = schedule_checks(traces.reference, traces.candidate, pair.tolerances)
     return Report(pair, traces.reference, traces.candidate, checks, traces.environment,
@@ -237,29 +236,25 @@ def save_report(report: Report, out: str | Path) -> Path:
     return write_report(report, Path(out))
 
 
-def _check_keywords(function: Callable[..., Any], pair: PairSpec | None,
-                    candidate: dict[str, object]) -> None:
-    """A ``SpecError`` for a keyword of ``function``'s ``**candidate`` that is no candidate
-    field (naming it, the nearest accepted one, and all that are accepted), and for candidate
-    fields beside a ``pair``: rather than Python's TypeError, or keywords silently unused."""
-    own = [p.name for p in inspect.signature(function).parameters.values()
-           if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    name = function.__name__
-    unknown = [key for key in candidate if key not in CANDIDATE_KEYWORDS]
-    if unknown:
-        raise unknown_keywords(name, unknown, (*CANDIDATE_KEYWORDS, *own),
-                       f"it takes a PairSpec, or the candidate's RunSpec fields: "
-                       f"{', '.join(CANDIDATE_KEYWORDS)}; and {', '.join(own)}")
-    if pair is not None and not isinstance(pair, PairSpec):
-        raise SpecError(f"lrcheck.{name}: pair must be a PairSpec, got {type(pair).__name__}; "
-                        "PairSpec.build(candidate) makes one from a RunSpec")
-    if pair is not None and candidate:
+def _options(name: str, given: object) -> CompareOptions | None:
+    """``given``, the first argument of ``lrcheck.name``, where it is no ``PairSpec``: options
+    or None; anything else is a ``SpecError`` naming what it got."""
+    if given is None or isinstance(given, CompareOptions):
+        return given
+    raise SpecError(f"lrcheck.{name}: pair must be a PairSpec or CompareOptions, got "
+                    f"{type(given).__name__}; PairSpec.build(candidate) makes one from a "
+                    "RunSpec")
+
+
+def _beside_pair(name: str, pair: PairSpec, keywords: dict[str, object],
+                 allowed: tuple[str, ...]) -> CompareOptions:
+    """The options ``allowed`` beside a ``pair`` given whole to ``lrcheck.name`` (each checked);
+    any other keyword, which the pair would override, is a ``SpecError`` naming it."""
+    beside = {key: value for key, value in keywords.items() if key not in allowed}
+    if beside:
         raise SpecError(f"lrcheck.{name}: a PairSpec and the candidate's fields "
-                        f"({', '.join(f'{k}={v!r}' for k, v in candidate.items())}) together; "
+                        f"({', '.join(f'{k}={v!r}' for k, v in beside.items())}) together; "
                         "pass one or the other (dataclasses.replace(pair.candidate, ...) and "
                         "PairSpec.build make a pair with other fields)")
+    return CompareOptions.of(caller=name, **keywords)
 
-
-# The names these had before they were the functions themselves, kept for callers of them.
-starting = hold
-leave = exit_now

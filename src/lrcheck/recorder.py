@@ -362,6 +362,8 @@ def _fed(item: dict[str, Any], where: str) -> dict[str, Any]:
         raise SpecError(f"{where}: 'fed_weights' must hold, per micro-batch of 'fed', one "
                         "number per sample, or null") from None
     out: dict[str, Any] = {"fed": fed, "fed_weights": read}
+    if item.get("fed_tokens") is not None:  # read where the ranks merge (record.tokens.read)
+        out["fed_tokens"] = item["fed_tokens"]
     for key in ("fed_why", "fed_dtype"):
         if isinstance(item.get(key), str):
             out[key] = item[key]

@@ -270,8 +270,7 @@ class RunTrace:
             "wall_seconds": self.wall_seconds,
             "launch": self.launch,
             "lockstep": self.lockstep,
-            "command": None if self.command is None else {
-                "line": self.command.line, "world_size": self.command.world_size},
+            "command": None if self.command is None else asdict(self.command),
         }
         return {
             # A trace read from a file has the file's path where a RunSpec would be.

@@ -264,18 +264,19 @@ def test_a_fixed_choice_that_is_none_of_its_values_is_told_as_the_library_tells_
         f"{flag} {value!r} is not known; choose one of: {choices}; see '")
 
 
-def test_the_library_gets_the_candidate_as_a_run_spec_not_a_dict(monkeypatch):
-    """``lrcheck compare``'s flags reach ``api.comparison_pair`` typed: the candidate a
-    ``RunSpec`` (its world checked against torchrun's first), the reference's framework
-    decided from the old ``--policy accelerate`` by the library's ``reference_framework``."""
+def test_the_library_gets_the_flags_as_compare_options_not_a_dict(monkeypatch):
+    """``lrcheck compare``'s flags reach ``api.comparison_pair`` typed: ``CompareOptions``, the
+    candidate a ``RunSpec`` (its world checked against torchrun's first), the tolerances
+    ``ToleranceOverrides``, the reference's framework decided from the old ``--policy
+    accelerate`` by the library's ``reference_framework``."""
     from lrcheck import api
     from lrcheck.errors import SpecError
-    from lrcheck.spec import RunSpec
+    from lrcheck.spec import CompareOptions, ToleranceOverrides
 
     got = []
 
-    def comparison_pair(candidate, **options):
-        got.append((candidate, options))
+    def comparison_pair(options):
+        got.append(options)
         raise SpecError("stopped here")
 
     monkeypatch.setattr(api, "comparison_pair", comparison_pair)
@@ -283,9 +284,10 @@ def test_the_library_gets_the_candidate_as_a_run_spec_not_a_dict(monkeypatch):
                   "--dtype", "float32", "--amp", "fp16", "--inject-overflow", "3,5",
                   "--tol-lr", "1e-3").exit_code == 2
     assert invoke("compare", "--policy", "accelerate").exit_code == 2
-    (candidate, options), (old, old_options) = got
-    assert isinstance(candidate, RunSpec)
+    options, old = got
+    assert isinstance(options, CompareOptions)
+    candidate = options.candidate
     assert (candidate.accum, candidate.bs, candidate.world, candidate.inject_overflow) == (
         2, 8, 2, (3, 5))
-    assert options["tolerances"]["lr"] == 1e-3 and options["ref_framework"] is None
-    assert (old.framework, old_options["ref_framework"]) == ("accelerate", "plain")
+    assert options.tolerances == ToleranceOverrides(lr=1e-3) and options.ref_framework is None
+    assert (old.candidate.framework, old.ref_framework) == ("accelerate", "plain")

@@ -234,3 +234,44 @@ def test_a_clip_with_an_infinite_max_norm_clips_nothing_and_is_not_counted(tmp_p
     recorder.close()
     (r,) = read_records(tmp_path / "rank0.jsonl")
     assert r["clip_grad_norm"] == 0 and "max_norm" not in r
+
+
+def test_deepspeeds_own_clearing_of_the_gradients_bounds_the_passes_that_reach_an_update(
+        monkeypatch, tmp_path):
+    # DeepSpeed clears the gradients after each update in its engine's zero_grad (no ZeRO) or
+    # its ZeRO optimizer's, never through torch's: counted, so that `reached` is the passes of
+    # the update's own window (2), not all the process made (2, 4, 6), which a resumed process
+    # could not match.
+    class DeepSpeedEngine(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def zero_grad(self):
+            for param in self.module.parameters():
+                param.grad = None
+
+    class DeepSpeedZeroOptimizer:
+        def zero_grad(self, set_to_none=True):
+            for param in model.parameters():
+                param.grad = None
+
+    _module(monkeypatch, "deepspeed.runtime.engine", DeepSpeedEngine=DeepSpeedEngine)
+    _module(monkeypatch, "deepspeed.runtime.zero.stage_1_and_2",
+            DeepSpeedZeroOptimizer=DeepSpeedZeroOptimizer)
+    recorder = ProcessRecorder(tmp_path, samples=None, every=1)
+    undo = count_calls(recorder)
+    model = _model()
+    engine, zero = DeepSpeedEngine(model), DeepSpeedZeroOptimizer()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        for k in range(4):
+            for _ in range(2):
+                model(torch.ones(1, 3)).sum().backward()
+            _step(recorder, optimizer)
+            (engine.zero_grad if k < 2 else zero.zero_grad)()
+    finally:
+        undo()
+    recorder.close()
+    records = read_records(tmp_path / "rank0.jsonl")
+    assert [(r["backward"], r["reached"]) for r in records] == [(2, 2)] * 4

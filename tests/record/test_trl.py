@@ -52,7 +52,8 @@ def no_loss_kwargs(tmp_path_factory):
 def test_a_correct_sft_accumulation_pair_passes_in_lockstep(correct):
     report, checks = correct
     assert report.ok
-    for name in ("updates", "lr", "data", "weights", "grads", "params", "cadence", "evidence"):
+    for name in ("updates", "lr", "data", "weights", "token-weights", "grads", "params",
+                 "cadence", "evidence"):
         assert checks[name].status == "pass", name
     assert "lockstep (" in checks["grads"].detail
     # TRL's fused LM head, tapped: each token's weight is measured, not assumed.
@@ -71,6 +72,12 @@ def test_without_loss_kwargs_the_tokens_weights_fail_at_update_0(no_loss_kwargs)
     assert ("each micro-batch's mean weighted 0.5 instead of its samples' weight in the "
             "reference (0.356 and 0.644)") in weights.detail
     assert "sum to the same in both runs, shared out differently" in weights.detail
+    # Token by token (record.tokens): the halves' tokens weigh 101/(2·36) and 101/(2·65) of
+    # the reference's.
+    tokens = checks["token-weights"]
+    assert tokens.status == "fail" and tokens.first_divergence == 0
+    assert ("one ratio per micro-batch (1.403×, 0.7769× the reference's): a mean per "
+            "micro-batch") in tokens.detail
     grads = checks["grads"]
     assert grads.status == "fail" and grads.first_divergence == 0
     assert "at update 0, from the same state" in grads.detail

@@ -63,8 +63,10 @@ def test_the_report_of_two_commands_names_their_lines_and_world_sizes(tmp_path):
     assert f"<h1>PASS · {cand_line} (world 2) vs {ref_line} (world 1)</h1>" in html
     assert "candidate-vs-reference" not in md + html + table
     result = json.loads((out / "result.json").read_text())
-    assert result["runs"]["candidate"]["command"] == {"line": cand_line, "world_size": 2}
-    assert result["runs"]["reference"]["command"] == {"line": ref_line, "world_size": 1}
+    assert result["runs"]["candidate"]["command"] == {"line": cand_line, "world_size": 2,
+                                                        "samples_known": True}
+    assert result["runs"]["reference"]["command"] == {"line": ref_line, "world_size": 1,
+                                                        "samples_known": True}
 
 
 def test_no_loss_plot_where_neither_run_recorded_a_loss_and_the_report_says_why(tmp_path):

@@ -54,7 +54,7 @@ def test_a_process_whose_plots_are_drawn_by_the_helper_never_imports_matplotlib(
         " {'ref': (x, x), 'cand': (x, x), 'title': 't'})])\n"
         "print(sorted(m for m in sys.modules if m.startswith('matplotlib')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert_png(tmp_path / "p.png")
@@ -172,24 +172,34 @@ def test_report_files_get_the_umask_s_permissions_not_owner_only(tmp_path):
     assert stat.S_IMODE((tmp_path / "a.png").stat().st_mode) == 0o644
 
 
-def write_pid(path, wait=0.0):
-    """A 'picture' that says which process drew it (after ``wait`` seconds)."""
-    import time
-
-    time.sleep(wait)
+def write_pid(path, until=None):
+    """A 'picture' that says which process drew it (once the file ``until`` exists)."""
+    if until is not None:
+        wait_for(until.exists, HANG_S, f"{until} to be made")
     path.write_text(str(os.getpid()))
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="draw_in_two forks")
 def test_every_plot_the_helper_has_not_begun_is_taken_back_at_finish(tmp_path):
-    # The helper is handed one plot at a time: while it draws the first (for 1.5 s), the next
-    # four wait here, and finish() has the helper draw all four in two processes; the first of
-    # them (a pool would already have queued it to the helper) in the forked one.
+    # The helper is handed one plot at a time: while it draws the first (until finish() has
+    # taken the others back: no race with the machine's load), the next four wait here, and
+    # finish() has the helper draw all four in two processes; the first of them (a pool would
+    # already have queued it to the helper) in the forked one.
+    taken_back = tmp_path / "taken-back"
     with Renderer(background=True) as renderer:
         helper = renderer.helper()
+        take_back = renderer._take_back
+
+        def take_back_then_let_the_first_end():
+            try:
+                take_back()
+            finally:
+                taken_back.touch()
+
+        renderer._take_back = take_back_then_let_the_first_end
         paths = [tmp_path / f"{n}.txt" for n in range(5)]
-        renderer.draw([Plot(paths[0], write_pid, {"wait": 1.5}),
+        renderer.draw([Plot(paths[0], write_pid, {"until": taken_back}),
                        *(Plot(path, write_pid, {}) for path in paths[1:])])
         renderer.finish()
     drawn_by = [int(path.read_text()) for path in paths]
@@ -299,7 +309,7 @@ def test_a_script_without_a_main_guard_gets_its_plots_and_no_traceback(tmp_path)
         f"    r.draw([Plot(Path({str(tmp_path / 'p.png')!r}), draw_loss,"
         " {'ref': (x, x), 'cand': (x, x), 'title': 't'})])\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+                         timeout=HANG_S, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     assert_png(tmp_path / "p.png")

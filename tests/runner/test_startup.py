@@ -7,12 +7,14 @@ import sys
 
 import pytest
 
+from tests.helpers import HANG_S
+
 pytestmark = pytest.mark.slow
 
 
 def run(code: str) -> str:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -11,7 +11,7 @@ import pytest
 from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
 from lrcheck.result import IncompleteResult, Report
-from lrcheck.spec import Note, PairSpec, RunSpec, pair_from_options, resolve
+from lrcheck.spec import CompareOptions, Note, PairSpec, RunSpec, resolve
 from lrcheck.trace import RunTrace, UpdateRecord
 
 LUDWIG_DTYPE = "--framework ludwig trains in float32: --dtype float64 changed to float32"
@@ -53,7 +53,8 @@ def test_carry_is_still_refused_where_it_is_given_not_resolved():
 
 
 def test_the_pair_keeps_the_notes_and_the_tolerances_of_the_type_it_trains_in():
-    pair = pair_from_options({"framework": "ludwig", "bs": 16, "accum": 2}, ref_bs=32)
+    pair = CompareOptions.of(caller="test", framework="ludwig", bs=16, accum=2,
+                             ref_bs=32).pair()
     assert pair.candidate.dtype == pair.reference.dtype == "float32"
     assert pair.tolerances.params == 1e-4  # float32's
     assert [n.text for n in pair.notes] == [LUDWIG_DTYPE, TAIL.format("ludwig")]
@@ -80,7 +81,8 @@ def test_result_json_and_the_report_carry_the_notes():
     from lrcheck.reports.kinds import KINDS, render
     from lrcheck.testing import render_text
 
-    pair = pair_from_options({"framework": "ludwig", "bs": 16, "accum": 2}, ref_bs=32)
+    pair = CompareOptions.of(caller="test", framework="ludwig", bs=16, accum=2,
+                             ref_bs=32).pair()
     environment = Environment(lrcheck="test", device="cpu", world_size=1)
     report = Report(pair, *_traces(pair), [], environment)
     data = json.loads(json.dumps(report.to_dict()))

@@ -66,7 +66,7 @@ def lrcheck(*args, env=None, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-def finished(proc, timeout=240):
+def finished(proc, timeout=HANG_S):
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
 
@@ -149,12 +149,12 @@ def test_a_signal_stops_every_worker_and_keeps_what_finished(tmp_path, sig, code
     with open(tmp_path / "output", "w") as output, session(
             argv, env=env, stdout=output, stderr=subprocess.STDOUT) as proc:
         # The suite, the process the workers are forked from and both workers are there.
-        wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, 120, "two workers",
+        wait_for(lambda: len(marked(token, SUITE_WORKER_ENV)) >= 4, HANG_S, "two workers",
                  proc=proc)
         # Both workers training a pair.
-        wait_for(lambda: _training(token) >= 2, 120, "both workers to train", proc=proc)
+        wait_for(lambda: _training(token) >= 2, HANG_S, "both workers to train", proc=proc)
         proc.send_signal(sig)
-        status = proc.wait(timeout=120)
+        status = proc.wait(timeout=HANG_S)
     err = (tmp_path / "output").read_text()
     assert status == code, err
     saved = json.loads((tmp_path / "R" / "suite.json").read_text())

@@ -81,6 +81,16 @@ def check_data(ref: RunTrace, cand: RunTrace) -> CheckResult:
     return CheckResult("data", FAIL, float(len(diff.only_cand) + len(diff.only_ref)), k, detail)
 
 
+def weight_rtol(ref: RunTrace, cand: RunTrace) -> float:
+    """``WEIGHT_RTOL`` of the dtype the runs' losses were computed in (the spec's, or the
+    coarsest measured; float32 where unknown)."""
+    spec = ref.spec or cand.spec
+    kinds = [t.loss_dtype for t in (ref, cand) if t.loss_dtype]
+    dtype = (spec.dtype if spec is not None else
+             "float64" if all(k == "float64" for k in kinds) else "float32")
+    return WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
+
+
 def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
     """The weight each sample's loss carried in update k's gradient — measured in the backward
     pass, summed over the micro-batches and ranks that fed it — is the same in both runs, for
@@ -90,11 +100,7 @@ def check_weights(ref: RunTrace, cand: RunTrace) -> CheckResult:
         who = "the reference" if ref.windows is None else "the candidate"
         return CheckResult("weights", SKIP, None, None,
                            f"not recorded: {who} has no samples per update")
-    spec = ref.spec or cand.spec
-    kinds = [t.loss_dtype for t in (ref, cand) if t.loss_dtype]
-    dtype = (spec.dtype if spec is not None else
-             "float64" if all(k == "float64" for k in kinds) else "float32")
-    tol = WEIGHT_RTOL.get(dtype, WEIGHT_RTOL["float32"])
+    tol = weight_rtol(ref, cand)
     n = min(len(ref.windows), len(cand.windows), len(ref.updates), len(cand.updates))
     # Every (update, sample) of both runs at once, on the updates both measured; only the first
     # update that differs is looked at one by one, for its message.

@@ -9,13 +9,14 @@ from dataclasses import replace
 import numpy as np
 
 from lrcheck.checks.cadence import check_cadence
-from lrcheck.checks.causes import check_data, check_weights
+from lrcheck.checks.causes import check_data, check_weights, weight_rtol
 from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
 from lrcheck.checks.ema import check_ema
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
 from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, JUDGED_UP_TO, PASS, SKIP, WARN, CheckResult
+from lrcheck.checks.tokens import check_token_weights
 from lrcheck.plan.judging import Recorded, RecordedJudging
 from lrcheck.spec import Tolerances
 from lrcheck.stepwise import EmaPrints, RecordedFacts
@@ -191,7 +192,9 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     found["loss"] = _not_comparable(found["loss"], reason) or found["loss"]
     lockstep = judging.mode is not Recorded.FREE
     kind = next((e.call for e in (ema or ())[:2] if e is not None), None)
-    extra = [check_skips(ref, cand, pairs),
+    tokens = (None if ref.windows is None or cand.windows is None else
+              check_token_weights(ref.windows, cand.windows, pairs, weight_rtol(ref, cand)))
+    extra = [tokens, check_skips(ref, cand, pairs),
              check_cadence(ref, cand, pairs, lockstep, kind),
              None if ema is None else check_ema(ema[0], ema[1], pairs, tol.params, lockstep,
                                                 ema[2]),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -39,6 +37,7 @@ from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import (
     DEFAULT_TIMEOUT_S,
     Amp,
+    CompareOptions,
     Device,
     Dtype,
     LightningSampler,
@@ -46,7 +45,7 @@ from lrcheck.spec import (
     Optimizer,
     PairSpec,
     RunSpec,
-    Tail,
+    ToleranceOverrides,
     TrainerLoss,
     reference_framework,
 )
@@ -65,74 +64,6 @@ Exit codes: 0 every check passed, 1 a check failed (a scheduler.step() that rais
 run and fails `updates`), 2 bad input, 3 a run crashed otherwise or hung, 130 interrupted
 (what was recorded is saved with verdict "incomplete").
 """
-
-# The tolerances' flags, ``--tol-NAME``.
-TOLERANCE_FLAGS = ("lr", "params", "loss", "metrics")
-# The candidate's RunSpec fields that are not flags of their own name: ``--nproc`` is its world,
-# and a twin is never asked for.
-NOT_FLAGS = ("world", "twin")
-
-
-@dataclass(frozen=True)
-class CompareOptions:
-    """``lrcheck compare``'s flags as parsed, one field per parameter of ``compare_command``
-    (``tests/cli/test_compare.py`` holds them to it): the candidate's ``RunSpec`` fields
-    (``nproc``: its world), the reference's, the tolerances and the output's."""
-
-    accum: int
-    bs: int
-    ref_bs: int | None
-    nproc: int | None
-    ref_nproc: int
-    timeout: float
-    epochs: int
-    task: str
-    samples: int | None
-    scheduler: str
-    warmup: float
-    lr: float
-    optimizer: Optimizer
-    policy: str
-    framework: str
-    ref_framework: str | None
-    drop_last: bool
-    trainer_loss: TrainerLoss
-    even_batches: bool
-    lightning_sampler: LightningSampler
-    zero_stage: int
-    scheduler_stepped_too: bool
-    tail: Tail
-    loss_norm: LossNorm
-    seed: int
-    dtype: Dtype
-    device: Device
-    amp: Amp
-    resume_at: int | None
-    resume_at_micro: int | None
-    inject_overflow: str
-    deterministic: bool
-    tol_lr: float | None
-    tol_params: float | None
-    tol_loss: float | None
-    tol_metrics: float | None
-    fast: bool
-    out: Path | None
-    json_out: bool
-    quiet: bool
-
-    def candidate(self, world: int) -> RunSpec:
-        """The candidate, checked by ``RunSpec`` as the library checks it: every field its
-        flag (by name), ``world`` (``--nproc`` checked against torchrun's:
-        ``api.check_processes``), the updates of ``--inject-overflow`` as numbers."""
-        run = {f.name: getattr(self, f.name) for f in fields(RunSpec) if f.name not in NOT_FLAGS}
-        spec: Callable[..., RunSpec] = RunSpec  # each flag's value is checked there
-        return spec(**run | {"world": world, "inject_overflow": parse_updates(
-            "--inject-overflow", self.inject_overflow)})
-
-    def tolerances(self) -> dict[str, float | None]:
-        """The ``--tol-*`` overrides, by check."""
-        return {name: getattr(self, f"tol_{name}") for name in TOLERANCE_FLAGS}
-
 
 def compare_command(  # one parameter per flag: the body takes them all, by name
     accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = DEFAULT.accum,
@@ -176,33 +107,36 @@ def compare_command(  # one parameter per flag: the body takes them all, by name
     json_out: JsonOpt = False,
     quiet: QuietOpt = False,
 ) -> None:
-    """``HELP``: every flag, taken by name into ``CompareOptions``."""
-    raise typer.Exit(_run(CompareOptions(**locals())))
+    """``HELP``: the flags as ``CompareOptions`` (checked by the library, world first)."""
+    from lrcheck.api import check_processes
+
+    options = noted(lambda: CompareOptions(RunSpec(
+        world=check_processes(ref_nproc, nproc, timeout), accum=accum, bs=bs, epochs=epochs,
+        task=task, samples=samples, scheduler=scheduler, warmup=warmup, lr=lr,
+        optimizer=optimizer, policy=policy, framework=framework, drop_last=drop_last,
+        trainer_loss=trainer_loss, even_batches=even_batches,
+        lightning_sampler=lightning_sampler, zero_stage=zero_stage,
+        scheduler_stepped_too=scheduler_stepped_too, tail=tail, loss_norm=loss_norm, seed=seed,
+        dtype=dtype, device=device, amp=amp, resume_at=resume_at, resume_at_micro=resume_at_micro,
+        inject_overflow=parse_updates("--inject-overflow", inject_overflow),
+        deterministic=deterministic), ref_bs=ref_bs, ref_world=ref_nproc,
+        ref_framework=reference_framework(policy, ref_framework), fast=fast, timeout=timeout,
+        tolerances=ToleranceOverrides(tol_lr, tol_params, tol_loss, tol_metrics)))
+    raise typer.Exit(_run(options, out, Output(json=json_out, quiet=quiet, speaks=speaks())))
 
 
-def _run(options: CompareOptions) -> int:
-    """The pair the options describe, trained, checked, saved and shown; the exit code."""
-    output = Output(json=options.json_out, quiet=options.quiet, speaks=speaks())
-    pair = noted(lambda: _pair(options))
+def _run(options: CompareOptions, out: Path | None, output: Output) -> int:
+    """The pair ``options`` describe (``api.comparison_pair``, which checks them as it checks
+    ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``), trained, checked, saved and
+    shown; the exit code."""
+    from lrcheck.api import comparison_pair
+
+    pair = noted(lambda: comparison_pair(options))
     with output.running():
-        return _compare(pair, options.out, options.timeout, output)
+        return _compare(pair, out, options.timeout, output)
 
 
-def _pair(options: CompareOptions) -> PairSpec:
-    """``api.comparison_pair`` for the options: the library checks them all, as it checks
-    ``lrcheck.compare()``'s keywords and a suite's ``[[pair]]``."""
-    from lrcheck.api import check_processes, comparison_pair
-
-    world = check_processes(options.ref_nproc, options.nproc, options.timeout)
-    return comparison_pair(options.candidate(world), tolerances=options.tolerances(),
-                           timeout=options.timeout, ref_bs=options.ref_bs,
-                           ref_world=options.ref_nproc,
-                           ref_framework=reference_framework(options.policy,
-                                                             options.ref_framework),
-                           fast=options.fast)
-
-
-def _compare(pair: PairSpec, out: Path | None, timeout: float, output: Output) -> int:
+def _compare(pair: PairSpec, out: Path | None, timeout: float | None, output: Output) -> int:
     """Train and check ``pair`` with a progress bar, save the report and show it; the exit
     code (under torchrun, every rank's: rank 0's verdict)."""
     from lrcheck.api import run_comparison

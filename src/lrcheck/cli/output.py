@@ -220,14 +220,14 @@ def saving_incomplete(folder: Path, output: Output) -> Iterator[None]:
 @contextlib.contextmanager
 def prepared(pair: PairSpec, out: Path | None, *, create: bool,
              default: Path | None = None) -> Iterator[Path]:
-    """Validate what can be validated before training (``api.ready``); the report folder
-    (created when ``create``: under torchrun only rank 0 writes), removed again when the command
-    ends before anything was written there (bad input that only the runs' data shows, a
-    crash)."""
-    from lrcheck.api import ready
+    """Validate what can be validated before training (``api.check_setup``: the scheduler
+    factory imports, the device exists); the report folder (created when ``create``: under
+    torchrun only rank 0 writes), removed again when the command ends before anything was
+    written there (bad input that only the runs' data shows, a crash)."""
+    from lrcheck.api import check_setup
     from lrcheck.reports.files import report_folder
 
-    ready(pair)
+    check_setup([pair.candidate])
     folder = out if out is not None else (default or DEFAULT_REPORTS / pair.name)
     if not create:
         yield folder

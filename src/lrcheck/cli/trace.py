@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,17 +31,24 @@ from lrcheck.cli.output import (
     save_and_show,
     saving_incomplete,
 )
-from lrcheck.spec import TRACE_DEFAULTS, Optimizer, PairSpec, pair_from_options
+from lrcheck.spec import (
+    TRACE_DEFAULTS,
+    CompareOptions,
+    Optimizer,
+    PairSpec,
+    ToleranceOverrides,
+    reference_framework,
+)
 
 
 def trace_command(
     samples: Annotated[int, typer.Option(help="Training samples per epoch (the whole data set of the run being checked).")],
-    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = TRACE_DEFAULTS["accum"],
-    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = TRACE_DEFAULTS["bs"],
+    accum: Annotated[int, typer.Option(help="Micro-batches per optimizer update.")] = TRACE_DEFAULTS.accum,
+    bs: Annotated[int, typer.Option(help="Micro-batch size per process.")] = TRACE_DEFAULTS.bs,
     nproc: Annotated[int, typer.Option(help="Processes (world size); arithmetic only, none is started.")] = DEFAULT.world,
     ref_bs: Annotated[int | None, typer.Option(help="The reference's batch size (accum 1); bs·accum·nproc must equal ref_bs·ref_nproc. [default: bs·accum·nproc / ref_nproc]")] = None,
     ref_nproc: Annotated[int, typer.Option(help="The reference's processes.")] = 1,
-    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = TRACE_DEFAULTS["epochs"],
+    epochs: Annotated[int, typer.Option(help="Epochs over --samples.")] = TRACE_DEFAULTS.epochs,
     scheduler: SchedulerOpt = DEFAULT.scheduler,
     warmup: WarmupOpt = DEFAULT.warmup,
     lr: LrOpt = DEFAULT.lr,
@@ -59,11 +67,11 @@ def trace_command(
     Exit codes: 0 the schedules match, 1 they do not, 2 bad input, 3 a schedule crashed,
     130 interrupted (what was simulated is saved with verdict "incomplete").
     """
-    candidate = {**TRACE_DEFAULTS, "bs": bs, "accum": accum, "epochs": epochs, "world": nproc,
-                 "scheduler": scheduler, "warmup": warmup, "lr": lr, "optimizer": optimizer,
-                 "policy": policy, "tail": tail, "samples": samples}
-    pair = noted(lambda: pair_from_options(candidate, ref_bs=ref_bs, ref_world=ref_nproc,
-                                           tolerances={"lr": tol_lr}))
+    pair = noted(lambda: CompareOptions(replace(
+        TRACE_DEFAULTS, bs=bs, accum=accum, epochs=epochs, world=nproc, scheduler=scheduler,
+        warmup=warmup, lr=lr, optimizer=optimizer, policy=policy, tail=tail, samples=samples),
+        ref_bs=ref_bs, ref_world=ref_nproc, ref_framework=reference_framework(policy, None),
+        tolerances=ToleranceOverrides(lr=tol_lr)).pair())
     output = Output(json=json_out, quiet=quiet)
     with output.running():
         code = _trace(pair, out, output)

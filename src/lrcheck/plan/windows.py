@@ -33,6 +33,8 @@ class MicroBatch:
     ids: np.ndarray
     weight: float | None
     sample_weights: np.ndarray | None = None
+    # Per sample, its tokens' weights ∂L/∂logp_t (``record.tokens``); None: not measured.
+    token_weights: tuple[np.ndarray, ...] | None = None
 
     def to_json(self) -> list[Any]:
         row = [self.rank, self.ids.tolist(), self.weight]
@@ -62,10 +64,12 @@ def fed_window(rows: Sequence[Sequence[Any]]) -> Window:
     micro-batch ``[rank, sample numbers, each one's measured weight or None]``; the mean's
     weight is the sum of its samples'."""
     out = []
-    for rank, ids, weights in rows:
+    for rank, ids, weights, *tokens in rows:
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
+        by_token = tokens[0] if tokens and tokens[0] is not None else None
         out.append(MicroBatch(int(rank), np.asarray(ids, dtype=np.int64),
-                              None if w is None else float(w.sum()), w))
+                              None if w is None else float(w.sum()), w,
+                              None if by_token is None else tuple(by_token)))
     return tuple(out)
 
 

@@ -35,13 +35,21 @@ Kwargs = dict[str, object]
 # that ``max_norm``: without ZeRO the engine calls its own ``clip_grad_norm_`` (runtime/utils.py,
 # imported into runtime/engine.py); ZeRO 1 and 2 clip each param group's flat gradient partition
 # in ``DeepSpeedZeroOptimizer.unscale_and_clip_grads`` just before stepping the optimizer on it;
-# the bf16 optimizer calls ``clip_tensors_by_global_norm``.
+# the bf16 optimizer calls ``clip_tensors_by_global_norm``. DeepSpeed clears the gradients
+# after each update itself, with neither torch's ``zero_grad``: without ZeRO in its engine's own
+# ``zero_grad`` (``param.grad = None``), with ZeRO or bf16 in its optimizer's: these count as a
+# module's ``zero_grad``, so that ``reached`` counts the backward passes since the last clear,
+# not since the process began (a resumed process's first update against the uninterrupted).
 IMPORTED = (*((module, cls, call) for (module, cls), (_, call) in KINDS.items()
               if module != "torch.optim.swa_utils"),
             ("deepspeed.runtime.engine", None, "clip_grad_norm_"),
             ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer",
              "unscale_and_clip_grads"),
-            ("deepspeed.runtime.bf16_optimizer", None, "clip_tensors_by_global_norm"))
+            ("deepspeed.runtime.bf16_optimizer", None, "clip_tensors_by_global_norm"),
+            ("deepspeed.runtime.engine", "DeepSpeedEngine", "zero_grad"),
+            ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer", "zero_grad"),
+            ("deepspeed.runtime.zero.stage3", "DeepSpeedZeroOptimizer_Stage3", "zero_grad"),
+            ("deepspeed.runtime.bf16_optimizer", "BF16_Optimizer", "zero_grad"))
 
 
 class Counter(Protocol):
@@ -191,6 +199,8 @@ class _Counts:
             return self.ema(KINDS[module, cls])
         if name == "unscale_and_clip_grads":
             return self.zero_clipped
+        if name == "zero_grad":
+            return self.zeroed_module
         return self.clipped("clip_grad_norm", "max_norm")
 
 

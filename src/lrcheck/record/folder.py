@@ -36,6 +36,7 @@ import numpy as np
 from lrcheck.errors import SpecError
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
+from lrcheck.record.tokens import read
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 from lrcheck.stepwise import Boundary, EmaPrints
 
@@ -219,7 +220,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
         if sharded and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         record.update(rank_mean_losses(lines))
-        record.pop("fed", None), record.pop("fed_weights", None)
+        record.pop("fed", None), record.pop("fed_weights", None), record.pop("fed_tokens", None)
         if all("fed" in line for line in lines):
             record["fed"] = fed_rows(lines)
         merged.append(record)
@@ -242,11 +243,16 @@ def rank_mean_losses(lines: list[dict[str, Any]]) -> dict[str, Any]:
 
 def fed_rows(lines: list[dict[str, Any]]) -> list[list[Any]]:
     """The micro-batches every rank fed one update (``record.taps``), as ``[rank, row
-    identities, their weights or None]``, rank by rank in the order fed."""
+    identities, their weights or None]``, and their rows' token weights (``record.tokens``)
+    where every rank measured them, rank by rank in the order fed."""
     window: list[list[Any]] = []
+    by_token = all("fed_tokens" in line for line in lines)
     for rank, line in enumerate(lines):
         weights = line.get("fed_weights") or [None] * len(line["fed"])
-        window.extend([rank, ids, w] for ids, w in zip(line["fed"], weights, strict=True))
+        tokens = read(line["fed_tokens"] if by_token else None, len(line["fed"]),
+                      f"rank {rank}'s line")
+        window.extend([rank, ids, w, *([t] if by_token else [])]
+                      for ids, w, t in zip(line["fed"], weights, tokens, strict=True))
     return window
 
 

@@ -302,7 +302,7 @@ class ProcessRecorder:
         fed = self.taps.take(optimizers.scale(self.scaler), self.world)
         if not fed.ids:
             return {}
-        out = pack_fed(fed.ids, fed.weights)
+        out = pack_fed(fed.ids, fed.weights) | fed.packed_tokens()
         if fed.why:
             out["fed_why"] = fed.why
         if fed.dtype:

@@ -81,8 +81,8 @@ def _numbered(sides: list[tuple[list[dict[str, Any]], FolderRun | None]]
                 continue
             window = record["fed"] if run is not None else fed_rows([record])
             numbered.append({**record, "fed": [
-                [rank, [numbers.setdefault(int(h), len(numbers)) for h in ids], w]
-                for rank, ids, w in window]})
+                [rank, [numbers.setdefault(int(h), len(numbers)) for h in ids], *more]
+                for rank, ids, *more in window]})
         out.append((numbered, run))
     return out
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from lrcheck.record import tokens as by_token
 from lrcheck.record.guard import MODULE_CALLS, RECORDING
 from lrcheck.record.identity import first_input, first_tensor, join, row_ids
 
@@ -68,6 +69,9 @@ class _Micro:
     width: int | None = None  # the length of the rows (a 2-D input's second dimension)
     modules: list[int] = field(default_factory=list)  # id() of the modules whose calls fed it
     reached: bool = False  # whether a backward pass reached an output of those calls
+    mask: torch.Tensor | None = None  # the forward's attention mask
+    # ∂L/∂logp of each position, once a backward pass reached them (``record.tokens``)
+    tokens: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -79,6 +83,12 @@ class Fed:
     weights: list[list[float] | None] = field(default_factory=list)
     why: str | None = None
     dtype: str | None = None  # the coarsest type a measured loss was computed in
+    tokens: list[by_token.Rows | None] = field(default_factory=list)  # per micro-batch, or None
+
+    def packed_tokens(self) -> dict[str, object]:
+        """``fed_tokens`` (``record.tokens``), where a micro-batch's tokens were measured."""
+        measured = any(t is not None for t in self.tokens)
+        return {"fed_tokens": by_token.pack(self.tokens)} if measured else {}
 
 
 class Taps:
@@ -126,7 +136,7 @@ class Taps:
             current.modules.append(id(module))
             return
         micro = _Micro(ids, width=int(x.shape[1]) if x.dim() == 2 else None,
-                       modules=[id(module)])
+                       modules=[id(module)], mask=mask)
         self.micro.append(micro)
         self.current = micro
 
@@ -211,6 +221,7 @@ class Taps:
             return
         local = torch.full(out.shape, -1.0, dtype=torch.float64, device=out.device)
         self.weigh(micro, "TRL's fused LM head", out, local)
+        by_token.watch(micro.tokens, out, len(micro.ids))
 
     def zeroed(self) -> None:
         """``zero_grad``: the gradients of every micro-batch a backward pass reached so far are
@@ -218,6 +229,8 @@ class Taps:
         for micro in self.micro:
             if micro.backward and micro.weights is not None:
                 micro.weights.zero_()
+                for grads in micro.tokens:
+                    grads.zero_()
 
     def take(self, scale: float, world: int) -> Fed:
         """The micro-batches since the last ``take``, their weights divided by ``scale`` (the
@@ -240,6 +253,9 @@ class Taps:
             else:
                 fed.weights.append(flat[taken:taken + n])
                 taken += n
+            fed.tokens.append([(row / (scale * world)).tolist()
+                               for row in by_token.rows(m.tokens[0], m.mask)]
+                              if m.tokens else None)
         kinds = [m.dtype for m in micro if m.dtype is not None]
         if kinds:
             fed.dtype = str(max(kinds, key=lambda t: torch.finfo(t).eps)).replace("torch.", "")

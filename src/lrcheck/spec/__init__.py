@@ -2,8 +2,9 @@
 runner, the checks, the report and ``result.json``. ``run``: one training configuration;
 ``settings``: the settings only some frameworks have, declared once; ``resolve``: a run as its
 framework trains it, with a note for each value changed; ``pair``: what a comparison checks;
-``choices``: the fixed sets a setting chooses from and the checks every option goes through;
-``tolerances``: what each check allows.
+``compare_options`` and ``run_options``: the options of ``lrcheck compare`` and ``lrcheck run``,
+one record each; ``choices``: the fixed sets a setting chooses from and the checks every option
+goes through; ``tolerances``: what each check allows.
 
 Nothing here imports torch: ``lrcheck --help`` and spec validation stay fast.
 """
@@ -22,11 +23,11 @@ from lrcheck.spec.choices import (
     TrainerLoss,
     check_timeout,
 )
+from lrcheck.spec.compare_options import CompareOptions
 from lrcheck.spec.pair import (
     CommandPair,
     FilePair,
     PairSpec,
-    pair_from_options,
     reference_framework,
 )
 from lrcheck.spec.resolve import Note, resolve
@@ -43,13 +44,14 @@ from lrcheck.spec.run import (
 )
 from lrcheck.spec.run_options import RunOptions
 from lrcheck.spec.settings import SETTINGS, Setting, settings_for
-from lrcheck.spec.tolerances import Tolerances
+from lrcheck.spec.tolerances import ToleranceOverrides, Tolerances
 
-__all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "RunOptions", "Tolerances",
+__all__ = ["RunSpec", "PairSpec", "FilePair", "CommandPair", "RunOptions", "CompareOptions",
+           "Tolerances", "ToleranceOverrides",
            "Choice", "Tail", "LossNorm", "Dtype",
            "Device", "Amp", "Optimizer", "TrainerLoss", "LightningSampler", "REFERENCE_POLICY",
            "DEFAULT_TIMEOUT_S", "RUN_STALL_S", "TRACE_DEFAULTS", "DIFF_DTYPE", "SETTINGS",
            "Setting", "settings_for", "Note", "resolve",
-           "ACCELERATE_POLICY_NOTE", "check_timeout", "pair_from_options",
+           "ACCELERATE_POLICY_NOTE", "check_timeout",
            "reference_framework", "resumed_against_itself",
            "samples_per_epoch"]

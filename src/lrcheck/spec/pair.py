@@ -1,6 +1,6 @@
 """The pair a comparison checks: the candidate under test and the reference it must train like
-(``PairSpec``), two Recorder files (``FilePair``), or two commands of a user's own training
-(``CommandPair``)."""
+(``PairSpec``, which ``spec.compare_options.CompareOptions`` builds), two Recorder files
+(``FilePair``), or two commands of a user's own training (``CommandPair``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from lrcheck.spec.run import (
 )
 from lrcheck.spec.run_options import RunOptions, options_from_dict, options_to_dict
 from lrcheck.spec.settings import SETTINGS
-from lrcheck.spec.tolerances import Tolerances
+from lrcheck.spec.tolerances import ToleranceOverrides, Tolerances
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class PairSpec:
 
     @classmethod
     def build(cls, candidate: RunSpec, ref_bs: int | None = None, ref_world: int = 1,
-              tolerances: Tolerances | Mapping[str, float | None] | None = None,
+              tolerances: Tolerances | ToleranceOverrides | None = None,
               ref_framework: str | None = None, noise_floor: bool = True) -> PairSpec:
         """The pair for ``candidate``, resolved (``spec.resolve``, its notes kept): the
         reference is the same run with ``bs = ref_bs`` (default: the candidate's effective
@@ -110,7 +110,7 @@ class PairSpec:
         at_least("--ref-bs", ref_bs, 1)
         framework = candidate.framework if ref_framework is None else ref_framework
         one_of("--ref-framework", framework, list(FRAMEWORKS))
-        changes: dict[str, Any] = {}
+        changes: dict[str, object] = {}
         if framework != candidate.framework:  # the reference keeps its own framework's defaults
             changes = {setting.name: setting.default for setting in SETTINGS}
         if framework == candidate.framework and resumed_against_itself(candidate):
@@ -122,8 +122,7 @@ class PairSpec:
                                           resume_at_micro=None, framework=framework, **changes)
         reference, ref_notes = resolve(reference, "--ref-framework")
         if not isinstance(tolerances, Tolerances):
-            tolerances = Tolerances.for_dtype(candidate.dtype, candidate.amp,
-                                              **(tolerances or {}))
+            tolerances = (tolerances or ToleranceOverrides()).over(candidate.dtype, candidate.amp)
         return cls(reference, candidate, tolerances, noise_floor,
                    notes + tuple(n for n in ref_notes if n not in notes))
 
@@ -169,7 +168,7 @@ class PairSpec:
         against = ref.label if ref.framework == cand.framework else f"{ref.framework}-{ref.label}"
         return "-".join(parts) + f"-vs-{against}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"reference": self.reference.to_dict(), "candidate": self.candidate.to_dict(),
                 "tolerances": asdict(self.tolerances)}
 
@@ -194,7 +193,7 @@ class FilePair:
                      for p, stem in zip(paths, stems, strict=True)]
         return "-vs-".join(stems)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"reference": self.reference, "candidate": self.candidate,
                 "tolerances": asdict(self.tolerances)}
 
@@ -238,21 +237,3 @@ def _safe(text: str) -> str:
     keep = [c if c.isalnum() or c in "-_." else "_" for c in text.rsplit("/", 1)[-1]]
     return "".join(keep).strip("_.") or "custom"
 
-
-def pair_from_options(candidate: RunSpec | Mapping[str, Any], *, ref_bs: int | None = None,
-                      ref_world: int = 1, ref_framework: str | None = None,
-                      tolerances: Tolerances | Mapping[str, float | None] | None = None,
-                      fast: bool = False) -> PairSpec:
-    """The pair that ``lrcheck compare``'s options, ``lrcheck.compare``'s keywords and a suite's
-    ``[[pair]]`` describe alike: the candidate's ``RunSpec`` fields, the reference's batch,
-    processes and framework (``PairSpec.build``), ``tolerances`` whole or as overrides of the
-    defaults of the candidate's dtype (which a framework that trains in one type has set), and
-    ``fast`` (no noise floor). ``--policy accelerate``, the spelling before ``--framework``, is
-    ``--framework accelerate --ref-framework plain``, with a ``FutureWarning`` that says so
-    (given a ``RunSpec``, which has rewritten it, the caller's ``reference_framework``)."""
-    if not isinstance(candidate, RunSpec):
-        ref_framework = reference_framework(str(candidate.get("policy", "")), ref_framework)
-        candidate = RunSpec(**candidate)
-    return PairSpec.build(candidate, ref_bs=ref_bs, ref_world=ref_world,
-                          tolerances=tolerances, ref_framework=ref_framework,
-                          noise_floor=not fast)

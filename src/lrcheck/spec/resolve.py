@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from lrcheck.plan.frameworks import FRAMEWORKS, Framework
 from lrcheck.spec.choices import Choice, Dtype, Tail
@@ -72,7 +71,7 @@ def resolve(spec: RunSpec, framework_flag: str = "--framework"
     (``framework_flag``: how the note names the framework, ``--ref-framework`` for a
     reference). A resolved spec resolves to itself, with no notes."""
     framework = FRAMEWORKS[spec.framework]
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}
     notes: list[Note] = []
     for rule in RESOLUTIONS:
         used, given = rule.value(framework), getattr(spec, rule.setting)

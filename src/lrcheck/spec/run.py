@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
 
 import lrcheck.spec.settings as declared
 from lrcheck.errors import SpecError
@@ -36,11 +36,6 @@ DEFAULT_TIMEOUT_S = 300.0
 # have begun, before both are stopped as hung (``lrcheck run --timeout``): longer than
 # DEFAULT_TIMEOUT_S, since a user's script may evaluate between two updates.
 RUN_STALL_S = 600.0
-# ``lrcheck trace`` and ``lrcheck.trace_schedule``: what a schedule-only run is when told nothing
-# but its samples (the other fields are ``RunSpec``'s). The task is a placeholder: a trace has no
-# data, only ``samples`` per epoch.
-TRACE_DEFAULTS: dict[str, Any] = {"task": "synthetic", "bs": 8, "accum": 1, "epochs": 1,
-                                  "device": "cpu"}
 # A Recorder file does not say its dtype; users mostly train in float32 (or lower), so ``lrcheck
 # diff`` allows float32's loss tolerance unless told otherwise.
 DIFF_DTYPE = Dtype.FLOAT32
@@ -183,7 +178,7 @@ class RunSpec:
         if refused is not None:
             raise SpecError(f"--framework {self.framework} cannot train --dtype {self.dtype} "
                             f"here: {refused}")
-        own_loop: list[tuple[str, Any, Any]] = [
+        own_loop: list[tuple[str, object, object]] = [
             ("--resume-at-micro", self.resume_at_micro, None)]
         if not framework.own_loop:
             own_loop.append(("--policy", self.policy, REFERENCE_POLICY))
@@ -250,16 +245,24 @@ class RunSpec:
             text += f"x{self.world}w"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The fields as JSON has them: a choice as its plain string, a tuple as a list."""
         data = {name: value.value if isinstance(value, Choice) else value
                 for name, value in asdict(self).items()}
         data["inject_overflow"] = list(self.inject_overflow)
         return data
 
-    def replace(self, **changes: Any) -> RunSpec:
-        return replace(self, **changes)
+    def replace(self, **changes: object) -> RunSpec:
+        """This run with ``changes``, each checked by ``__post_init__`` whatever its type."""
+        rebuild: Callable[..., RunSpec] = replace
+        return rebuild(self, **changes)
 
+
+
+# ``lrcheck trace`` and ``lrcheck.trace_schedule``: what a schedule-only run is when told nothing
+# but its samples (the other fields are ``RunSpec``'s defaults). The task is a placeholder: a
+# trace has no data, only ``samples`` per epoch.
+TRACE_DEFAULTS = RunSpec(task="synthetic", bs=8, accum=1, epochs=1, device=Device.CPU)
 
 def samples_per_epoch(spec: RunSpec) -> int:
     """A simulated schedule's training samples per epoch (``lrcheck trace``): ``spec.samples``,
@@ -271,4 +274,3 @@ def resumed_against_itself(spec: RunSpec) -> bool:
     """``spec`` resumes through its framework's own resume (``--framework ludwig --resume-at
     K``), whose reference is the same run uninterrupted rather than the big batch."""
     return spec.resume_at is not None and FRAMEWORKS[spec.framework].resumes
-

@@ -58,7 +58,7 @@ class Setting(Generic[T]):
             return (f"--{self.name.replace('_', '-')}/{self.flag}",)
         return (self.flag,)
 
-    def checked(self, value: Any) -> Any:
+    def checked(self, value: object) -> object:
         """``value`` as the setting holds it (a ``Choice`` member for a name), or a
         ``SpecError`` naming the flag and what it takes."""
         if isinstance(self.choices, tuple):

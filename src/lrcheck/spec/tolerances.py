@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 
 from lrcheck.errors import SpecError
 from lrcheck.spec.choices import Amp, Dtype, choose
@@ -47,3 +48,35 @@ class Tolerances:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise SpecError(f"--tol-{name} must be a number >= 0, got {value!r}")
         return tol
+
+
+@dataclass(frozen=True)
+class ToleranceOverrides:
+    """The ``--tol-*`` flags (a suite's ``tol_*``): each check's tolerance, None for the default
+    of the dtype the candidate trains in (``Tolerances.for_dtype``). Checked when built."""
+
+    lr: float | None = None
+    params: float | None = None
+    loss: float | None = None
+    metrics: float | None = None
+
+    def __post_init__(self) -> None:
+        self.over(Dtype.FLOAT64)
+
+    def over(self, dtype: Dtype | str, amp: Amp | str = Amp.OFF) -> Tolerances:
+        """The tolerances of ``dtype`` (and ``amp``), these over them."""
+        return Tolerances.for_dtype(dtype, amp, lr=self.lr, params=self.params, loss=self.loss,
+                                    metrics=self.metrics)
+
+    @classmethod
+    def of(cls, given: Mapping[str, object]) -> ToleranceOverrides:
+        """The overrides of the mapping ``given`` (check → tolerance); a key that is no check
+        is a ``SpecError`` naming it."""
+        names = [f.name for f in fields(cls)]
+        unknown = [key for key in given if key not in names]
+        if unknown:
+            raise SpecError(f"tolerances: unknown check {unknown[0]!r}; the checks with a "
+                            f"tolerance are {', '.join(names)}")
+        # Each value is checked by __post_init__, whatever its type.
+        build: Callable[..., ToleranceOverrides] = cls
+        return build(**given)

@@ -30,10 +30,11 @@ from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.spec import (
     SETTINGS,
     CommandPair,
+    CompareOptions,
     PairSpec,
     RunSpec,
+    ToleranceOverrides,
     Tolerances,
-    pair_from_options,
 )
 from lrcheck.suite.commands import (
     COMMAND_KEYS,
@@ -53,7 +54,9 @@ EXPECTS = ("pass", "fail")
 # Suite key → RunSpec field, where they differ.
 RUN_KEYS = {f.name: f.name for f in fields(RunSpec) if f.name != "world"} | {"nproc": "world"}
 TOLERANCE_KEYS = ("tol_lr", "tol_params", "tol_loss", "tol_metrics")
-PAIR_KEYS = ("ref_bs", "ref_nproc", "ref_framework", "fast")
+# Suite key → CompareOptions field (ref_bs = "auto": its default, None).
+PAIR_KEYS = {"ref_bs": "ref_bs", "ref_nproc": "ref_world", "ref_framework": "ref_framework",
+             "fast": "fast"}
 META_KEYS = ("name", "expect")
 # How a pair of commands' own logs are read (docs/logs.md): tags = {lr = "LearningRate"},
 # log_steps = "updates-from-1"; its other keys (``lrcheck run``'s options): suite.commands.
@@ -182,12 +185,11 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
     """The entry for the merged ``values`` (each already checked on its own) of one pair."""
     run = {RUN_KEYS[k]: _run_value(k, v) for k, v in values.items() if k in RUN_KEYS}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
-    ref_bs = values.get("ref_bs", "auto")
+    own = {PAIR_KEYS[k]: v for k, v in values.items()
+           if k in PAIR_KEYS and not (k == "ref_bs" and v == "auto")}
     try:
-        pair = pair_from_options(run, ref_bs=None if ref_bs == "auto" else ref_bs,
-                                 ref_world=values.get("ref_nproc", 1),
-                                 ref_framework=values.get("ref_framework"), tolerances=tol,
-                                 fast=values.get("fast", False))
+        pair = CompareOptions.of(caller="suite", **run, **own,
+                                 tolerances=ToleranceOverrides.of(tol)).pair()
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)

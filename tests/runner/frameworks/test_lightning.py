@@ -24,6 +24,7 @@ from lrcheck.plan.windows import window_ids  # noqa: E402
 from lrcheck.runner.frameworks.lightning import _same_batch_counts  # noqa: E402
 from lrcheck.spec import RunSpec, Tolerances, resolve  # noqa: E402
 from tests.fixtures.lightning_user import user_run  # noqa: E402
+from tests.helpers import HANG_S  # noqa: E402
 
 EPOCHS = 2
 WHOLE = {"task": "synthetic", "samples": 1600}  # 1280 training samples: 40 windows of 32
@@ -180,7 +181,7 @@ def test_a_users_run_on_two_processes_diffs_clean_against_one(tmp_path, ref_128)
            "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                           "--nproc-per-node", "2", str(script), str(cand), "128", "8", "2", "1"],
-                         env=env, timeout=240, capture_output=True, text=True)
+                         env=env, timeout=HANG_S, capture_output=True, text=True)
     assert run.returncode == 0, f"torchrun exited {run.returncode}:\n{run.stderr[-3000:]}"
     report = lrcheck.diff(ref, cand, tolerances=Tolerances.for_dtype("float64"))
     assert report.ok, summary(report)

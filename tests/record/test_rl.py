@@ -1,0 +1,86 @@
+"""TRL's RL trainers recorded unmodified by ``lrcheck run`` (the ``trl`` extra): users' GRPO and
+DPO scripts (tests/fixtures/user_grpo.py, user_dpo.py: tiny config-built Llamas, a word-level
+tokenizer, nothing downloaded, generation by the model itself, a reward computed in code), the
+big-batch reference (bs 8) against 2 micro-batches of 4, in lockstep. Both runs update on the
+same rollouts without a replay: GRPO generates the whole generation batch (8 completions, the
+same in both: ``steps_per_generation`` follows the accumulation) in one call from the same state
+and the same RNG, so ``data`` (each row's prompt and completion tokens) passes at every update.
+``token-weights`` compares every completion token's ∂L/∂logp_t, measured through TRL's fused LM
+head, and names the candidate's reduction where it differs. Slow: each pair is two fresh
+processes importing torch, transformers and TRL (about 20 s of CPU a pair here); the correct
+DPO pair is in docs/rl.md's figures, not here, to keep the suite's time."""
+
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+
+NO_TRL = "the trl extra is not installed: pip install 'lrcheck[trl]'"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason=NO_TRL)]
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+STEPS = ["--steps", "2"]
+
+
+def _pair(tmp_path_factory, script: str, *candidate: str):
+    """``lrcheck run`` of ``script`` at bs 8 against bs 4 × accum 2 with ``candidate``'s flags:
+    the report and its checks by name."""
+    ref = [sys.executable, FIXTURES / script, "--bs", "8", *STEPS]
+    cand = [sys.executable, FIXTURES / script, "--bs", "4", "--accum", "2", *STEPS, *candidate]
+    report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
+                              tmp_path_factory.mktemp(script.split(".")[0]) / "out")
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return report, {c.name: c for c in report.checks}
+
+
+@pytest.fixture(scope="module")
+def grpo(tmp_path_factory):
+    return _pair(tmp_path_factory, "user_grpo.py")
+
+
+@pytest.fixture(scope="module")
+def grpo_micro_mean(tmp_path_factory):
+    return _pair(tmp_path_factory, "user_grpo.py", "--micro-mean")
+
+
+@pytest.fixture(scope="module")
+def dpo_claims_scaled(tmp_path_factory):
+    return _pair(tmp_path_factory, "user_dpo.py", "--claims-scaled")
+
+
+def test_a_correct_grpo_accumulation_pair_weighs_every_token_the_same(grpo):
+    report, checks = grpo
+    assert report.ok
+    for name in ("data", "weights", "token-weights", "grads", "params", "evidence"):
+        assert checks[name].status == "pass", name
+    # float32, and yet equal: the same rows from the same state, divided by powers of 2.
+    assert checks["token-weights"].max_abs_diff == 0.0
+    assert "every token at all 2 updates" in checks["token-weights"].detail
+
+
+def test_grpo_micro_batch_token_means_fail_at_update_0_named(grpo_micro_mean):
+    report, checks = grpo_micro_mean
+    assert not report.ok
+    assert checks["data"].status == "pass"  # the same rollouts: the weights alone differ
+    tokens = checks["token-weights"]
+    assert tokens.status == "fail" and tokens.first_divergence == 0, tokens.detail
+    assert "one ratio per micro-batch (" in tokens.detail
+    assert "a mean per micro-batch, where the reference's is a token-mean over the window" \
+        in tokens.detail
+    assert checks["grads"].status == "fail" and checks["grads"].first_divergence == 0
+
+
+def test_a_dpo_loss_claimed_scaled_for_accumulation_is_a_constant_2x(dpo_claims_scaled):
+    report, checks = dpo_claims_scaled
+    assert not report.ok
+    tokens = checks["token-weights"]
+    assert tokens.status == "fail" and tokens.first_divergence == 0, tokens.detail
+    assert "every token weighs 2× the reference's: a constant" in tokens.detail
+    # The same pairs, from the same state: a DPO token's weight, β·σ(−βΔ)/pairs, depends on
+    # the model, and is measured equal wherever the loss is right (the data too).
+    assert checks["data"].status == "pass" and checks["weights"].status == "fail"
