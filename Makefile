@@ -60,13 +60,15 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy src/lrcheck
 
 # The linters, the docs site and Ludwig's environment and tests (mostly pip fetching and
-# unpacking, then 7 tests) run beside the main tests, which leave a core free much of the time:
-# their output goes to $(BESIDE_LOG) and is printed after the main tests' own; either failing
-# fails make test.
+# unpacking, then 7 tests) run beside the main tests, which leave a core free much of the time,
+# at a lower priority (nice): the main tests, the longer chain, keep the cores they use. Their
+# output goes to $(BESIDE_LOG) and is printed after the main tests' own; either failing fails
+# make test.
 BESIDE_LOG := $(VENV)/make-test-beside.log
 
 test: $(STAMP)
-	@$(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & beside=$$!; \
+	@nice -n 10 $(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & \
+	beside=$$!; \
 	echo "make lint docs test-ludwig >$(BESIDE_LOG), beside the main tests"; \
 	required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
 	echo "LRCHECK_REQUIRE_BROWSER=$$required $(BIN)/python -m pytest -q --durations=25"; \
