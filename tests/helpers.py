@@ -141,3 +141,10 @@ def hanging_suite(folder: Path) -> tuple[Path, Path]:
     path = folder / "ci.toml"
     path.write_text(textwrap.dedent(_HANGING_SUITE.format(factory=factory)))
     return path, folder / "pair-b-is-training"
+
+
+def checks_by_name(report: Any) -> dict[str, Any]:
+    """A report's checks by name, each printed (a failing test shows them all)."""
+    for c in report.checks:
+        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    return {c.name: c for c in report.checks}

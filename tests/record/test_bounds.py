@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +29,7 @@ def pairs(tmp_path_factory):
     for name, extra in (("correct", []), ("scaled", ["--update-scale", "1.001"])):
         report = api.run_commands(_line("--bs", "32"), _line("--bs", "8", "--accum", "4", *extra),
                                   tmp_path_factory.mktemp(name) / "out")
-        out[name] = {c.name: c for c in report.checks}
-        for c in report.checks:
-            print(f"{name} {c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+        out[name] = checks_by_name(report)
     return out
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 
@@ -26,9 +27,7 @@ def _line(*args: str) -> str:
 
 def _cadence(tmp_path, cand_args, ref_args=REFERENCE):
     report = api.run_commands(_line(*ref_args), _line(*cand_args), tmp_path / "out")
-    checks = {c.name: c for c in report.checks}
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    checks = checks_by_name(report)
     return report, checks["cadence"], checks["ema-params"]
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from lrcheck import api
 from lrcheck.recorder import read_records
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -48,9 +49,7 @@ def _line(argv) -> str:
 
 def _run(tmp_path, ref, cand, **options):
     report = api.run_commands(_line(ref), _line(cand), tmp_path / "out", **options)
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
-    return report, {c.name: c for c in report.checks}
+    return report, checks_by_name(report)
 
 
 def _family(name: str, tmp_path: Path) -> tuple[list, list]:

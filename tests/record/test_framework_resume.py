@@ -18,6 +18,7 @@ import pytest
 
 from lrcheck import api
 from lrcheck.spec.interrupt import Interrupt
+from tests.helpers import checks_by_name
 
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_checkpoints.py"
 
@@ -49,9 +50,7 @@ def _resumed(reference: Path, tmp_path: Path, framework: str, at: int, checkpoin
     api.record(Interrupt.given(at, resume, "TERM", 10).command(candidate), tmp_path / "cand",
                fingerprint_every=1)
     report = api.diff(reference, tmp_path / "cand")
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
-    return report, {c.name: c for c in report.checks}
+    return report, checks_by_name(report)
 
 
 def _passes(report, checks, twice: str, at: int, step: int, sched: int | None = None) -> None:

@@ -18,6 +18,7 @@ from lrcheck import api
 from lrcheck.errors import SpecError
 from lrcheck.record import interrupt
 from lrcheck.spec.interrupt import Interrupt
+from tests.helpers import checks_by_name
 
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
 RUN = [sys.executable, str(SCRIPT), "--updates", "24", "--dtype", "float64"]
@@ -30,9 +31,7 @@ def _pair(tmp_path: Path, at: int, sig: str, *bug: str):
                               tmp_path / "out", fingerprint_every=1, interrupt_at=at,
                               resume=shlex.join([*cand, "--resume", saved, *bug]),
                               interrupt_signal=sig, grace=60)
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
-    return report, {c.name: c for c in report.checks}
+    return report, checks_by_name(report)
 
 
 @pytest.mark.slow

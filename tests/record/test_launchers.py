@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -23,7 +24,7 @@ TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node
 
 
 def _checks(report):
-    return {c.name: c for c in report.checks}
+    return checks_by_name(report)
 
 
 def _diff(tmp_path, ref, cand, name, recorded: Path | None = None):

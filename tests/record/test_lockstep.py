@@ -13,6 +13,7 @@ import pytest
 
 from lrcheck import api
 from lrcheck.errors import RunError, SpecError
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 
@@ -26,9 +27,7 @@ def _line(*args: str) -> str:
 def _run(tmp_path, ref_args, cand_args, **options):
     report = api.run_commands(_line(*ref_args), _line(*cand_args), tmp_path / "out",
                                   **options)
-    checks = {c.name: c for c in report.checks}
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
+    checks = checks_by_name(report)
     return report, checks
 
 
@@ -218,9 +217,7 @@ def test_a_rank_that_crashes_is_named(tmp_path):
 def test_two_ddp_ranks_follow_one_reference(tmp_path):
     report = api.run_commands(_line(), shlex.join([*TORCHRUN, "--bs", "4", "--accum", "2"]),
                               tmp_path / "out")
-    checks = {c.name: c for c in report.checks}
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value}: {c.detail}")
+    checks = checks_by_name(report)
     assert report.ok and checks["grads"].status == "pass"
     assert checks["data"].status == "pass" and checks["weights"].status == "pass"
     assert (tmp_path / "out" / "candidate" / "lockstep-rank1.jsonl").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
@@ -30,7 +31,7 @@ def test_a_resume_in_one_command_passes_and_a_lost_part_fails_at_the_first_resum
             f"{shlex.join(resume)}")
     report = api.run_commands(shlex.join([*RUN, "--bs", "16"]), shlex.join(["bash", "-c", line]),
                               tmp_path / "out")
-    checks = {c.name: c for c in report.checks}
+    checks = checks_by_name(report)
     for c in report.checks:
         print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
     joined = checks["continuation (candidate)"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 NO_TRL = "the trl extra is not installed: pip install 'lrcheck[trl]'"
 pytestmark = [pytest.mark.slow,
@@ -33,9 +34,7 @@ def _pair(tmp_path_factory, script: str, *candidate: str):
     cand = [sys.executable, FIXTURES / script, "--bs", "4", "--accum", "2", *STEPS, *candidate]
     report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
                               tmp_path_factory.mktemp(script.split(".")[0]) / "out")
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
-    return report, {c.name: c for c in report.checks}
+    return report, checks_by_name(report)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from lrcheck import api
 from lrcheck.record.folder import read_folder
 from lrcheck.recorder import read_records
 from lrcheck.spec import Dtype, Tolerances
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -24,9 +25,7 @@ TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node
 
 
 def _checks(report):
-    for c in report.checks:
-        print(c.name, c.status.value, c.max_abs_diff, c.first_divergence, c.detail)
-    return {c.name: c for c in report.checks}
+    return checks_by_name(report)
 
 
 def _line(argv):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_sparse.py"
@@ -18,7 +19,7 @@ SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_sparse.py"
 def test_a_sparse_adam_pair_trains_to_its_end_and_passes(tmp_path):
     py = sys.executable
     report = api.run_commands(f"{py} {SCRIPT}", f"{py} {SCRIPT} --micro 8 --accum 4", tmp_path)
-    checks = {c.name: c for c in report.checks}
+    checks = checks_by_name(report)
     print(report.verdict, {name: (c.status, c.detail) for name, c in checks.items()})
     assert report.verdict.value == "pass"
     assert checks["grads"].status == "pass" and checks["params"].status == "pass"

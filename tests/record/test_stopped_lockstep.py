@@ -13,6 +13,7 @@ import pytest
 from lrcheck import api
 from lrcheck.command_pair import diff_runs
 from lrcheck.recorder import read_records
+from tests.helpers import checks_by_name
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +25,7 @@ def _line(*args: str) -> str:
 
 
 def _checks(report):
-    for c in report.checks:
-        print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
-    return {c.name: c for c in report.checks}
+    return checks_by_name(report)
 
 
 @pytest.fixture(scope="module")
