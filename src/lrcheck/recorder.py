@@ -24,11 +24,12 @@ from lrcheck.hparams import read_settings
 
 REQUIRED = ("step", "samples_seen", "lr")
 # What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
-# steps since the previous update, and (with a fingerprint) the squared gradient norm; and the
-# cadence (``record.process.count_calls``): the calls since the previous update of backward,
-# zero_grad, the clipping, GradScaler.update and the EMA, the backward passes since the last
-# zero_grad (``reached``: those whose gradients reach the update), and the numbers: the last
-# clip's max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter. And
+# steps since the previous update, and (with a fingerprint) the squared gradient norm (per
+# tensor too, ``grad_sqs``, for DTensors: ``record.placements``); and the cadence (``record.
+# process.count_calls``): the calls since the previous update of backward, zero_grad, the
+# clipping, GradScaler.update and the EMA, the backward passes since the last zero_grad
+# (``reached``: those whose gradients reach the update), and the numbers: the last clip's
+# max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter. And
 # (``record.losses``) ``loss_backward`` and ``loss_micro``: the loss the update differentiated.
 COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
           "clip_grad_value", "scaler_update", "ema_update")
@@ -44,9 +45,9 @@ class Recorder:
     updates so far, this one included, over all processes), ``lr`` (one value per param group,
     as the optimizer is about to use it) and ``loss`` (a loss that is not finite as the string
     "NaN", "Infinity" or "-Infinity", which ``read_records`` reads back as the float, so that
-    the file stays JSON). Each line is flushed as it is written, so
-    a crash loses nothing recorded. The file is started afresh unless ``append`` (for a resumed
-    run). With ``enabled=False`` (other ranks than 0, say) it records nothing."""
+    the file stays JSON). Each line is flushed as it is written, so a crash loses nothing
+    recorded. The file is started afresh unless ``append`` (for a resumed run). With
+    ``enabled=False`` (other ranks than 0, say) it records nothing."""
 
     def __init__(self, path: str | Path, *, append: bool = False, enabled: bool = True) -> None:
         self.path = Path(path)
@@ -130,9 +131,8 @@ class Recorder:
 def fingerprint(params: Iterable[Any]) -> list[float]:
     """Two numbers per parameter tensor, flat: its sum (accumulated in float64) and its largest
     absolute value. Moving any one element by ``d`` moves its tensor's sum by ``d``; comparing
-    the sums relative to the largest absolute value is the ``params`` check's
-    ``max|Δp| / max|p|`` for such a move. Two reductions per tensor, no copy of the
-    parameters, memory O(number of tensors)."""
+    the sums relative to the largest absolute value is the ``params`` check's ``max|Δp| /
+    max|p|`` for such a move. Two reductions per tensor, no copy, memory O(tensors)."""
     import torch
 
     with torch.no_grad():
@@ -168,8 +168,7 @@ def _number(value: SupportsFloat) -> float | str:
 
 
 def _read_number(value: object) -> float | None:
-    """A number of a record (a ``NOT_FINITE`` string included) as a float; None if it is not
-    one."""
+    """A number of a record (a ``NOT_FINITE`` string included) as a float; else None."""
     if isinstance(value, str):
         return NOT_FINITE.get(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -267,11 +266,12 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
                 raise SpecError(f"{where}: {key!r} must be a number"
                                 f"{' >= 0' if key == 'opt_step' else ''}, got {item[key]!r}")
             record[key] = value
-    if "grad_sq" in item:
-        grad_sq = _read_number(item["grad_sq"])
-        if grad_sq is None or grad_sq < 0:
-            raise SpecError(f"{where}: 'grad_sq' must be a number >= 0, got {item['grad_sq']!r}")
-        record["grad_sq"] = grad_sq
+    for key, many in (("grad_sq", False), ("grad_sqs", True)):  # see COUNTS' comment
+        given = item.get(key, [] if many else 0.0)
+        read = [_read_number(v) for v in (given if isinstance(given, list) else [given])]
+        if isinstance(given, list) != many or not all(v is not None and v >= 0 for v in read):
+            raise SpecError(f"{where}: {key!r} must hold numbers >= 0, got {given!r}")
+        record.update({key: read if many else read[0]} if key in item else {})
     if "fed" in item:
         record.update(_fed(item, where))
     record.update(_losses(item, where))

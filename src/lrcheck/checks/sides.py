@@ -1,8 +1,9 @@
 """What two recorded runs hold beside their updates, judged: their optimizers
 (``checks.optimizer``), and for each record folder whether its recording stayed on
 (``check_recording``), how its later processes carried on (``check_continuation``), every
-rank's schedule against rank 0's (``check_ranks``) and the replicas' agreement
-(``check_replicas``); and why a record folder is incomplete (its command failed or was
+rank's schedule against rank 0's (``check_ranks``), the replicas' agreement
+(``check_replicas``) and, sharded over DTensors, the run's clipping norm against the true
+global one (``checks.norms``); and why a record folder is incomplete (its command failed or was
 stopped). ``record.sides`` reads the runs; this judges what it read."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
 from lrcheck.checks.continuation import check_continuation, shifted_data
+from lrcheck.checks.norms import check_clip_norm
 from lrcheck.checks.optimizer import check_optimizer
 from lrcheck.checks.recorded import align
 from lrcheck.checks.status import CheckResult
@@ -57,4 +59,6 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
     if run.replicas is not None:
         found.append(check_replicas(name, [(g.gap, g.update, g.rank) for g in run.replicas],
                                     run.ranks, tol))
+    if run.ranks > 1 and run.sharded and not run.partitioned:  # DTensors: merged by placement
+        found.append(check_clip_norm(name, run.records, tol))
     return [check for check in found if check is not None]

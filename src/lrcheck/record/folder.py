@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.errors import SpecError
+from lrcheck.record.placed import Layout, Placed, placed
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.record.tokens import read
@@ -148,7 +149,8 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
             if o.get("index") == optimizer]
     partitioned = any(o.get("partitioned") for o in mine)
     sharded = partitioned or any(o.get("sharded") for o in mine)
-    records, gaps = merge(per_rank, sharded, partitioned)
+    layouts = [_layout(_in_order(ranks[r])[0], optimizer) for r in range(len(ranks))]
+    records, gaps = merge(per_rank, sharded, partitioned, layouts)
     return FolderRun(records, about, len(ranks), sharded, partitioned, gaps, len(files),
                      rank_schedules(per_rank), joined[0][1])
 
@@ -162,6 +164,15 @@ def _process(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def _layout(path: Path, optimizer: int) -> Layout | None:
+    """Where the optimizer's tensors lie on the device mesh (``record.placements``), as the
+    process that wrote ``path`` described it; None: not DTensors, or not described."""
+    for found in _process(path).get("optimizers", []):
+        if isinstance(found, dict) and found.get("index") == optimizer:
+            return found.get("layout")
+    return None
 
 
 def _in_order(paths: list[Path]) -> list[Path]:
@@ -196,19 +207,24 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
 
 
 def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
-          partitioned: bool = False
+          partitioned: bool = False, layouts: list[Layout | None] | None = None
           ) -> tuple[list[dict[str, Any]], tuple[ReplicaGap, ...] | None]:
     """The ranks' records as the whole run's (see the module's docstring), up to the updates
     every rank recorded, and the replicas' largest gap at each fingerprinted update (None:
-    nothing to compare)."""
+    nothing to compare). Where the ranks described their tensors' ``layouts`` on a device
+    mesh, by placement (``record.placed``)."""
     count = min(len(r) for r in per_rank)
     merged: list[dict[str, Any]] = []
     gaps: list[ReplicaGap] = []
+    where = None if partitioned or layouts is None or len(per_rank) < 2 else placed(
+        layouts, [line.get("fingerprint") for line in per_rank[0]])
     for k in range(count):
         lines = [r[k] for r in per_rank]
         record = dict(lines[0])
         prints = [line.get("fingerprint") for line in lines]
-        if all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
+        if where is not None:
+            record.update(_placed(where, lines, k, gaps))
+        elif all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
             arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
             if partitioned or (sharded and len({a.shape for a in arrays}) > 1):
                 record["fingerprint"] = whole_model(arrays)
@@ -218,14 +234,35 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
                     [stacked[:, :, 0].sum(axis=0), stacked[:, :, 1].max(axis=0)]).ravel().tolist()
             else:
                 gaps.append(_replica_gap(arrays, k))
-        if sharded and all("grad_sq" in line for line in lines):
+        if sharded and where is None and all("grad_sq" in line for line in lines):
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         record.update(rank_mean_losses(lines))
         record.pop("fed", None), record.pop("fed_weights", None), record.pop("fed_tokens", None)
-        if all("fed" in line for line in lines):
-            record["fed"] = fed_rows(lines)
+        feeding = [x for x, f in zip(lines, where.feeds, strict=True) if f] if where else lines
+        if all("fed" in line for line in feeding):
+            record["fed"] = fed_rows(feeding)
         merged.append(record)
     return merged, tuple(gaps) if gaps else None
+
+
+def _placed(where: Placed, lines: list[dict[str, Any]], k: int, gaps: list[ReplicaGap]
+            ) -> dict[str, Any]:
+    """Update ``k``'s fingerprint and squared gradient norm merged by placement
+    (``record.placed``), the replicas' largest gap added to ``gaps``."""
+    out: dict[str, Any] = {}
+    prints = [line.get("fingerprint") for line in lines]
+    if all(p is not None for p in prints):
+        arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
+        if len({a.shape for a in arrays}) > 1 or len(arrays[0]) != len(where.keys):
+            out["fingerprint"] = whole_model(arrays)  # not one model's tensors on every rank
+        else:
+            rows, gap, rank = where.fingerprint(arrays)
+            out["fingerprint"] = rows.ravel().tolist()
+            if rank >= 0:
+                gaps.append(ReplicaGap(gap, k, rank))
+    if all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
+        out.update(where.squares([line["grad_sqs"] for line in lines]))
+    return out
 
 
 def rank_mean_losses(lines: list[dict[str, Any]]) -> dict[str, Any]:

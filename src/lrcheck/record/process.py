@@ -60,6 +60,7 @@ from lrcheck.record.calls import (
     subclasses,
 )
 from lrcheck.record.losses import Losses
+from lrcheck.record.placements import Layout, data_world, grad_keys, layout
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
@@ -93,6 +94,7 @@ class _Optimizer:
         self.names: list[str] | None = None
         self.stochastic: list[dict[str, Any]] = []
         self.seen: dict[str, int] = {}  # the process's call totals at this optimizer's update
+        self.layout: Layout | None = None  # its DTensors' (``record.placements``)
 
 
 class ProcessRecorder:
@@ -154,6 +156,7 @@ class ProcessRecorder:
             found = _Optimizer(index, Recorder(self.folder / f"{stem}.jsonl"), optimizer,
                                optimizers.params(optimizer), optimizers.stepped_by(optimizer))
             self.optimizers[id(optimizer)] = found
+            found.layout = layout(optimizers.params(optimizer), self.world)
             self.describe()
         return found
 
@@ -167,7 +170,8 @@ class ProcessRecorder:
                             "class": o.cls, "wrapper": o.wrapper, "tensors": o.tensors,
                             "sharded": o.sharded, "partitioned": o.partitioned,
                             "updates": o.recorder.step, "phantom_steps": o.phantom,
-                            "dtype": o.dtype, "stochastic": o.stochastic}
+                            "dtype": o.dtype, "stochastic": o.stochastic,
+                            **({"layout": o.layout} if o.layout else {})}
                            for o in self.optimizers.values()],
             "dropout_calls": modules.calls[0], "lockstep": self.role or None,
             "deterministic": in_effect(self.world) if self.deterministic else None,
@@ -243,16 +247,11 @@ class ProcessRecorder:
                                  **st.settings.line(optimizer)}
         fp = None
         if self.every and (st.recorder.step % self.every == 0 or self.dense(st)):
-            with torch.no_grad():
-                norms = torch.stack([torch.linalg.vector_norm(optimizers.stored(g.detach()),
-                                                              dtype=torch.float64)
-                                     for g in grads])
-                squares = torch.sum(norms * norms)
-            extra["grad_sq"] = float(squares)
+            extra.update(grad_keys(params, st.layout))
             fp = fingerprint(optimizers.local_tensor(p) for p in params)
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
-            extra.update(self.fed())
+            extra.update(self.fed(data_world(st.layout, self.world)))
             extra.update(self.losses.take(optimizers.scale(self.scaler)))
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
@@ -296,10 +295,11 @@ class ProcessRecorder:
             out["opt_step"] = step
         return out
 
-    def fed(self) -> dict[str, Any]:
+    def fed(self, world: int) -> dict[str, Any]:
         """The samples and loss weights of the micro-batches since the previous update
-        (``record.taps``), as Recorder keys; none where no training forward was seen."""
-        fed = self.taps.take(optimizers.scale(self.scaler), self.world)
+        (``record.taps``; ``world``: the ranks averaged), as Recorder keys; none where no
+        training forward was seen."""
+        fed = self.taps.take(optimizers.scale(self.scaler), world)
         if not fed.ids:
             return {}
         out = pack_fed(fed.ids, fed.weights) | fed.packed_tokens()

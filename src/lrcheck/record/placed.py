@@ -1,0 +1,113 @@
+"""The ranks' records of one update merged by where each tensor is placed on the device mesh
+(``record.placements``'s layout, one per rank): data only, no torch.
+
+A tensor's shard on a rank is named by the rank's coordinates on the mesh dimensions the tensor
+is sharded over (``S``; partial, ``P``, counts as sharded): ranks that differ only along
+dimensions where it is replicated (``R``), or that are not on its mesh at all (a plain tensor,
+or one on a sub-mesh: FSDP2's on ``dp`` beside tensor parallel's ``(dp, tp)``), hold the same
+shard. Per tensor, each shard is counted once, from the lowest rank holding it (its owner):
+fingerprint sums add and the largest absolute values max, squared gradient norms add; every
+other rank holding a shard is a replica, checked against the owner's as DDP's replicas are.
+On a 1-D mesh of ``Shard(0)`` (FSDP2) every rank owns its own shard, so this is the plain sum
+over the ranks; with no DTensor at all, rank 0 owns everything (DDP)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Layout = Mapping[str, object]
+Key = tuple[int, ...]
+
+
+def _key(found: Layout | None, tensor: int) -> Key:
+    """Which shard of ``tensor`` the rank with layout ``found`` holds (``()``: the whole)."""
+    tensors = found.get("tensors") if found is not None else None
+    entry = tensors[tensor] if isinstance(tensors, list) and tensor < len(tensors) else None
+    meshes = found.get("meshes") if found is not None else None
+    if not isinstance(entry, list) or not isinstance(meshes, list):
+        return ()
+    coord = meshes[entry[0]].get("coord") or []
+    return tuple(int(coord[d]) for d, p in enumerate(entry[1:]) if p != "R" and d < len(coord))
+
+
+@dataclass(frozen=True)
+class Placed:
+    """Per tensor, per rank, which shard the rank holds (``keys``), and per rank whether it
+    feeds rows of its own (``feeds``: not a tensor-parallel rank other than the first)."""
+
+    keys: tuple[tuple[Key, ...], ...]
+    feeds: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, layouts: Sequence[Layout | None], tensors: int) -> Placed:
+        keys = tuple(tuple(_key(found, t) for found in layouts) for t in range(tensors))
+        return cls(keys, tuple(found is None or found.get("feeds") is not False
+                               for found in layouts))
+
+    def owners(self, tensor: int) -> list[int]:
+        """The ranks counted for ``tensor``: the lowest holding each of its shards."""
+        first: dict[Key, int] = {}
+        for rank, key in enumerate(self.keys[tensor]):
+            first.setdefault(key, rank)
+        return sorted(first.values())
+
+    def replicas(self, tensor: int) -> list[tuple[int, int]]:
+        """``(rank, owner)`` for every rank holding a shard of ``tensor`` that another owns."""
+        row = self.keys[tensor]
+        owner = {row[r]: r for r in reversed(range(len(row)))}
+        return [(r, owner[key]) for r, key in enumerate(row) if owner[key] != r]
+
+    def copies(self, tensor: int) -> int:
+        """How many ranks hold each shard of ``tensor`` (1: sharded over every rank)."""
+        return len(self.keys[tensor]) // max(1, len(self.owners(tensor)))
+
+    def fingerprint(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, float, int]:
+        """The ranks' fingerprints (rows ``(sum, max|p|)`` per tensor) as the whole model's,
+        and the replicas' largest gap ``|Δsum| / max|p|`` (over the model) with its rank (0,
+        -1: no replica)."""
+        rows = np.empty((len(self.keys), 2))
+        for t in range(len(self.keys)):
+            owned = [arrays[r][t] for r in self.owners(t)]
+            rows[t] = (sum(row[0] for row in owned), max(row[1] for row in owned))
+        scale = max(float(np.max(rows[:, 1], initial=0.0)), 1e-300)
+        gap = 0.0
+        worst = next((r for t in range(len(self.keys)) for r, _ in self.replicas(t)), -1)
+        for t in range(len(self.keys)):
+            for rank, owner in self.replicas(t):
+                found = abs(float(arrays[rank][t][0] - arrays[owner][t][0])) / scale
+                if not found <= gap:  # NaN too
+                    gap, worst = found, rank
+        return rows, gap, worst
+
+    def squares(self, per_rank: Sequence[Sequence[float]]) -> dict[str, float | int]:
+        """The ranks' squared gradient norms per tensor as the whole gradient's: ``grad_sq``,
+        each shard once; and, where some tensors are replicated over ranks, their part of it
+        (``grad_sq_replicated``) and how many ranks hold each of their shards
+        (``replicated_ranks``, the most)."""
+        total = replicated = 0.0
+        most = 1
+        for t in range(len(self.keys)):
+            part = float(sum(per_rank[r][t] for r in self.owners(t)))
+            total += part
+            if (copies := self.copies(t)) > 1:
+                replicated, most = replicated + part, max(most, copies)
+        out: dict[str, float | int] = {"grad_sq": total}
+        if most > 1:
+            out |= {"grad_sq_replicated": replicated, "replicated_ranks": most}
+        return out
+
+
+def placed(layouts: Sequence[Layout | None], prints: Sequence[Sequence[float] | None]
+           ) -> Placed | None:
+    """The placement of the ranks' tensors where any rank described a layout (None: none did,
+    the records are merged as before: ``record.folder``); the tensors counted from the first
+    fingerprint, else the layouts."""
+    if not any(found is not None for found in layouts):
+        return None
+    sizes = [len(p) // 2 for p in prints if p is not None]
+    sizes += [len(t) for found in layouts if found is not None
+              and isinstance(t := found.get("tensors"), list)]
+    return Placed.of(layouts, sizes[0] if sizes else 0)

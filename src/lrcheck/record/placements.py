@@ -1,0 +1,92 @@
+"""Where an optimizer's tensors live on a device mesh, as ``lrcheck record`` describes it once
+per process (``rank{R}.json``, the optimizer's ``layout``), so that ``record.placed`` can merge
+the ranks' shard fingerprints by placement: per mesh its shape, its dimensions' names and this
+rank's coordinate; per tensor its mesh and its placement on each of the mesh's dimensions
+(``S``: sharded, ``_StridedShard`` too; ``R``: replicated; ``P``: partial), or None for a plain
+tensor (replicated over every rank). And which of the process's ranks feed data of their own:
+the ranks of a tensor-parallel dimension (``TENSOR_DIMS``, by the mesh's names) all feed the
+same rows, so the one at coordinate 0 is taken as theirs and the loss weights are divided by
+the data-parallel ranks only (``data_world``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from lrcheck.record.optimizers import local_tensor, stored
+
+# Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
+TENSOR_DIMS = ("tp",)
+Layout = dict[str, object]
+
+
+def _placement(placement: object) -> str:
+    if getattr(placement, "is_replicate", lambda: False)():
+        return "R"
+    return "P" if getattr(placement, "is_partial", lambda: False)() else "S"
+
+
+def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
+    """The layout of ``params`` on their device meshes (see the module's docstring); None where
+    none is a DTensor."""
+    meshes: list[dict[str, object]] = []
+    tensors: list[list[object] | None] = []
+    for p in params:
+        mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", None)
+        if mesh is None or placements is None:
+            tensors.append(None)
+            continue
+        coord = mesh.get_coordinate()
+        entry: dict[str, object] = {"shape": list(mesh.shape),
+                                    "names": list(mesh.mesh_dim_names or ()),
+                                    "coord": None if coord is None else list(coord)}
+        if entry not in meshes:
+            meshes.append(entry)
+        tensors.append([meshes.index(entry), *(_placement(x) for x in placements)])
+    if not meshes:
+        return None
+    feeds, ways = True, 1
+    for mesh in meshes:
+        names, coord = mesh["names"], mesh["coord"]
+        assert isinstance(names, list) and isinstance(mesh["shape"], list)
+        for d, name in enumerate(names):
+            if name in TENSOR_DIMS and isinstance(coord, list):
+                ways, feeds = mesh["shape"][d], coord[d] == 0
+                break
+    return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
+            "feeds": feeds}
+
+
+def data_world(found: Layout | None, world: int) -> int:
+    """The ranks whose gradients a data-parallel reduction averages: ``world`` less the
+    tensor-parallel dimension's ranks, which feed the same rows."""
+    ways = None if found is None else found.get("data_world")
+    return ways if isinstance(ways, int) else world
+
+
+def grad_squares(params: Sequence[torch.Tensor]) -> list[float]:
+    """Per tensor, the squared norm of this rank's shard of its gradient (0: none), in float64;
+    one transfer."""
+    if not params:
+        return []
+    with torch.no_grad():
+        device = local_tensor(params[0]).device
+        norms = [torch.zeros((), dtype=torch.float64, device=device) if p.grad is None else
+                 torch.linalg.vector_norm(stored(local_tensor(p.grad).detach()),
+                                          dtype=torch.float64).to(device) for p in params]
+        return (torch.stack(norms) ** 2).tolist()
+
+
+def grad_keys(params: Sequence[torch.Tensor], found: Layout | None) -> dict[str, object]:
+    """What a fingerprinted update records of the gradient the optimizer steps on: ``grad_sq``,
+    the squared norm of this rank's gradients (of its shards); where the tensors have a layout,
+    ``grad_sqs``, per tensor, for ``record.placed`` to merge."""
+    grads = [local_tensor(p.grad) for p in params if p.grad is not None]
+    with torch.no_grad():
+        norms = torch.stack([torch.linalg.vector_norm(stored(g.detach()), dtype=torch.float64)
+                             for g in grads])
+        out: dict[str, object] = {"grad_sq": float(torch.sum(norms * norms))}
+    if found is not None:
+        out["grad_sqs"] = grad_squares(params)
+    return out

@@ -1,0 +1,87 @@
+"""Shard fingerprints and gradient norms merged by placement (``record.placed``, through
+``record.folder.merge``) on synthetic records: FSDP2's 1-D mesh and DDP's replicas as before,
+HSDP's replicated dimension and tensor parallel's replicated tensors counted once."""
+
+import numpy as np
+import pytest
+
+from lrcheck.record.folder import merge
+from lrcheck.record.placed import placed
+
+
+def _layout(shape, coord, placements, names=("dp", "tp"), feeds=True):
+    """One rank's layout: one mesh, one tensor per entry of ``placements`` (None: plain)."""
+    mesh = {"shape": list(shape), "names": list(names[:len(shape)]), "coord": list(coord)}
+    return {"meshes": [mesh], "tensors": [None if p is None else [0, *p] for p in placements],
+            "feeds": feeds}
+
+
+def _line(step, prints, squares):
+    return {"step": step, "samples_seen": 8 * (step + 1), "lr": [0.1], "loss": None,
+            "fingerprint": [v for row in prints for v in row], "grad_sq": float(sum(squares)),
+            "grad_sqs": list(squares)}
+
+
+def test_tensor_parallel_counts_a_replicated_tensor_once_and_adds_its_shards():
+    # dp 2 x tp 2: tensor 0 colwise (sharded on both), tensor 1 a norm (sharded on dp only,
+    # replicated on tp), tensor 2 plain (every rank holds it whole).
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    layouts = [_layout((2, 2), c, [("S", "S"), ("S", "R"), None], feeds=c[1] == 0)
+               for c in coords]
+    prints = [[(1.0 + r, 2.0 + r), (10.0 + c[0], 5.0), (7.0, 3.0)]
+              for r, c in enumerate(coords)]
+    squares = [[1.0 + r, 4.0 + c[0], 9.0] for r, c in enumerate(coords)]
+    per_rank = [[_line(0, p, s)] for p, s in zip(prints, squares, strict=True)]
+    records, gaps = merge(per_rank, True, False, layouts)
+    rows = np.asarray(records[0]["fingerprint"]).reshape(-1, 2)
+    assert rows.tolist() == [[1 + 2 + 3 + 4, 5.0], [10 + 11, 5.0], [7.0, 3.0]]
+    # The true norm squared: every shard once; the replicated part and how many hold it.
+    assert records[0]["grad_sq"] == (1 + 2 + 3 + 4) + (4 + 5) + 9
+    assert records[0]["grad_sq_replicated"] == (4 + 5) + 9
+    assert records[0]["replicated_ranks"] == 4
+    assert gaps is not None and gaps[0].gap == 0.0
+
+
+def test_a_replica_that_parts_is_the_largest_gap_with_its_rank():
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    layouts = [_layout((2, 2), c, [("S", "R")]) for c in coords]
+    prints = [[(10.0 + c[0] + (0.5 if r == 3 else 0.0), 4.0)] for r, c in enumerate(coords)]
+    per_rank = [[_line(0, p, [1.0])] for p in prints]
+    _, gaps = merge(per_rank, True, False, layouts)
+    assert gaps is not None and (gaps[0].gap, gaps[0].rank) == (pytest.approx(0.5 / 4.0), 3)
+
+
+def test_hsdp_counts_the_replicated_dimension_once():
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    layouts = [_layout((2, 2), c, [("R", "S")], names=("dp_replicate", "dp_shard"))
+               for c in coords]
+    prints = [[(1.0 + c[1], 1.0 + c[1])] for c in coords]
+    per_rank = [[_line(0, p, [2.0 + c[1]])] for p, c in zip(prints, coords, strict=True)]
+    records, gaps = merge(per_rank, True, False, layouts)
+    assert records[0]["fingerprint"] == [1.0 + 2.0, 2.0]
+    assert records[0]["grad_sq"] == 2.0 + 3.0 and "replicated_ranks" in records[0]
+    assert gaps is not None and gaps[0].gap == 0.0
+
+
+def test_fsdp2_on_a_1d_mesh_merges_as_the_plain_sum_over_the_ranks():
+    layouts = [_layout((2,), (r,), [("S",), ("S",)], names=("dp",)) for r in (0, 1)]
+    prints = [[(1.0, 2.0), (3.0, 1.0)], [(4.0, 1.5), (5.0, 6.0)]]
+    per_rank = [[_line(0, p, [1.0, 2.0])] for p in prints]
+    by_layout, gaps = merge(per_rank, True, False, layouts)
+    before, none = merge(per_rank, True, False, None)
+    assert by_layout[0]["fingerprint"] == before[0]["fingerprint"] == [5.0, 2.0, 8.0, 6.0]
+    assert by_layout[0]["grad_sq"] == before[0]["grad_sq"] == 6.0
+    assert gaps is None and none is None and "replicated_ranks" not in by_layout[0]
+
+
+def test_only_the_first_tensor_parallel_rank_feeds_the_data():
+    coords = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    layouts = [_layout((2, 2), c, [("S", "S")], feeds=c[1] == 0) for c in coords]
+    per_rank = [[{**_line(0, [(1.0, 1.0)], [1.0]), "fed": [[10 + c[0]]], "fed_weights": [None]}]
+                for c in coords]
+    records, _ = merge(per_rank, True, False, layouts)
+    assert [rank_ids[:2] for rank_ids in records[0]["fed"]] == [[0, [10]], [1, [11]]]
+
+
+def test_no_layout_on_any_rank_is_not_placed():
+    assert placed([None, None], [[1.0, 2.0]]) is None
