@@ -138,6 +138,22 @@ def suite() -> Schema:
                     "to_dict(), schema_version 1 (docs/suite.md).", body, defs)
 
 
+def _layout() -> Schema:
+    """Where an optimizer's DTensors lie on their device meshes (``record.placements``)."""
+    mesh = closed({"shape": array(INTEGER), "names": array(STRING),
+                   "coord": nullable(array(INTEGER))})
+    tensor = nullable(array({"type": ["integer", "string"]},
+                            description="a tensor's mesh (its index) and its placement on each "
+                                        "of the mesh's dimensions, S, R or P; null: not a "
+                                        "DTensor"))
+    return closed({"meshes": array(mesh), "tensors": array(tensor), "data_world": INTEGER,
+                   "feeds": BOOLEAN},
+                  description="per mesh its shape, its dimensions' names and this rank's "
+                              "coordinate; per tensor its placements; the data-parallel ranks "
+                              "(data_world) and whether this rank feeds rows of its own (feeds: "
+                              "not a tensor-parallel rank other than the first)")
+
+
 def _process() -> Schema:
     """A recorded process's own description (``rankR.json``, ``record.process``)."""
     optimizer = closed({
@@ -145,7 +161,7 @@ def _process() -> Schema:
         "tensors": INTEGER, "sharded": BOOLEAN, "partitioned": BOOLEAN, "updates": INTEGER,
         "phantom_steps": INTEGER, "dtype": STRING,
         "stochastic": array(closed({"module": STRING, "kind": STRING, "p": NUMBER})),
-    })
+    }, {"layout": _layout()})
     standing = closed({"opt_step": nullable(NUMBER), "sched_epoch": nullable(INTEGER),
                        "fingerprint": array(NUMBER)}, {"scale": nullable(NUMBER)},
                       description="where the first optimizer's training stood before the "

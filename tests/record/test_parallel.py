@@ -1,0 +1,72 @@
+"""Tensor parallel recorded unmodified: a user's torchtitan-style training of a tiny Llama
+(tests/fixtures/user_tp.py) on a gloo ``(dp, tp)`` mesh, its shards merged by placement
+(``record.placed``), against one process with the same effective batch, free-running; and
+the gradient norm counted over the ranks with the tp-replicated parameters once per rank,
+named by ``clip-norm`` at update 0. Slow: each run is a fresh process group; the reference
+is recorded once for the module."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lrcheck import api
+from lrcheck.record.folder import read_folder
+from lrcheck.recorder import read_records
+from lrcheck.spec import Dtype, Tolerances
+from tests.helpers import checks_by_name
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_tp.py"
+PY = sys.executable
+F64 = Tolerances.for_dtype(Dtype.FLOAT64)
+
+
+def _torchrun(ranks, *args):
+    return [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+            str(SCRIPT), *args]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tp") / "reference"
+    api.record([PY, str(SCRIPT), "--bs", "8"], out, fingerprint_every=1)
+    return out
+
+
+def test_dp_2_by_tp_2_matches_one_process_its_shards_merged_by_placement(reference, tmp_path):
+    cand = tmp_path / "candidate"
+    api.record(_torchrun(4, "--dp", "2", "--tp", "2", "--bs", "2", "--accum", "2"), cand,
+               fingerprint_every=1)
+    checks = checks_by_name(api.diff(reference, cand, tolerances=F64))
+    for name in ("updates", "lr", "data", "weights", "params", "grad-norm", "ranks (candidate)",
+                 "replicas (candidate)", "clip-norm (candidate)"):
+        assert checks[name].status == "pass", (name, checks[name].detail)
+    about = json.loads((cand / "rank3.json").read_text())["optimizers"][0]["layout"]
+    assert about["meshes"][-1]["coord"] == [1, 1] and about["feeds"] is False
+    assert ["S", "S"] in [t[1:] for t in about["tensors"]]  # colwise / rowwise under FSDP2
+    whole, merged = read_records(reference / "rank0.jsonl"), read_folder(cand).records
+    a = np.sqrt([r["grad_sq"] for r in whole])
+    b = np.sqrt([r["grad_sq"] for r in merged])
+    norms = float(np.max(np.abs(b - a) / a))
+    pa = np.array([r["fingerprint"] for r in whole]).reshape(len(whole), -1, 2)
+    pb = np.array([r["fingerprint"] for r in merged]).reshape(len(merged), -1, 2)
+    sums = float((np.abs(pb[..., 0] - pa[..., 0]).max(axis=1) / pa[..., 1].max(axis=1)).max())
+    print(f"dp 2 x tp 2 vs 1 process, {len(whole)} updates: merged gradient norm relative "
+          f"{norms:.3g}, parameters |Δsum|/max|p| {sums:.3g}")
+    assert pa.shape == pb.shape and norms <= 1e-12 and sums <= 1e-12
+
+
+def test_the_norm_summed_over_every_rank_fails_at_update_0_naming_the_replicated_count(
+        reference, tmp_path):
+    cand = tmp_path / "bug"
+    api.record(_torchrun(2, "--tp", "2", "--bs", "8", "--bug", "replicated-norm"), cand,
+               fingerprint_every=1)
+    checks = checks_by_name(api.diff(reference, cand, tolerances=F64))
+    norm = checks["clip-norm (candidate)"]
+    assert norm.status == "fail" and norm.first_divergence == 0
+    assert "replicated parameters counted 2 times" in norm.detail, norm.detail
+    assert checks["params"].status == "fail" and checks["params"].first_divergence == 0
+    assert checks["lr"].status == "pass" and checks["data"].status == "pass"
