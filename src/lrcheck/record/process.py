@@ -15,8 +15,8 @@ What it guards against: an optimizer subclass whose ``step`` calls ``super().ste
 hooks twice (only the outermost step counts); DeepSpeed's bf16 wrapper steps once at
 construction with no gradient (a step where no parameter has a gradient is counted as a phantom
 step, not recorded); a GradScaler-skipped step fires no hook (``GradScaler.step`` is wrapped to
-count it); parameters sharded as DTensors (FSDP2) are fingerprinted on this rank's shard, which
-``record.folder`` merges over the ranks.
+count it); parameters sharded as DTensors (FSDP2, HSDP, tensor parallel) are fingerprinted on this
+rank's shard, which ``record.folder`` merges by placement (``record.placed``).
 
 The cadence (``count_calls``): per update, how many times since the optimizer's previous update
 the process ran a backward pass (the outermost ``torch.autograd.backward``, which
