@@ -1,0 +1,57 @@
+"""What a process records of its DTensors' placement (``record.placements``), on a real 1-rank
+gloo mesh of two named dimensions: the layout's meshes and placements, the data-parallel ranks,
+and the per-tensor squared gradient norms."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+
+from lrcheck.record.placements import data_world, grad_keys, layout  # noqa: E402
+
+
+@pytest.fixture
+def mesh(monkeypatch):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp", "tp"))
+    dist.destroy_process_group()
+
+
+def test_a_dtensor_s_placements_and_this_rank_s_coordinate_are_described(mesh):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    placed = torch.nn.Parameter(distribute_tensor(torch.ones(4, 2, dtype=torch.float64), mesh,
+                                                  [Replicate(), Shard(0)]))
+    plain = torch.nn.Parameter(torch.full((3,), 2.0, dtype=torch.float64))
+    found = layout([placed, plain], world=4)
+    assert found == {"meshes": [{"shape": [1, 1], "names": ["dp", "tp"], "coord": [0, 0]}],
+                     "tensors": [[0, "R", "S"], None], "data_world": 4, "feeds": True}
+    assert data_world(found, 4) == 4 and data_world(None, 4) == 4
+    assert layout([plain], world=1) is None
+    placed.grad = distribute_tensor(torch.full((4, 2), 3.0, dtype=torch.float64), mesh,
+                                    [Replicate(), Shard(0)])
+    keys = grad_keys([placed, plain], found)
+    assert keys == {"grad_sq": pytest.approx(72.0, rel=1e-15),  # 8 elements of 3²
+                    "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0]}  # and no gradient
+
+
+def test_a_mesh_dimension_named_tp_divides_the_data_world(mesh):
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    tp = mesh["tp"]
+    p = torch.nn.Parameter(distribute_tensor(torch.ones(2, 2, dtype=torch.float64), tp,
+                                             [Shard(0)]))
+    found = layout([p], world=1)
+    assert found is not None and found["feeds"] is True and found["data_world"] == 1
+    assert found["meshes"] == [{"shape": [1], "names": ["tp"], "coord": [0]}]
