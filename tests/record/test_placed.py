@@ -5,6 +5,7 @@ HSDP's replicated dimension and tensor parallel's replicated tensors counted onc
 import numpy as np
 import pytest
 
+from lrcheck.checks.commands import check_replicas
 from lrcheck.record.folder import merge
 from lrcheck.record.placed import placed
 
@@ -49,6 +50,10 @@ def test_a_replica_that_parts_is_the_largest_gap_with_its_rank():
     per_rank = [[_line(0, p, [1.0])] for p in prints]
     _, gaps = merge(per_rank, True, False, layouts)
     assert gaps is not None and (gaps[0].gap, gaps[0].rank) == (pytest.approx(0.5 / 4.0), 3)
+    assert gaps[0].owner == 2  # rank 3 (dp 1, tp 1) holds the shard rank 2 (dp 1, tp 0) owns
+    result = check_replicas("candidate", [g.row for g in gaps], 4, 1e-9)
+    assert result is not None and result.status == "fail" and result.first_divergence == 0
+    assert "rank 3's parameters part from rank 2's after update 0" in result.detail
 
 
 def test_hsdp_counts_the_replicated_dimension_once():

@@ -67,28 +67,31 @@ def check_grad_norm(ref: RunTrace, cand: RunTrace, pairs: tuple[np.ndarray, np.n
     return jump_or_drift(result, diff, scale, tol, steps)
 
 
-def check_replicas(name: str, gaps: Sequence[tuple[float, int, int]] | None, ranks: int,
+def check_replicas(name: str, gaps: Sequence[tuple[float, ...]] | None, ranks: int,
                    tol: float) -> CheckResult | None:
     """``replicas``: the parameter fingerprints of every rank of a replicated run (DDP) agree
     with rank 0's within ``tol`` (``gaps``: at each fingerprinted update, in order, the largest
-    ``|Δsum|/max|p|``, the update and the rank); a failure is placed at the first update beyond
-    ``tol``, the largest gap named beside it. None for a run of one rank, a sharded one, or one
-    without fingerprints."""
+    ``|Δsum|/max|p|``, the update, the rank and, where not rank 0, the rank it is a replica of:
+    the one holding the same shards, ``record.placed``); a failure is placed at the first
+    update beyond ``tol``, the largest gap named beside it. None for a run of one rank, one
+    sharded with no replica, or one without fingerprints."""
     if not gaps:
         return None
     worst = max(gaps, key=lambda g: (np.nan_to_num(g[0], nan=np.inf), -g[1]))
     first = next((g for g in gaps if not g[0] <= tol), None)  # NaN fails too
     if first is not None:
-        value, update, rank = first
+        value, update, rank = first[0], int(first[1]), int(first[2])
+        of = int(first[3]) if len(first) > 3 else 0
         largest = ("" if worst[1] == update else
                    f"; the largest gap is {worst[0]:.3g}, rank {worst[2]}'s after update "
                    f"{worst[1]}")
         return CheckResult(f"replicas ({name})", FAIL, worst[0], update,
-                           f"rank {rank}'s parameters part from rank 0's after update {update} "
+                           f"rank {rank}'s parameters part from rank {of}'s after update {update} "
                            f"(|Δsum|/max|p| {value:.3g} > {tol:g}){largest}: the {ranks} "
                            f"replicas of the {name} do not train in sync")
+    whom = "rank 0's" if len(worst) < 4 else "those of the rank holding the same shards"
     return CheckResult(f"replicas ({name})", PASS, worst[0], None,
-                       f"the {ranks} ranks' parameters agree with rank 0's "
+                       f"the {ranks} ranks' parameters agree with {whom} "
                        f"(|Δsum|/max|p| ≤ {worst[0]:.3g})")
 
 

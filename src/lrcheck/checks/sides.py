@@ -57,7 +57,7 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
         found.append(check_ranks(name, run.schedules.lrs, run.schedules.steps, lr_tol,
                                  run.schedules.cadence))
     if run.replicas is not None:
-        found.append(check_replicas(name, [(g.gap, g.update, g.rank) for g in run.replicas],
+        found.append(check_replicas(name, [g.row for g in run.replicas],
                                     run.ranks, tol))
     if run.ranks > 1 and run.sharded and not run.partitioned:  # DTensors: merged by placement
         found.append(check_clip_norm(name, run.records, tol))

@@ -50,11 +50,18 @@ CADENCE = (*COUNTS[2:], *NUMBERS)
 @dataclass(frozen=True)
 class ReplicaGap:
     """The largest gap at one fingerprinted update between a replica's fingerprint and rank
-    0's: ``|Δsum| / max|p|``, the update and the rank."""
+    0's: ``|Δsum| / max|p|``, the update and the rank; merged by placement, ``owner``: the rank
+    holding the same shards that it is compared with (None: rank 0, not placed)."""
 
     gap: float
     update: int
     rank: int
+    owner: int | None = None
+
+    @property
+    def row(self) -> tuple[float, ...]:
+        """As ``checks.commands.check_replicas`` reads it."""
+        return (self.gap, self.update, self.rank, *(() if self.owner is None else (self.owner,)))
 
 
 @dataclass(frozen=True)
@@ -256,10 +263,10 @@ def _placed(where: Placed, lines: list[dict[str, Any]], k: int, gaps: list[Repli
         if len({a.shape for a in arrays}) > 1 or len(arrays[0]) != len(where.keys):
             out["fingerprint"] = whole_model(arrays)  # not one model's tensors on every rank
         else:
-            rows, gap, rank = where.fingerprint(arrays)
+            rows, gap, rank, owner = where.fingerprint(arrays)
             out["fingerprint"] = rows.ravel().tolist()
             if rank >= 0:
-                gaps.append(ReplicaGap(gap, k, rank))
+                gaps.append(ReplicaGap(gap, k, rank, owner))
     if all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
         out.update(where.squares([line["grad_sqs"] for line in lines]))
     return out

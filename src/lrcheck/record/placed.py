@@ -64,23 +64,24 @@ class Placed:
         """How many ranks hold each shard of ``tensor`` (1: sharded over every rank)."""
         return len(self.keys[tensor]) // max(1, len(self.owners(tensor)))
 
-    def fingerprint(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, float, int]:
+    def fingerprint(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, float, int, int]:
         """The ranks' fingerprints (rows ``(sum, max|p|)`` per tensor) as the whole model's,
-        and the replicas' largest gap ``|Δsum| / max|p|`` (over the model) with its rank (0,
-        -1: no replica)."""
+        and the replicas' largest gap ``|Δsum| / max|p|`` (over the model) with its rank and
+        the rank it is a replica of (rank -1: no replica)."""
         rows = np.empty((len(self.keys), 2))
         for t in range(len(self.keys)):
             owned = [arrays[r][t] for r in self.owners(t)]
             rows[t] = (sum(row[0] for row in owned), max(row[1] for row in owned))
         scale = max(float(np.max(rows[:, 1], initial=0.0)), 1e-300)
         gap = 0.0
-        worst = next((r for t in range(len(self.keys)) for r, _ in self.replicas(t)), -1)
+        worst = next((pair for t in range(len(self.keys)) for pair in self.replicas(t)),
+                     (-1, -1))
         for t in range(len(self.keys)):
             for rank, owner in self.replicas(t):
                 found = abs(float(arrays[rank][t][0] - arrays[owner][t][0])) / scale
                 if not found <= gap:  # NaN too
-                    gap, worst = found, rank
-        return rows, gap, worst
+                    gap, worst = found, (rank, owner)
+        return rows, gap, *worst
 
     def squares(self, per_rank: Sequence[Sequence[float]]) -> dict[str, float | int]:
         """The ranks' squared gradient norms per tensor as the whole gradient's: ``grad_sq``,
