@@ -90,3 +90,10 @@ def test_only_the_first_tensor_parallel_rank_feeds_the_data():
 
 def test_no_layout_on_any_rank_is_not_placed():
     assert placed([None, None], [[1.0, 2.0]]) is None
+
+
+def test_ranks_without_per_tensor_squares_add_their_shards_norms_as_before():
+    layouts = [_layout((2,), (r,), [("S",)], names=("dp",)) for r in (0, 1)]
+    per_rank = [[{**_line(0, [(1.0, 1.0)], [s]), "grad_sqs": []}] for s in (2.0, 3.0)]
+    records, _ = merge(per_rank, True, False, layouts)
+    assert records[0]["grad_sq"] == 5.0 and "grad_sqs" not in records[0]

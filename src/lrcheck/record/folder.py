@@ -230,6 +230,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
         record = dict(lines[0])
         prints = [line.get("fingerprint") for line in lines]
         if where is not None:
+            record.pop("grad_sqs", None)
             record.update(_placed(where, lines, k, gaps))
         elif all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
             arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
@@ -267,8 +268,10 @@ def _placed(where: Placed, lines: list[dict[str, Any]], k: int, gaps: list[Repli
             out["fingerprint"] = rows.ravel().tolist()
             if rank >= 0:
                 gaps.append(ReplicaGap(gap, k, rank, owner))
-    if all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
+    if where.keys and all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
         out.update(where.squares([line["grad_sqs"] for line in lines]))
+    elif all("grad_sq" in line for line in lines):  # not per tensor: the shards' sum
+        out["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
     return out
 
 
