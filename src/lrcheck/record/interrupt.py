@@ -127,15 +127,17 @@ def carried_gradients(recorder: ProcessRecorder) -> None:
     autograd graph walked from the loss to its leaves."""
     import torch
 
+    from lrcheck.record.optimizers import local_tensor
+
     original: Callable[..., None] = torch.autograd.backward
 
     @functools.wraps(original)
     def backward(tensors: object, *args: object, **kwargs: object) -> None:
         if recorder.standing.carried is None:
             torch.autograd.backward = original
-            recorder.standing.carried = sum(
-                1 for leaf in _leaves(tensors)
-                if leaf.grad is not None and bool(leaf.grad.count_nonzero()))
+            recorder.standing.carried = sum(  # this rank's shard: no collective
+                1 for leaf in _leaves(tensors) if leaf.grad is not None
+                and bool(local_tensor(leaf.grad).count_nonzero()))
         original(tensors, *args, **kwargs)
 
     torch.autograd.backward = backward
