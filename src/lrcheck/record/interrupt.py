@@ -18,8 +18,17 @@ updates it makes, which are recorded, and the resume is aligned by what it resto
 (``record.restore``). A candidate that ends before update N is told apart: the driver's thread
 that waits for it writes ``exited`` into the FIFO.
 
+In the middle of a window (``--micro M``, ``ENV_INTERRUPT`` ``N.M:FIFO``): the same handshake,
+made right after the outermost ``torch.autograd.backward`` that brings the backward passes since
+update N-1's step to M. At either point the window cut (its update, the backward passes made
+into it, the samples fed: ``record.taps``' row hashes) goes into the process's description
+(``end.cut``, ``record.stages``).
+
 The resume command (split as a shell would, run without the interrupt) starts once the
-interrupted process group is gone; the driver exits with its exit code (the interrupted
+interrupted process group is gone, with ``ENV_RESUMED``: its processes note, once, how many of
+the tensors their first backward pass reaches hold a non-zero gradient already (``start.
+carried_gradients``: a checkpoint that carried a cut window's gradients), for
+``checks.continuation``. The driver exits with the resume's exit code (the interrupted
 process's code is said on stderr)."""
 
 from __future__ import annotations
