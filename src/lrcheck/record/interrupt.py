@@ -112,13 +112,18 @@ def _after_backward(recorder: ProcessRecorder, at: int, micro: int, fifo: str) -
 
 def _stop(recorder: ProcessRecorder, st: _Optimizer, fifo: str) -> None:
     """The interrupt point reached: the window cut there and where the process stands written
-    into its description, the driver told (``"rank world"`` into ``fifo``), then the wait for
-    its signal."""
-    ids = [micro.ids.tolist() for micro in recorder.taps.micro]
-    recorder.standing.cut = {"update": st.recorder.step,
-                             "backward": recorder.totals["backward"] - st.seen.get("backward", 0),
-                             "fed": ids}
-    recorder.describe()  # where it stands now: its description's ``end``
+    into its description (guarded: an error there switches the recording off, the interrupt
+    lands anyway), the driver told (``"rank world"`` into ``fifo``), then the wait for its
+    signal, outside the guard (the user's SIGTERM handler may raise what it raises)."""
+    from lrcheck.record.guard import RECORDING
+
+    def note() -> None:
+        ids = [micro.ids.tolist() for micro in recorder.taps.micro]
+        made = recorder.totals["backward"] - st.seen.get("backward", 0)
+        recorder.standing.cut = {"update": st.recorder.step, "backward": made, "fed": ids}
+        recorder.describe()  # where it stands now: its description's ``end``
+
+    RECORDING("the note of where the interrupt landed", note)()
     rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", "0"), ("WORLD_SIZE", "1")))
     fd = os.open(fifo, os.O_WRONLY)
     try:
@@ -136,17 +141,25 @@ def carried_gradients(recorder: ProcessRecorder) -> None:
     autograd graph walked from the loss to its leaves."""
     import torch
 
+    from lrcheck.record.guard import RECORDING
     from lrcheck.record.optimizers import local_tensor
 
     original: Callable[..., None] = torch.autograd.backward
 
+    def look(tensors: object) -> None:
+        recorder.standing.carried = sum(  # this rank's shard: no collective
+            1 for leaf in _leaves(tensors) if leaf.grad is not None
+            and bool(local_tensor(leaf.grad).count_nonzero()))
+
+    looked: list[bool] = []
+
     @functools.wraps(original)
     def backward(tensors: object, *args: object, **kwargs: object) -> None:
-        if recorder.standing.carried is None:
-            torch.autograd.backward = original
-            recorder.standing.carried = sum(  # this rank's shard: no collective
-                1 for leaf in _leaves(tensors) if leaf.grad is not None
-                and bool(local_tensor(leaf.grad).count_nonzero()))
+        if not looked:  # once
+            looked.append(True)
+            if torch.autograd.backward is backward:  # not wrapped again since
+                torch.autograd.backward = original
+            RECORDING("the look at the gradients carried into a resume", look)(tensors)
         original(tensors, *args, **kwargs)
 
     torch.autograd.backward = backward
