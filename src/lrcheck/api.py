@@ -219,7 +219,8 @@ def run_commands(reference: str, candidate: str, out: str | Path,
     - ``interrupt_at`` and ``resume``: the candidate interrupted once it made ``interrupt_at``
       updates (``interrupt_signal``: ``TERM``, then ``KILL`` after ``grace`` seconds, or
       ``KILL``), then resumed by the command line ``resume``, and the two processes held
-      against the reference as one run (docs/resume.md).
+      against the reference as one run (docs/resume.md); ``interrupt_after_micro``: in the
+      middle of update ``interrupt_at``'s window instead, after that many backward passes.
 
     ``echo``: where the commands' output goes (None: kept). Ctrl-C keeps what was recorded."""
     from lrcheck.command_pair import run_commands as run

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from lrcheck.checks.continuation import check_continuation, is_resume
+from lrcheck.plan.windows import MicroBatch
 from lrcheck.stepwise import Boundary
 
 END = {"opt_step": 12.0, "sched_epoch": 12, "fingerprint": [1.0, 2.0]}  # the first process's end
@@ -81,7 +82,6 @@ def test_a_gradscaler_whose_scale_was_not_carried_fails_at_the_first_resumed_upd
 
 
 def _window(micro: int, rank_one: int = 0):
-    from lrcheck.plan.windows import MicroBatch
     return tuple(MicroBatch(rank, np.arange(2), None, None)
                  for rank in [0] * micro + [1] * rank_one)
 
@@ -97,3 +97,28 @@ def test_a_resume_with_another_accumulation_is_said_where_it_joined():
     for same in ([_window(2, 2)] * 16, short):  # an epoch's short last window before the resume
         assert "another accumulation" not in check_continuation(
             "candidate", [_at()], windows=same).detail
+
+
+def _fed(*micro):
+    return tuple(MicroBatch(0, np.asarray(ids), None, None) for ids in micro)
+
+
+CUT = {**END, "cut": {"update": 12, "backward": 2, "fed": [[1, 0], [2, 3]]}}  # 2 of 4 made
+WINDOWS = [_fed([9])] * 12 + [_fed([0, 1], [2, 3], [4, 5], [6, 7])] * 4
+
+
+def test_a_window_cut_whose_gradients_were_carried_and_fed_again_fails_named():
+    twice = Boundary(12, 4242, 1, CUT, {**END, "carried_gradients": 4})
+    found = check_continuation("candidate", [twice], windows=WINDOWS)
+    assert found is not None and found.status == "fail" and found.first_divergence == 12
+    assert found.detail.startswith(
+        "update 12's window was fed twice: micro-batches 0-1 counted twice (6 of 4 backward "
+        "passes): the second process (pid 4242) began with the gradients of the 2 backward "
+        "passes the first process had made into it (4 tensors' .grad, carried by the "
+        "checkpoint) and fed the window again from its start")
+
+
+@pytest.mark.parametrize("start", [{"carried_gradients": 0}, {}])
+def test_a_window_cut_and_restarted_without_its_gradients_passes(start):
+    restarted = Boundary(12, 4242, 1, CUT, {**END, **start})
+    assert check_continuation("candidate", [restarted], windows=WINDOWS).status == "pass"

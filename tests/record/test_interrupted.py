@@ -1,9 +1,11 @@
 """``lrcheck run --interrupt-at N --resume CMD``: the candidate (a plain ``torch.save`` loop that
 checkpoints every 4 updates) interrupted as a preemption interrupts it, resumed by its own
 command, and held against the uninterrupted reference as one run. Between two checkpoints
-(SIGTERM before update 14's step) the correct resume passes in float64, the updates 12-13 it
-trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose data
-restarted fails at update 16, the repeated updates named. And the driver on its own (no torch):
+(SIGTERM in the middle of update 14's window) the correct resume passes in float64, the updates
+12-13 it trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose
+data restarted fails at update 16, the repeated updates named; a checkpoint saved inside a
+window, with its gradients, whose resume feeds the window again fails at that update, the
+micro-batches counted twice named. And the driver on its own (no torch):
 the resume runs once every rank reached the point; a candidate that ends first is said. Slow:
 each pair is four processes importing torch (the options' checks are not)."""
 
@@ -24,11 +26,13 @@ SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_lockstep.py"
 RUN = [sys.executable, str(SCRIPT), "--updates", "24", "--dtype", "float64"]
 
 
-def _pair(tmp_path: Path, at: int, sig: str, *bug: str):
+def _pair(tmp_path: Path, at: int, sig: str, *bug: str, micro: int | None = None,
+          run: tuple[str, ...] = tuple(RUN), save: tuple[str, ...] = ("--save-every", "4")):
     saved = str(tmp_path / "c.pt")
-    cand = [*RUN, "--bs", "4", "--accum", "4", "--save-every", "4", "--save", saved]
-    report = api.run_commands(shlex.join([*RUN, "--bs", "16"]), shlex.join(cand),
+    cand = [*run, "--bs", "4", "--accum", "4", *save, "--save", saved]
+    report = api.run_commands(shlex.join([*run, "--bs", "16"]), shlex.join(cand),
                               tmp_path / "out", fingerprint_every=1, interrupt_at=at,
+                              interrupt_after_micro=micro,
                               resume=shlex.join([*cand, "--resume", saved, *bug]),
                               interrupt_signal=sig, grace=60)
     return report, checks_by_name(report)
@@ -36,7 +40,9 @@ def _pair(tmp_path: Path, at: int, sig: str, *bug: str):
 
 @pytest.mark.slow
 def test_a_resume_between_checkpoints_passes_and_says_what_was_trained_twice(tmp_path):
-    report, checks = _pair(tmp_path, 14, "TERM")
+    # In the middle of update 14's window (2 of its 4 backward passes made): the resume
+    # restores update 11's checkpoint, the cut window's gradients gone with the process.
+    report, checks = _pair(tmp_path, 14, "TERM", micro=2)
     assert report.ok, [c.name for c in report.checks if c.status == "fail"]
     assert checks["updates"].detail.startswith("24 in both files")
     assert checks["data"].status == "pass" and checks["lr"].status == "pass"
@@ -59,19 +65,40 @@ def test_a_resume_at_a_checkpoint_whose_data_restarted_fails_there_named(tmp_pat
     assert checks["data"].first_divergence == 16 and checks["lr"].status == "pass"
 
 
+@pytest.mark.slow
+def test_a_window_cut_whose_gradients_the_resume_loaded_and_fed_again_fails_named(tmp_path):
+    # SIGTERM after 2 of update 5's 4 backward passes: the script's handler saves where it
+    # stands, the window's gradients so far too; the resume loads them into .grad and feeds
+    # update 5's window again from its start.
+    report, checks = _pair(tmp_path, 5, "TERM", "--bug", "window-twice", micro=2,
+                           run=(*RUN[:3], "8", *RUN[4:]), save=("--save-on-term",))
+    joined = checks["continuation (candidate)"]
+    assert not report.ok and joined.status == "fail" and joined.first_divergence == 5
+    assert joined.detail.startswith(
+        "update 5's window was fed twice: micro-batches 0-1 counted twice (6 of 4 backward "
+        "passes): the second process (pid ")
+    assert "trained twice" not in joined.detail
+    assert checks["data"].status == "pass" and checks["lr"].status == "pass"
+
+
 FAKE = ("import os, signal; fd = os.open(os.environ[{env!r}].split(':', 1)[1], os.O_WRONLY); "
         "os.write(fd, b'0 1\\n'); os.close(fd); signal.pause()")
 
 
 @pytest.mark.slow
-def test_the_driver_interrupts_once_the_point_is_reached_then_resumes(tmp_path, capfd):
+@pytest.mark.parametrize(("micro", "where"), [
+    ([], "before update 3's step"),
+    (["--micro", "2"], "after backward pass 2 of update 3's window")])
+def test_the_driver_interrupts_once_the_point_is_reached_then_resumes(tmp_path, capfd, micro,
+                                                                      where):
     marker = tmp_path / "resumed"
-    resume = shlex.join([sys.executable, "-c", f"open({str(marker)!r}, 'w').write('1')"])
+    told = f"import os; open({str(marker)!r}, 'w').write(os.environ[{interrupt.ENV_RESUMED!r}])"
+    resume = shlex.join([sys.executable, "-c", told])
     fake = [sys.executable, "-c", FAKE.format(env=interrupt.ENV_INTERRUPT)]
-    code = interrupt.main(["--at", "3", "--signal", "TERM", "--grace", "60", "--resume", resume,
-                           "--", *fake])
+    code = interrupt.main(["--at", "3", *micro, "--signal", "TERM", "--grace", "60",
+                           "--resume", resume, "--", *fake])
     assert code == 0 and marker.read_text() == "1"
-    assert "interrupted before update 3's step (SIGTERM; exit code -15)" in capfd.readouterr().err
+    assert f"interrupted {where} (SIGTERM; exit code -15)" in capfd.readouterr().err
 
 
 @pytest.mark.slow
@@ -90,6 +117,8 @@ def test_a_candidate_that_ends_before_the_point_is_said_and_not_resumed(tmp_path
     ((3, "x", "HUP"), "--interrupt-signal must be one of TERM, KILL, got 'HUP'"),
     ((3, "x", "TERM", -1), "--grace must be a number of seconds >= 0, got -1"),
     ((3, "'"), "the resume command \"'\" does not split"),
+    ((3, "x", "TERM", 1, 0), "--interrupt-after-micro must be a number of backward passes >= 1"),
+    ((None, None, "TERM", 1, 2), "--interrupt-after-micro 2 needs --interrupt-at"),
 ])
 def test_bad_options_are_named(given, words):
     with pytest.raises(SpecError, match=words.replace("(", r"\(").replace("'", ".")):

@@ -32,6 +32,8 @@ GIVEN = {
     "log_steps": ("updates-from-1", 'log_steps = "updates-from-1"',
                   ["--log-steps", "updates-from-1"], "updates-from-1"),
     "interrupt_at": (4, "interrupt_at = 4", ["--interrupt-at", "4"], 4),
+    "interrupt_after_micro": (2, "interrupt_after_micro = 2",
+                              ["--interrupt-after-micro", "2"], 2),
     "resume": (["python", "b.py", "--resume", "c.pt"], 'resume = "python b.py --resume c.pt"',
                ["--resume", "python b.py --resume c.pt"], "python b.py --resume c.pt"),
     "interrupt_signal": ("KILL", 'interrupt_signal = "KILL"', ["--interrupt-signal", "KILL"],
@@ -125,7 +127,7 @@ def test_the_dict_form_keeps_the_defaults_out_and_every_other_value():
         "deterministic": False}
     given = options_to_dict(EXPECTED)
     assert given["interrupt"] == {"at": 4, "resume": "python b.py --resume c.pt",
-                                  "signal": "KILL", "grace": 2.5}
+                                  "signal": "KILL", "grace": 2.5, "micro": 2}
     assert (given["logs"], given["tags"], given["timeout"]) == ("cand/tb", ["lr=LearningRate"],
                                                                12.5)
     assert options_from_dict(given) == EXPECTED

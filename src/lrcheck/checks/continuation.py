@@ -154,6 +154,33 @@ def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
             f"{before} before it (a schedule sized for the old accumulation shows in lr)")
 
 
+def fed_twice(b: Boundary, windows: Sequence[Any] | None) -> str | None:
+    """Where the earlier process was stopped inside update ``b.update``'s window (its ``cut``:
+    ``record.interrupt``) and the later one began with gradients already in its parameters (a
+    checkpoint that carried the cut window's gradients) while feeding that window again from
+    its start: which of rank 0's micro-batches were counted twice, in words; None where not."""
+    cut, after = (b.before or {}).get("cut"), b.after or {}
+    if not cut or not after.get("carried_gradients") or windows is None \
+            or not 0 <= b.update < len(windows):
+        return None
+    mine = [tuple(sorted(int(i) for i in micro.ids)) for micro in windows[b.update]
+            if micro.rank == 0]
+    again = [mine.index(ids) for ids in (tuple(sorted(f)) for f in cut.get("fed", []))
+             if ids in mine]
+    if not again:
+        return None
+    run = again == list(range(again[0], again[-1] + 1))
+    which = (f"micro-batch {again[0]}" if len(again) == 1 else
+             f"micro-batches {again[0]}-{again[-1]}" if run
+             else "micro-batches " + ", ".join(map(str, again)))
+    made = int(cut.get("backward", len(cut.get("fed", []))))
+    return (f"update {b.update}'s window was fed twice: {which} counted twice ({made + len(mine)} "
+            f"of {len(mine)} backward passes): the {ordinal(b.order)} process (pid {b.pid}) "
+            f"began with the gradients of the {made} backward passes the "
+            f"{ordinal(b.order - 1)} process had made into it ({after['carried_gradients']} "
+            "tensors' .grad, carried by the checkpoint) and fed the window again from its start")
+
+
 def check_continuation(name: str, boundaries: Sequence[Boundary],
                        data: Sequence[str | None] = (),
                        windows: Sequence[Any] | None = None) -> CheckResult | None:
@@ -172,7 +199,9 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
                         f"process, pid {b.pid}: a fresh optimizer and schedule), a stage of "
                         f"its own, not judged as a resume{_free(b, name)}")
             continue
-        problems = [*_not_carried(b), *([shifted] if shifted else [])]
+        twice = fed_twice(b, windows)
+        problems = [*_not_carried(b), *([shifted] if shifted else []),
+                    *([twice] if twice else [])]
         if problems:
             return CheckResult(check, FAIL, None, b.update,
                                b.twice + "; ".join(problems) + f": the {name} did not resume "

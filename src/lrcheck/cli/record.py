@@ -86,6 +86,7 @@ def run_command(
     tag: TagOpt = None,
     log_steps: LogStepsOpt = None,
     interrupt_at: Annotated[int | None, typer.Option("--interrupt-at", metavar="N", help="Interrupt the candidate once it has made N updates (before update N's step), as a preemption does, then run --resume: the two processes are held against the uninterrupted reference as one run, with what a resume must carry checked (docs/resume.md).")] = None,
+    interrupt_after_micro: Annotated[int | None, typer.Option("--interrupt-after-micro", metavar="M", help="With --interrupt-at N: interrupt the candidate in the middle of update N's accumulation window, after its M-th backward pass and before the next, instead of before update N's step.")] = None,
     resume: Annotated[str | None, typer.Option("--resume", metavar="CMD", help="With --interrupt-at: the command line that resumes the candidate from its checkpoint, quoted.")] = None,
     interrupt_signal: Annotated[str, typer.Option("--interrupt-signal", metavar="TERM|KILL", help="With --interrupt-at: SIGTERM to the candidate's process group, then SIGKILL after --grace seconds (TERM); or SIGKILL at once (KILL).")] = "TERM",
     grace: Annotated[float, typer.Option("--grace", metavar="SECONDS", help="With --interrupt-signal TERM: the seconds the candidate is given to end before SIGKILL.")] = 30.0,
@@ -107,8 +108,8 @@ def run_command(
         samples=samples, fingerprint_every=fingerprint_every,
         tolerances=Tolerances.for_dtype(DIFF_DTYPE, lr=tol_lr), free=free, strict=strict,
         timeout=timeout or None, deterministic=deterministic, ref_logs=ref_logs, logs=logs,
-        tags=tuple(tag or ()), log_steps=log_steps, interrupt_at=interrupt_at, resume=resume,
-        interrupt_signal=interrupt_signal, grace=grace)
+        tags=tuple(tag or ()), log_steps=log_steps, interrupt_at=interrupt_at,
+        interrupt_after_micro=interrupt_after_micro, resume=resume, interrupt_signal=interrupt_signal, grace=grace)
     output = Output(json=json_out, quiet=quiet)
     folder = out if out is not None else _unused(
         DEFAULT_REPORTS / f"run-{_name(shlex.split(candidate))}")

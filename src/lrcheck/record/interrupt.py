@@ -18,13 +18,23 @@ updates it makes, which are recorded, and the resume is aligned by what it resto
 (``record.restore``). A candidate that ends before update N is told apart: the driver's thread
 that waits for it writes ``exited`` into the FIFO.
 
+In the middle of a window (``--micro M``, ``ENV_INTERRUPT`` ``N.M:FIFO``): the same handshake,
+made right after the outermost ``torch.autograd.backward`` that brings the backward passes since
+update N-1's step to M. At either point the window cut (its update, the backward passes made
+into it, the samples fed: ``record.taps``' row hashes) goes into the process's description
+(``end.cut``, ``record.stages``).
+
 The resume command (split as a shell would, run without the interrupt) starts once the
-interrupted process group is gone; the driver exits with its exit code (the interrupted
+interrupted process group is gone, with ``ENV_RESUMED``: its processes note, once, how many of
+the tensors their first backward pass reaches hold a non-zero gradient already (``start.
+carried_gradients``: a checkpoint that carried a cut window's gradients), for
+``checks.continuation``. The driver exits with the resume's exit code (the interrupted
 process's code is said on stderr)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shlex
 import signal
@@ -32,46 +42,148 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lrcheck.record.process import ProcessRecorder
+    import torch
+
+    from lrcheck.record.process import ProcessRecorder, _Optimizer
 
 # ``spec.interrupt``'s, not imported from there: every recorded process imports this module.
 SIGNALS = ("TERM", "KILL")
 DEFAULT_GRACE_S = 30.0
 
 ENV_INTERRUPT = "PYTHON_LRCHECK_INTERRUPT"
+ENV_RESUMED = "PYTHON_LRCHECK_RESUMED"  # set for the resume command
 EXITED = "exited"
 
 
 # In the recorded process -----------------------------------------------------------------
 
 def install(recorder: ProcessRecorder) -> None:
-    """With ``ENV_INTERRUPT`` set, stop this process's first optimizer before its update N's
-    step (see the module's docstring); ``recorder``: ``record.process.ProcessRecorder``."""
+    """With ``ENV_INTERRUPT`` set, stop this process at its first optimizer's update N: before
+    its step, or (``N.M``) after the M-th backward pass of its window (see the module's
+    docstring); with ``ENV_RESUMED``, note whether gradients were there before this process's
+    first backward pass (``carried_gradients``). ``recorder``:
+    ``record.process.ProcessRecorder``."""
+    if os.environ.get(ENV_RESUMED):
+        carried_gradients(recorder)
     value = os.environ.get(ENV_INTERRUPT, "")  # torchrun's ranks are told too
     if not value:
         return
-    at, _, fifo = value.partition(":")
+    point, _, fifo = value.partition(":")
+    at, _, micro = point.partition(".")
+    if micro:
+        _after_backward(recorder, int(at), int(micro), fifo)
+        return
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     def pre(optimizer: object, args: object, kwargs: object) -> None:
         st = recorder.optimizers.get(id(optimizer))
         if st is None or st.index != 0 or st.depth != 1 or st.recorder.step != int(at):
             return
-        recorder.describe()  # where it stands now: its description's ``end``
-        rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", "0"),
-                                                              ("WORLD_SIZE", "1")))
-        fd = os.open(fifo, os.O_WRONLY)
-        try:
-            os.write(fd, f"{rank} {world}\n".encode())
-        finally:
-            os.close(fd)
-        signal.pause()  # the interrupt; a handler that returns lets the process carry on
+        _stop(recorder, st, fifo)
 
     register_optimizer_step_pre_hook(pre)
+
+
+def _after_backward(recorder: ProcessRecorder, at: int, micro: int, fifo: str) -> None:
+    """Stop this process once the first optimizer made ``at`` updates and ``micro`` backward
+    passes of its next window ran: after the outermost ``torch.autograd.backward`` that makes
+    them ``micro`` (``recorder``'s counts of the cadence, ``record.calls``, are taken inside
+    it), before the next."""
+    import torch
+
+    original: Callable[..., None] = torch.autograd.backward
+
+    @functools.wraps(original)
+    def backward(*args: object, **kwargs: object) -> None:
+        original(*args, **kwargs)
+        if torch._C._current_autograd_node() is None:
+            first = next(iter(recorder.optimizers.values()), None)
+            if first is not None and first.recorder.step == at and (
+                    recorder.totals["backward"] - first.seen.get("backward", 0) == micro):
+                _stop(recorder, first, fifo)
+
+    torch.autograd.backward = backward
+
+
+def _stop(recorder: ProcessRecorder, st: _Optimizer, fifo: str) -> None:
+    """The interrupt point reached: the window cut there and where the process stands written
+    into its description (guarded: an error there switches the recording off, the interrupt
+    lands anyway), the driver told (``"rank world"`` into ``fifo``), then the wait for its
+    signal, outside the guard (the user's SIGTERM handler may raise what it raises)."""
+    from lrcheck.record.guard import RECORDING
+
+    def note() -> None:
+        ids = [micro.ids.tolist() for micro in recorder.taps.micro]
+        made = recorder.totals["backward"] - st.seen.get("backward", 0)
+        recorder.standing.cut = {"update": st.recorder.step, "backward": made, "fed": ids}
+        recorder.describe()  # where it stands now: its description's ``end``
+
+    RECORDING("the note of where the interrupt landed", note)()
+    rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", "0"), ("WORLD_SIZE", "1")))
+    fd = os.open(fifo, os.O_WRONLY)
+    try:
+        os.write(fd, f"{rank} {world}\n".encode())
+    finally:
+        os.close(fd)
+    signal.pause()  # the interrupt; a handler that returns lets the process carry on
+
+
+def carried_gradients(recorder: ProcessRecorder) -> None:
+    """Before this process's first outermost backward pass, whether the parameters it reaches
+    hold a gradient already (a checkpoint that carried the gradients of a window cut in the
+    middle, loaded into ``.grad``): the number of those tensors whose gradient is not all zero,
+    into ``recorder.standing.carried`` (its description's ``carried_gradients``). Once: the
+    autograd graph walked from the loss to its leaves."""
+    import torch
+
+    from lrcheck.record.guard import RECORDING
+    from lrcheck.record.optimizers import local_tensor
+
+    original: Callable[..., None] = torch.autograd.backward
+
+    def look(tensors: object) -> None:
+        recorder.standing.carried = sum(  # this rank's shard: no collective
+            1 for leaf in _leaves(tensors) if leaf.grad is not None
+            and bool(local_tensor(leaf.grad).count_nonzero()))
+
+    looked: list[bool] = []
+
+    @functools.wraps(original)
+    def backward(tensors: object, *args: object, **kwargs: object) -> None:
+        if not looked:  # once
+            looked.append(True)
+            if torch.autograd.backward is backward:  # not wrapped again since
+                torch.autograd.backward = original
+            RECORDING("the look at the gradients carried into a resume", look)(tensors)
+        original(tensors, *args, **kwargs)
+
+    torch.autograd.backward = backward
+
+
+def _leaves(tensors: object) -> list[torch.Tensor]:
+    """The leaf tensors (parameters) the graph of ``tensors`` reaches."""
+    import torch
+
+    roots = [tensors] if isinstance(tensors, torch.Tensor) else (
+        list(tensors) if isinstance(tensors, (list, tuple)) else [])
+    stack = [t.grad_fn for t in roots if isinstance(t, torch.Tensor)]
+    seen: set[object] = set()
+    found = []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            found.append(variable)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
 
 
 # The driver ------------------------------------------------------------------------------
@@ -79,6 +191,7 @@ def install(recorder: ProcessRecorder) -> None:
 def _arguments(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m lrcheck.record.interrupt")
     parser.add_argument("--at", type=int, required=True)
+    parser.add_argument("--micro", type=int)
     parser.add_argument("--signal", choices=SIGNALS, default="TERM")
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S)
     parser.add_argument("--resume", required=True)
@@ -139,10 +252,14 @@ def interrupt(proc: subprocess.Popen[bytes], sig: str, grace: float) -> int | No
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
+    point = (f"update {args.at}" if args.micro is None else
+             f"backward pass {args.micro} of update {args.at}'s window")
+    where = f"before {point}'s step" if args.micro is None else f"after {point}"
     with tempfile.TemporaryDirectory(prefix="lrcheck-interrupt-") as tmp:
         fifo = Path(tmp) / "reached"
         os.mkfifo(fifo)
-        env = {**os.environ, ENV_INTERRUPT: f"{args.at}:{fifo}"}
+        mark = f"{args.at}" if args.micro is None else f"{args.at}.{args.micro}"
+        env = {**os.environ, ENV_INTERRUPT: f"{mark}:{fifo}"}
         proc = subprocess.Popen(args.candidate, env=env, start_new_session=True)
         try:
             reached = _reached(fifo, proc)
@@ -150,14 +267,14 @@ def main(argv: list[str] | None = None) -> int:
             interrupt(proc, "KILL", 0)
             raise
         if not reached:
-            print(f"lrcheck: the candidate ended (exit code {proc.returncode}) before update "
-                  f"{args.at}: it was not interrupted, the resume command was not run",
+            print(f"lrcheck: the candidate ended (exit code {proc.returncode}) before "
+                  f"{point}: it was not interrupted, the resume command was not run",
                   file=sys.stderr)
             return proc.returncode if proc.returncode > 0 else 3
         code = interrupt(proc, args.signal, args.grace)
-    print(f"lrcheck: the candidate was interrupted before update {args.at}'s step (SIG"
-          f"{args.signal}; exit code {code}); resuming: {args.resume}", file=sys.stderr)
-    return subprocess.call(shlex.split(args.resume))
+    print(f"lrcheck: the candidate was interrupted {where} (SIG{args.signal}; exit code "
+          f"{code}); resuming: {args.resume}", file=sys.stderr)
+    return subprocess.call(shlex.split(args.resume), env={**os.environ, ENV_RESUMED: "1"})
 
 
 if __name__ == "__main__":

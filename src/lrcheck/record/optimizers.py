@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, SupportsFloat
 
@@ -52,6 +53,35 @@ def stepped_by(optimizer: torch.optim.Optimizer) -> type | None:
                 getattr(owner, "optimizer", None) is optimizer:
             return type(owner)
     return None
+
+
+# torch.distributed.checkpoint's get_state_dict / set_state_dict make a fresh optimizer's state
+# by stepping it once with zero gradients and LR 0 (``_init_optim_state``): no update.
+DCP_STATE = "torch.distributed.checkpoint.state_dict"
+
+
+def real_steps(*hooks: Callable[..., None]) -> tuple[Callable[..., None], ...]:
+    """``hooks`` (the optimizer step's pre- and post-hook), each skipping the steps made
+    inside ``DCP_STATE``'s ``_init_optim_state``, found among the callers."""
+    def initialising() -> bool:
+        module = sys.modules.get(DCP_STATE)
+        init = getattr(getattr(module, "_init_optim_state", None), "__code__", None)
+        frame: FrameType | None = sys._getframe(2) if init is not None else None
+        for _ in range(12):
+            if frame is None:
+                return False
+            if frame.f_code is init:
+                return True
+            frame = frame.f_back
+        return False
+
+    def real(hook: Callable[..., None]) -> Callable[..., None]:
+        def step(*args: object) -> None:
+            if not initialising():
+                hook(*args)
+        return step
+
+    return tuple(real(hook) for hook in hooks)
 
 
 def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -370,8 +370,9 @@ def install_hooks(folder: str, *, samples: int | None, every: int,
     modules.count_dropout()
     if recorder.role:
         fingerprint_at_birth()
-    register_optimizer_step_pre_hook(on("optimizer.step's pre-hook", recorder.pre))
-    register_optimizer_step_post_hook(on("optimizer.step's post-hook", recorder.post))
+    pre, post = optimizers.real_steps(recorder.pre, recorder.post)  # not DCP's state's making
+    register_optimizer_step_pre_hook(on("optimizer.step's pre-hook", pre))
+    register_optimizer_step_post_hook(on("optimizer.step's post-hook", post))
     count_calls(recorder)
     taps.tap(recorder.taps)
     for cls in subclasses(LRScheduler):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from lrcheck.record.folder import (
     whole_model,
 )
 from lrcheck.recorder import read_records
-from lrcheck.stepwise import LINES, EmaPrints, RecordedFacts, StepGaps
+from lrcheck.stepwise import LINES, Boundary, EmaPrints, RecordedFacts, StepGaps
 from lrcheck.trace import RecordedCommand, RunTrace
 from lrcheck.words import plural
 
@@ -83,8 +83,21 @@ def _numbered(sides: list[tuple[list[dict[str, Any]], FolderRun | None]]
             numbered.append({**record, "fed": [
                 [rank, [numbers.setdefault(int(h), len(numbers)) for h in ids], *more]
                 for rank, ids, *more in window]})
-        out.append((numbered, run))
+        out.append((numbered, None if run is None else _numbered_cuts(run, numbers)))
     return out
+
+
+def _numbered_cuts(run: FolderRun, numbers: dict[int, int]) -> FolderRun:
+    """``run`` with the samples of each window cut by an interrupt (a boundary's ``cut``:
+    ``record.interrupt``) numbered as the records' are."""
+    def numbered(b: Boundary) -> Boundary:
+        cut = (b.before or {}).get("cut")
+        if not cut:
+            return b
+        fed = [[numbers.setdefault(int(h), len(numbers)) for h in ids] for ids in cut["fed"]]
+        return replace(b, before={**(b.before or {}), "cut": {**cut, "fed": fed}})
+
+    return replace(run, boundaries=tuple(numbered(b) for b in run.boundaries))
 
 
 def _command(run: FolderRun) -> RecordedCommand:

@@ -41,6 +41,12 @@ class Standing:
         self.schedulers: dict[int, object] = {}  # id(optimizer) → the last scheduler stepped
         self.start: dict[str, Any] | None = None
         self.end: dict[str, Any] | None = None
+        # Where ``lrcheck run --interrupt-at`` stopped it (``record.interrupt``): the update
+        # whose window it cut, the backward passes of that window made and the samples fed;
+        # and, in a resumed process, how many tensors held a gradient before its first
+        # backward pass (None: not looked at).
+        self.cut: dict[str, Any] | None = None
+        self.carried: int | None = None
 
     def stepped(self, optimizer: object, scheduler: object) -> None:
         if scheduler is not None:
@@ -61,4 +67,9 @@ class Standing:
                 now = None
             self.start = self.start or now
             self.end = now
+            if now is not None and self.cut is not None and \
+                    self.cut["update"] == first.recorder.step:  # not carried on past it
+                self.end = {**now, "cut": self.cut}
+        if self.start is not None and self.carried is not None:
+            self.start = {**self.start, "carried_gradients": self.carried}
         return {"started": self.started, "start": self.start, "end": self.end}

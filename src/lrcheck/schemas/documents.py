@@ -163,7 +163,15 @@ def _process() -> Schema:
         "stochastic": array(closed({"module": STRING, "kind": STRING, "p": NUMBER})),
     }, {"layout": _layout()})
     standing = closed({"opt_step": nullable(NUMBER), "sched_epoch": nullable(INTEGER),
-                       "fingerprint": array(NUMBER)}, {"scale": nullable(NUMBER)},
+                       "fingerprint": array(NUMBER)}, {
+        "scale": nullable(NUMBER),
+        "cut": closed({"update": INTEGER, "backward": INTEGER, "fed": array(array(INTEGER))},
+                      description="end: the window lrcheck run --interrupt-at cut "
+                                  "(record.interrupt): its update, the backward passes made "
+                                  "into it, the samples fed (row hashes)"),
+        "carried_gradients": {**INTEGER, "description": "start, of a resumed process: the "
+                                                        "tensors with a gradient before its "
+                                                        "first backward pass"}},
                       description="where the first optimizer's training stood before the "
                                   "process's first update (start) or at its end "
                                   "(record.stages)")

@@ -123,7 +123,7 @@ def shared() -> dict[str, Schema]:
             "fingerprint_every": INTEGER, "free": BOOLEAN, "strict": BOOLEAN,
             "timeout": nullable(NUMBER), "ref_logs": STRING, "logs": STRING,
             "interrupt": closed({"at": INTEGER, "resume": STRING, "signal": words(SIGNALS),
-                                 "grace": NUMBER},
+                                 "grace": NUMBER}, {"micro": INTEGER},
                                 description="lrcheck run --interrupt-at's options "
                                             "(docs/resume.md)")},
                                description="a suite's pair of a user's own commands"),

@@ -42,6 +42,7 @@ class RunOptions:
     tags: tuple[str, ...] = ()
     log_steps: str | None = None
     interrupt_at: int | None = None
+    interrupt_after_micro: int | None = None
     resume: str | None = None
     interrupt_signal: str = "TERM"
     grace: float = DEFAULT_GRACE_S
@@ -63,13 +64,14 @@ class RunOptions:
                 raise SpecError(f"{name} must be a path, got {getattr(self, name)!r}")
         if self.log_steps is not None and not isinstance(self.log_steps, str):
             raise SpecError(f"--log-steps must be a string, got {self.log_steps!r}")
-        Interrupt.given(self.interrupt_at, self.resume, self.interrupt_signal, self.grace)
+        _ = self.interrupt
 
     @property
     def interrupt(self) -> Interrupt | None:
-        """``interrupt_at``, ``resume``, ``interrupt_signal`` and ``grace`` as one
-        ``Interrupt`` (None: the candidate runs through)."""
-        return Interrupt.given(self.interrupt_at, self.resume, self.interrupt_signal, self.grace)
+        """``interrupt_at``, ``interrupt_after_micro``, ``resume``, ``interrupt_signal`` and
+        ``grace`` as one ``Interrupt`` (None: the candidate runs through)."""
+        return Interrupt.given(self.interrupt_at, self.resume, self.interrupt_signal, self.grace,
+                               self.interrupt_after_micro)
 
     @classmethod
     def of(cls, options: RunOptions | None = None, /, *, caller: str,
@@ -165,7 +167,9 @@ def options_to_dict(options: RunOptions) -> dict[str, object]:
     interrupt = options.interrupt
     return {"samples": options.samples, "tolerances": asdict(options.tolerances),
             "deterministic": options.deterministic, **given,
-            **({} if interrupt is None else {"interrupt": asdict(interrupt)})}
+            **({} if interrupt is None else {"interrupt": {
+                key: value for key, value in asdict(interrupt).items()
+                if not (key == "micro" and value is None)}})}
 
 
 def options_from_dict(data: Mapping[str, Any]) -> RunOptions:
@@ -174,6 +178,7 @@ def options_from_dict(data: Mapping[str, Any]) -> RunOptions:
     keywords = {key: data[key] for key in OPTION_NAMES if key in data and key != "tolerances"}
     if stop is not None:
         keywords.update(interrupt_at=stop["at"], resume=stop["resume"],
-                        interrupt_signal=stop["signal"], grace=stop["grace"])
+                        interrupt_signal=stop["signal"], grace=stop["grace"],
+                        interrupt_after_micro=stop.get("micro"))
     return RunOptions.of(caller="suite", tolerances=Tolerances(**data["tolerances"]),
                          **keywords)

@@ -20,7 +20,8 @@ COMMAND_KEYS = ("ref_command", "command", *(k for k in OPTION_KEYS if k != "dete
 # commands is refused as such.
 STARTS_COMMANDS = ("ref_command", "command", "samples_per_update")
 # The interrupt's keys, checked together with the pair's (``spec.interrupt.Interrupt``).
-INTERRUPT_KEYS = ("interrupt_at", "resume", "interrupt_signal", "grace")
+INTERRUPT_KEYS = ("interrupt_at", "interrupt_after_micro", "resume", "interrupt_signal",
+                  "grace")
 
 
 def check_option(key: str, value: object) -> None:
