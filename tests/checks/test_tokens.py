@@ -103,3 +103,32 @@ def test_a_term_added_per_micro_batch_beside_terms_that_agree_is_named():
     assert result.status == "fail"
     assert ("the reference's weights plus one value per micro-batch on some tokens (-0.02381, "
             "0.01786): a term of the loss taken as a mean per micro-batch") in result.detail
+
+
+def _with_kl(split: list[list[int]], kl_scale) -> tuple[MicroBatch, ...]:
+    """The reference's policy term (a token-mean over the window) and a KL term read through
+    another use of the log-probs, sequence s's token t weighing ``kl_scale(s, m)`` × (t + 1)."""
+    out = []
+    for m, rows in enumerate(split):
+        policy = tuple(_row(s, 1 / N) for s in rows)
+        kl = tuple(np.array([0.0, 0.0, *[(t + 1) * kl_scale(s, m) for t in range(LENGTHS[s])]])
+                   for s in rows)
+        out.append(MicroBatch(0, np.array(rows), None, None,
+                              tuple(p + k for p, k in zip(policy, kl, strict=True)),
+                              {"logp − x": policy, "x − logp": kl}))
+    return tuple(out)
+
+
+def test_each_term_is_named_from_its_own_use_of_the_log_probs():
+    reference = [_with_kl([[0, 1, 2, 3]], lambda s, m: 0.01 / N)]
+    # The KL term as a mean per sequence (each sequence's tokens / its length, over 4).
+    candidate = _with_kl(HALVES, lambda s, m: 0.01 / (LENGTHS[s] * 4))
+    result = check_token_weights(reference, [candidate], PAIRS, TOL)
+    assert result.status == "fail" and result.first_divergence == 0
+    assert ("through logp − old (GRPO's ratio: the policy term), every token weighs as in the "
+            "reference; through ref − logp (GRPO's KL estimator: the KL term), one ratio per "
+            "sequence, as 1/its tokens: a sequence-mean") in result.detail
+    # Without the uses apart, the same weights say only that the tokens differ one by one.
+    bare = [tuple(MicroBatch(m.rank, m.ids, None, None, m.token_weights) for m in w)
+            for w in (reference[0], candidate)]
+    assert "token by token" in check_token_weights([bare[0]], [bare[1]], PAIRS, TOL).detail
