@@ -48,3 +48,18 @@ def test_log_probs_read_in_one_place_have_no_uses_to_tell_apart():
     alone.backward(loss.grad_fn, grads[0])
     loss.backward()
     assert alone.taken(grads[0]) == {}
+
+
+def test_a_log_prob_read_once_is_one_use_whatever_reads_its_result_twice():
+    # GRPO without a KL term: the ratio exp(logp − old) is read twice (clipped and not), but
+    # the log-probs once: one term.
+    leaf = torch.ones(4, requires_grad=True)
+    out, split = leaf * 1.0, Split()
+    grads: list[torch.Tensor] = []
+    tokens.watch(grads, out, rows=2)
+    split.watch(out)
+    ratio = torch.exp(out.view(2, 2) - out.view(2, 2).detach())
+    loss = -torch.min(ratio * 2.0, ratio.clamp(0.8, 1.2) * 2.0).sum()
+    split.backward(loss.grad_fn, grads[0])
+    loss.backward()
+    assert split.taken(grads[0]) == {}

@@ -2,11 +2,11 @@
 log-probs is the sum of what each operation that reads them sends back, and a loss with two
 terms (GRPO's policy term reads them through the ratio ``logp − old``, its KL term through
 ``ref − logp``) reads them in two places. Before each backward pass, the loss's graph is walked
-from its root; from the log-probs down a chain of operations each read once (views, slices, a
-``cat``), the first tensor read more than once is where the terms part, and a hook on each
-operation reading it keeps the gradient it sends back, per use, named by the operation and
-the operand the log-probs are (``logp − x``, ``x − logp``, else the operation's name). Nothing
-the loss computes changes."""
+from its root; from the log-probs down a chain of operations each read once that carry them
+unchanged (views, slices, a ``cat``: ``CARRY``), the first tensor read more than once is where
+the terms part, and a hook on each operation reading it keeps the gradient it sends back, per
+use, named by the operation and the operand the log-probs are (``logp − x``, ``x − logp``, else
+the operation's name). Nothing the loss computes changes."""
 
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ if TYPE_CHECKING:
 Edge = tuple[object, int]
 # The longest chain of once-read operations followed from the log-probs to where they part.
 CHAIN = 64
+# The operations that carry the log-probs on unchanged in value (their shape, their layout, a
+# mask's zeros), by the start of their backward node's name: the chain is followed through
+# these only. A log-prob read once by anything else (GRPO's ratio ``logp − old`` alone, without
+# a KL term) is one use, whatever reads its result twice further on.
+CARRY = ("View", "Reshape", "UnsafeView", "Slice", "Select", "Cat", "MaskedFill", "Unsqueeze",
+         "Squeeze", "Transpose", "Permute", "Clone", "ToCopy", "Expand", "AsStrided", "Split",
+         "Narrow", "Index")
 
 
 def readers(root: object) -> dict[tuple[int, int], list[Edge]]:
@@ -43,9 +50,13 @@ def readers(root: object) -> dict[tuple[int, int], list[Edge]]:
     return found
 
 
+def _name(node: object) -> str:
+    return str(getattr(node, "name", lambda: type(node).__name__)())
+
+
 def label(node: object, operand: int) -> str:
     """A use's name: the operation reading the log-probs and which operand they are."""
-    name = getattr(node, "name", lambda: type(node).__name__)()
+    name = _name(node)
     if name == "SubBackward0":
         return "logp − x" if operand == 0 else "x − logp"
     return f"{name} (operand {operand + 1})"
@@ -62,7 +73,7 @@ def uses(root: object, source: Edge) -> list[tuple[str, Edge]]:
         read = found.get((id(node), out), [])
         if len(read) > 1:
             return [(label(n, i), (n, i)) for n, i in read]
-        if not read:
+        if not read or not _name(read[0][0]).startswith(CARRY):
             return []
         node, out = read[0][0], 0
     return []
