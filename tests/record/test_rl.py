@@ -1,10 +1,10 @@
 """TRL's RL trainers recorded unmodified by ``lrcheck run`` (the ``trl`` extra): users' GRPO and
 DPO scripts (tests/fixtures/user_grpo.py, user_dpo.py: tiny config-built Llamas, a word-level
 tokenizer, nothing downloaded, generation by the model itself, a reward computed in code), the
-big-batch reference (bs 8) against 2 micro-batches of 4, in lockstep. Both runs update on the
-same rollouts without a replay: GRPO generates the whole generation batch (8 completions, the
-same in both: ``steps_per_generation`` follows the accumulation) in one call from the same state
-and the same RNG, so ``data`` (each row's prompt and completion tokens) passes at every update.
+big-batch reference (bs 8) against 2 micro-batches of 4, or 2 processes of 4, in lockstep. Both
+runs update on the same rollouts: each rank of the candidate replays its slice of the
+reference's generation batch (``record.rollouts``), so ``data`` (each row's prompt and
+completion tokens) passes at every update.
 ``token-weights`` compares every completion token's ∂L/∂logp_t, measured through TRL's fused LM
 head, and names the candidate's reduction where it differs, term by term where the loss reads
 the log-probs in two places (a KL term beside the policy term: ``record.uses``). Slow: each
@@ -57,6 +57,19 @@ def grpo_micro_mean(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def grpo_two_processes(tmp_path_factory):
+    """bs 8 on one process against bs 4 on each of 2 (torchrun, gloo): the candidate's ranks
+    replay their slices of the reference's rollouts (``record.rollouts``)."""
+    script = FIXTURES / "user_grpo.py"
+    ref = [sys.executable, script, "--bs", "8", *STEPS]
+    cand = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script,
+            "--bs", "4", *STEPS]
+    report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
+                              tmp_path_factory.mktemp("grpo2") / "out")
+    return report, checks_by_name(report)
+
+
+@pytest.fixture(scope="module")
 def dpo_claims_scaled(tmp_path_factory):
     return _pair(tmp_path_factory, "user_dpo.py", "--claims-scaled")
 
@@ -93,6 +106,16 @@ def test_each_terms_reduction_is_named_from_its_own_use_of_the_log_probs(grpo_mi
     assert ("; through ref − logp (GRPO's KL estimator: the KL term), one ratio per sequence, "
             "as 1/its tokens: a sequence-mean (each sequence's tokens divided by its length), "
             "where the reference's is a token-mean") in tokens.detail
+
+
+def test_grpo_on_two_processes_trains_on_the_references_rollouts_token_for_token(
+        grpo_two_processes):
+    report, checks = grpo_two_processes
+    assert report.ok
+    assert checks["data"].status == "pass"  # each rank replayed its slice of the rollouts
+    assert checks["token-weights"].status == "pass"
+    assert checks["token-weights"].max_abs_diff == 0.0
+    assert checks["ranks (candidate)"].status == "pass"
 
 
 def test_a_dpo_loss_claimed_scaled_for_accumulation_is_a_constant_2x(dpo_claims_scaled):

@@ -38,28 +38,30 @@ def test_each_use_keeps_the_gradient_it_sent_back_in_the_log_probs_layout():
     torch.testing.assert_close(uses["logp − x"] + uses["x − logp"], total, rtol=0, atol=1e-15)
 
 
-def test_log_probs_read_in_one_place_have_no_uses_to_tell_apart():
-    leaf = torch.ones(4, requires_grad=True)
-    out, alone = leaf * 1.0, Split()
-    grads: list[torch.Tensor] = []
+def _uses_of(loss_of) -> dict[str, torch.Tensor]:
+    """The uses ``Split`` tells apart in ``loss_of(log-probs)``, 2 rows of 2."""
+    out = torch.ones(4, requires_grad=True) * 1.0
+    split, grads = Split(), []
     tokens.watch(grads, out, rows=2)
-    alone.watch(out)
-    loss = (out.view(2, 2) * 3.0).sum()
-    alone.backward(loss.grad_fn, grads[0])
+    split.watch(out)
+    loss = loss_of(out.view(2, 2))
+    split.backward(loss.grad_fn, grads[0])
     loss.backward()
-    assert alone.taken(grads[0]) == {}
+    return split.taken(grads[0])
+
+
+def test_log_probs_read_in_one_place_have_no_uses_to_tell_apart():
+    assert _uses_of(lambda logp: (logp * 3.0).sum()) == {}
 
 
 def test_a_log_prob_read_once_is_one_use_whatever_reads_its_result_twice():
     # GRPO without a KL term: the ratio exp(logp − old) is read twice (clipped and not), but
     # the log-probs once: one term.
-    leaf = torch.ones(4, requires_grad=True)
-    out, split = leaf * 1.0, Split()
-    grads: list[torch.Tensor] = []
-    tokens.watch(grads, out, rows=2)
-    split.watch(out)
-    ratio = torch.exp(out.view(2, 2) - out.view(2, 2).detach())
-    loss = -torch.min(ratio * 2.0, ratio.clamp(0.8, 1.2) * 2.0).sum()
-    split.backward(loss.grad_fn, grads[0])
-    loss.backward()
-    assert split.taken(grads[0]) == {}
+    def grpo(logp):
+        ratio = torch.exp(logp - logp.detach())
+        return -torch.min(ratio * 2.0, ratio.clamp(0.8, 1.2) * 2.0).sum()
+
+    assert _uses_of(grpo) == {}
+    # and with a KL term beside it, two
+    assert set(_uses_of(lambda logp: grpo(logp) + ((torch.zeros(2, 2) - logp) ** 2).sum())) == \
+        {"logp − x", "x − logp"}

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lrcheck.record import optimizers
+from lrcheck.record import optimizers, rollouts
 from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.guard import RECORDING
 from lrcheck.record.losses import Losses
@@ -156,6 +156,7 @@ class _Counts:
 
     def zeroed_module(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["module_zero_grad"] += 1
+        rollouts.look()  # the Trainer's first, before its first generation
         self.recorder.module_zeroed = self.totals["backward"]
         self.recorder.taps.zeroed()
         self.recorder.losses.zeroed()
