@@ -46,7 +46,9 @@ KL = ("--beta", "0.04")
 
 @pytest.fixture(scope="module")
 def grpo(tmp_path_factory):
-    return _pair(tmp_path_factory, "user_grpo.py", both=KL)
+    """Three terms, each right: TRL's policy and KL terms, and an auxiliary SFT term of the
+    user's own over the window's tokens."""
+    return _pair(tmp_path_factory, "user_grpo.py", both=(*KL, "--aux", "0.1"))
 
 
 @pytest.fixture(scope="module")

@@ -35,3 +35,8 @@ def test_rows_that_do_not_divide_into_the_candidates_are_not_replayed(tmp_path):
 def test_a_reference_that_ended_without_writing_releases_the_wait(tmp_path):
     ended(tmp_path, REFERENCE).touch()
     assert rollouts.replayed(tmp_path, 0, (0, 2, 4), torch.device("cpu")) is None
+
+
+def test_a_reference_on_several_processes_says_it_wrote_none(tmp_path):
+    (tmp_path / "rollout-2.none").touch()  # what its rank 0 leaves in place of its rows
+    assert rollouts.replayed(tmp_path, 2, (0, 2, 4), torch.device("cpu")) is None

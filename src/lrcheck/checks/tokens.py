@@ -29,7 +29,8 @@ from lrcheck.words import plural
 Tokens = dict[int, tuple[np.ndarray, int]]
 # The uses of the log-probs (``record.uses``) as TRL's GRPO loss reads them.
 TERMS = {"logp − x": "logp − old (GRPO's ratio: the policy term)",
-         "x − logp": "ref − logp (GRPO's KL estimator: the KL term)"}
+         "x − logp": "ref − logp (GRPO's KL estimator: the KL term)",
+         "logp × x": "logp × x (the log-probs weighed as they are: an SFT or auxiliary term)"}
 # The relative spread within which a use's ratios are one ratio, for naming only (the check
 # fails at the dtype's tolerance first): a KL estimator's gradient, 1 − e^(ref − logp), is a
 # difference of near-equal terms computed in the loss's dtype, known in float32 to about 1e-4
@@ -113,15 +114,15 @@ def by_use(ref: Window, cand: Window, tol: float) -> str | None:
         same = bool(np.all(np.abs(wb - wa) <= tol * np.maximum(np.abs(wa), TINY)))
         parts.append(f"through {TERMS.get(name, name)}, "
                      + ("every token weighs as in the reference" if same
-                        else reduction(a, b, max(tol, NAMING_RTOL))))
+                        else reduction(a, b, max(tol, NAMING_RTOL), "this term")))
     if len(parts) < 2:
         return None
     return "by the uses of the log-probs in the loss: " + "; ".join(parts)
 
 
-def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
-    """What the candidate did with the reference's token weights, named from their ratios on
-    the tokens that weigh something in the reference."""
+def reduction(ref: Tokens, cand: Tokens, tol: float, what: str = "the loss") -> str:
+    """What the candidate did with the reference's token weights (of ``what``), named from
+    their ratios on the tokens that weigh something in the reference."""
     ratios: dict[int, list[float]] = {}  # per candidate micro-batch
     rows: list[tuple[float, int]] = []  # per sequence: its one ratio, its weighed tokens
     per_token = False
@@ -145,7 +146,7 @@ def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
                 "an auxiliary loss) follows another normalisation than the reference's")
     if _same(list(means.values()), tol) and all(_same(r, tol) for r in ratios.values()):
         c = next(iter(means.values()))
-        return (f"every token weighs {c:.6g}× the reference's: a constant, the loss scaled as "
+        return (f"every token weighs {c:.6g}× the reference's: a constant, {what} scaled as "
                 "a whole (not divided by the accumulation steps, or divided twice)")
     if all(_same(r, tol) for r in ratios.values()):
         each = ", ".join(f"{v:.4g}×" for v in means.values())

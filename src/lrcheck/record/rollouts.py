@@ -9,9 +9,10 @@ reference model's log-probs: all that the loss reads) into the exchange folder,
 ``rollout-{k}.pt``; each rank R of W of the candidate waits for call k's and returns its
 R-th of W contiguous slices of the rows, in place of generating. Rewards and advantages are
 the reference's, computed over the whole generation batch, as TRL computes them gathered
-over the ranks. Where the reference wrote no rollout (it ended first), or its rows do not
-divide into the candidate's (another generation batch), the candidate generates its own and
-``data`` says whether they differ."""
+over the ranks. A reference on several processes writes none (its rows are spread over its
+ranks: ``rollout-{k}.none`` says so). Where the reference wrote no rollout (it ended first, or
+ran on several processes), or its rows do not divide into the candidate's (another generation
+batch), the candidate generates its own and ``data`` says whether they differ."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def look() -> None:
         out = original(self, batch)
         if role == REFERENCE and world == 1:
             RECORDING.run("the record of the rollouts", written, Path(folder), k, out)
+        elif role == REFERENCE and rank == 0:  # its rows are spread over its ranks: none
+            RECORDING.run("the record of the rollouts", (Path(folder) / f"rollout-{k}.none").touch)
         return out
 
     trainer._generate_and_score_completions = generated
@@ -83,9 +86,9 @@ def replayed(folder: Path, k: int, share: tuple[int, int, int],
     its R-th of W slices of every per-row tensor, the others whole; None where the reference
     wrote none, or its rows are not W × ``rows``."""
     rank, world, rows = share
-    path = folder / f"rollout-{k}.pt"
-    if not exchange.wait(path.exists, ended(folder, REFERENCE), f"the reference's rollout {k}",
-                         started=k > 0):
+    path, none = folder / f"rollout-{k}.pt", folder / f"rollout-{k}.none"
+    if not exchange.wait(lambda: path.exists() or none.exists(), ended(folder, REFERENCE),
+                         f"the reference's rollout {k}", started=k > 0) or not path.exists():
         return None
     data = torch.load(path, weights_only=True)
     total = data["prompt_ids"].shape[0]

@@ -5,8 +5,8 @@ terms (GRPO's policy term reads them through the ratio ``logp − old``, its KL 
 from its root; from the log-probs down a chain of operations each read once that carry them
 unchanged (views, slices, a ``cat``: ``CARRY``), the first tensor read more than once is where
 the terms part, and a hook on each operation reading it keeps the gradient it sends back, per
-use, named by the operation and the operand the log-probs are (``logp − x``, ``x − logp``, else
-the operation's name). Nothing the loss computes changes."""
+use, named by the operation and the operand the log-probs are (``logp − x``, ``x − logp``,
+``logp × x``, else the operation's name). Nothing the loss computes changes."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def label(node: object, operand: int) -> str:
     name = _name(node)
     if name == "SubBackward0":
         return "logp − x" if operand == 0 else "x − logp"
+    if name == "MulBackward0":
+        return "logp × x"  # either operand: a product
     return f"{name} (operand {operand + 1})"
 
 
