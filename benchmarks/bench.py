@@ -5,8 +5,8 @@ peak resident memory from ``os.wait4``'s rusage (``ru_maxrss``: the largest sing
 the tree, the child or any descendant it waited for). Medians over ``--runs`` alternations.
 The recording overhead is measured in one process instead (see ``record_child``).
 
-    python benchmarks/bench.py [--runs 5] [--only help,compare,...,fsdp,deepspeed,lockstep,logs]
-                               [--trace-steps 1000000] [--scale]
+    python benchmarks/bench.py [--runs 5] [--trace-steps 1000000] [--scale]
+                               [--only help,compare,...,fsdp,deepspeed,lockstep,logs,grpo]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs", "resume")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs", "resume", "grpo")
 
 
 class RunFailed(Exception):
@@ -100,6 +100,8 @@ JOBS_TARGET = 0.75
 # lrcheck run in lockstep against the user's two commands run bare one after the other, on three
 # scripts (issue 37): wall.
 LOCKSTEP_TARGET = 1.5
+# One GRPO pair through lrcheck run, TRL's trainer recorded unmodified (issue 40): seconds.
+GRPO_TARGET = 180.0
 
 
 def add_workflow(table: Table, what: str, lr: tuple[float, float],
@@ -368,6 +370,22 @@ def bench_resume(table: Table, runs: int, out: Path) -> None:
     resume_cost.bench(table, runs, out, alternate, wall_rss)
 
 
+def bench_grpo(table: Table, runs: int, out: Path) -> None:
+    """``lrcheck run`` of a user's GRPO script (tests/fixtures/user_grpo.py: TRL's GRPOTrainer,
+    a tiny Llama, generation by the model) at bs 8 against bs 4 × accum 2, 3 updates, in
+    lockstep: the wall time of the whole pair, against 3 minutes."""
+    import shlex
+
+    script = HERE.parent / "tests" / "fixtures" / "user_grpo.py"
+    ref, cand = (shlex.join([PY, str(script), *flags]) for flags in
+                 (["--bs", "8"], ["--bs", "4", "--accum", "2"]))
+    got = [timed(LRCHECK + ["run", ref, cand, "--out", str(out / f"grpo-{i}")])
+           for i in range(runs)]
+    wall, rss = (statistics.median(g[i] for g in got) for i in (0, 1))
+    table.add("lrcheck run, one GRPO pair (TRL, bs 8 vs 4 x 2, 3 updates), wall",
+              wall_rss(wall, rss), "-", wall, GRPO_TARGET, " s")
+
+
 # --- scale -------------------------------------------------------------------------------------
 
 def scale(out: Path) -> None:
@@ -441,7 +459,8 @@ def main() -> None:
                    "deepspeed": lambda: bench_sharded(table, args.runs, out, "deepspeed"),
                    "lockstep": lambda: bench_lockstep(table, args.runs),
                    "logs": lambda: bench_logs(table, args.runs, out),
-                   "resume": lambda: bench_resume(table, args.runs, out)}
+                   "resume": lambda: bench_resume(table, args.runs, out),
+                   "grpo": lambda: bench_grpo(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
                 try:

@@ -103,3 +103,49 @@ def test_a_term_added_per_micro_batch_beside_terms_that_agree_is_named():
     assert result.status == "fail"
     assert ("the reference's weights plus one value per micro-batch on some tokens (-0.02381, "
             "0.01786): a term of the loss taken as a mean per micro-batch") in result.detail
+
+
+def _two_terms(split: list[list[int]], name: str, term) -> tuple[MicroBatch, ...]:
+    """The reference's policy term (a token-mean over the window) and a second term read
+    through the use ``name`` of the log-probs: sequence s's tokens weighing ``term(s, m)``."""
+    out = []
+    for m, rows in enumerate(split):
+        policy = tuple(_row(s, 1 / N) for s in rows)
+        other = tuple(np.array([0.0, 0.0, *term(s, m)]) for s in rows)
+        out.append(MicroBatch(0, np.array(rows), None, None,
+                              tuple(p + k for p, k in zip(policy, other, strict=True)),
+                              {"logp − x": policy, name: other}))
+    return tuple(out)
+
+
+def _with_kl(split: list[list[int]], kl_scale) -> tuple[MicroBatch, ...]:
+    """A KL term beside the policy term, sequence s's token t weighing kl_scale × (t + 1)."""
+    return _two_terms(split, "x − logp", lambda s, m: [(t + 1) * kl_scale(s, m)
+                                                       for t in range(LENGTHS[s])])
+
+
+def test_each_term_is_named_from_its_own_use_of_the_log_probs():
+    reference = [_with_kl([[0, 1, 2, 3]], lambda s, m: 0.01 / N)]
+    # The KL term as a mean per sequence (each sequence's tokens / its length, over 4).
+    candidate = _with_kl(HALVES, lambda s, m: 0.01 / (LENGTHS[s] * 4))
+    result = check_token_weights(reference, [candidate], PAIRS, TOL)
+    assert result.status == "fail" and result.first_divergence == 0
+    assert ("through logp − old (GRPO's ratio: the policy term), every token weighs as in the "
+            "reference; through ref − logp (GRPO's KL estimator: the KL term), one ratio per "
+            "sequence, as 1/its tokens: a sequence-mean") in result.detail
+    # Without the uses apart, the same weights say only that the tokens differ one by one.
+    bare = [tuple(MicroBatch(m.rank, m.ids, None, None, m.token_weights) for m in w)
+            for w in (reference[0], candidate)]
+    assert "token by token" in check_token_weights([bare[0]], [bare[1]], PAIRS, TOL).detail
+
+
+def test_a_term_scaled_as_a_whole_is_named_on_its_own_use():
+    def window(split, aux_scale):  # an SFT term, each token -0.1 × aux_scale / N
+        return _two_terms(split, "logp × x", lambda s, m: [-0.1 * aux_scale / N] * LENGTHS[s])
+
+    result = check_token_weights([window([[0, 1, 2, 3]], 1)], [window(HALVES, 2)], PAIRS, TOL)
+    assert ("through logp × x (the log-probs weighed as they are: an SFT or auxiliary term), "
+            "every token weighs 2× the reference's: a constant, this term scaled as a whole"
+            ) in result.detail
+    assert "through logp − old (GRPO's ratio: the policy term), every token weighs as in the " \
+        "reference" in result.detail

@@ -55,6 +55,24 @@ def test_a_counted_call_raises_the_users_own_error_but_not_the_counters():
         guard.RECORDING.arm()
 
 
+def test_what_precedes_an_outermost_call_runs_before_it_once():
+    seen = []
+
+    class Owner:
+        def call(self, inner):
+            seen.append("call")
+            return self.call(False) if inner else None
+
+    guard.RECORDING.arm()
+    undo = counting(Owner, "call", lambda args, kwargs, result: seen.append("after"),
+                    before=lambda args, kwargs: seen.append(("before", args[1])))
+    try:
+        Owner().call(True)
+        assert seen == [("before", True), "call", "call", "after"]  # the inner call is part
+    finally:
+        undo()
+
+
 def test_an_optimizer_hook_that_fails_leaves_the_step_and_says_so_in_the_description(tmp_path):
     recorder = ProcessRecorder(tmp_path, samples=None, every=1)
     torch.manual_seed(0)

@@ -1,14 +1,15 @@
 """TRL's RL trainers recorded unmodified by ``lrcheck run`` (the ``trl`` extra): users' GRPO and
 DPO scripts (tests/fixtures/user_grpo.py, user_dpo.py: tiny config-built Llamas, a word-level
 tokenizer, nothing downloaded, generation by the model itself, a reward computed in code), the
-big-batch reference (bs 8) against 2 micro-batches of 4, in lockstep. Both runs update on the
-same rollouts without a replay: GRPO generates the whole generation batch (8 completions, the
-same in both: ``steps_per_generation`` follows the accumulation) in one call from the same state
-and the same RNG, so ``data`` (each row's prompt and completion tokens) passes at every update.
+big-batch reference (bs 8) against 2 micro-batches of 4, or 2 processes of 4, in lockstep. Both
+runs update on the same rollouts: each rank of the candidate replays its slice of the
+reference's generation batch (``record.rollouts``), so ``data`` (each row's prompt and
+completion tokens) passes at every update.
 ``token-weights`` compares every completion token's ∂L/∂logp_t, measured through TRL's fused LM
-head, and names the candidate's reduction where it differs. Slow: each pair is two fresh
-processes importing torch, transformers and TRL (about 20 s of CPU a pair here); the correct
-DPO pair is in docs/rl.md's figures, not here, to keep the suite's time."""
+head, and names the candidate's reduction where it differs, term by term where the loss reads
+the log-probs in two places (a KL term beside the policy term: ``record.uses``). Slow: each
+pair is two fresh processes importing torch, transformers and TRL (about 20 s of CPU a pair
+here); the correct DPO pair is in docs/rl.md's figures, not here, to keep the suite's time."""
 
 import importlib.util
 import shlex
@@ -27,24 +28,47 @@ FIXTURES = Path(__file__).parents[1] / "fixtures"
 STEPS = ["--steps", "2"]
 
 
-def _pair(tmp_path_factory, script: str, *candidate: str):
-    """``lrcheck run`` of ``script`` at bs 8 against bs 4 × accum 2 with ``candidate``'s flags:
-    the report and its checks by name."""
-    ref = [sys.executable, FIXTURES / script, "--bs", "8", *STEPS]
-    cand = [sys.executable, FIXTURES / script, "--bs", "4", "--accum", "2", *STEPS, *candidate]
+def _pair(tmp_path_factory, script: str, *candidate: str, both: tuple[str, ...] = ()):
+    """``lrcheck run`` of ``script`` at bs 8 against bs 4 × accum 2 with ``candidate``'s flags
+    (``both``: the two runs'): the report and its checks by name."""
+    ref = [sys.executable, FIXTURES / script, "--bs", "8", *STEPS, *both]
+    cand = [sys.executable, FIXTURES / script, "--bs", "4", "--accum", "2", *STEPS, *both,
+            *candidate]
     report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
                               tmp_path_factory.mktemp(script.split(".")[0]) / "out")
     return report, checks_by_name(report)
 
 
+# A KL term (β 0.04) against a frozen reference the policy starts 1 % away from: it weighs the
+# tokens from update 0.
+KL = ("--beta", "0.04")
+
+
 @pytest.fixture(scope="module")
 def grpo(tmp_path_factory):
-    return _pair(tmp_path_factory, "user_grpo.py")
+    """Three terms, each right: TRL's policy and KL terms, and an auxiliary SFT term of the
+    user's own over the window's tokens."""
+    return _pair(tmp_path_factory, "user_grpo.py", both=(*KL, "--aux", "0.1"))
 
 
 @pytest.fixture(scope="module")
 def grpo_micro_mean(tmp_path_factory):
-    return _pair(tmp_path_factory, "user_grpo.py", "--micro-mean")
+    """Two bugs, one per term: the policy term each micro-batch's token mean / accum, and the
+    KL term each sequence's mean, averaged over the micro-batch's sequences, / accum."""
+    return _pair(tmp_path_factory, "user_grpo.py", "--micro-mean", "--kl-seq-mean", both=KL)
+
+
+@pytest.fixture(scope="module")
+def grpo_two_processes(tmp_path_factory):
+    """bs 8 on one process against bs 4 on each of 2 (torchrun, gloo): the candidate's ranks
+    replay their slices of the reference's rollouts (``record.rollouts``)."""
+    script = FIXTURES / "user_grpo.py"
+    ref = [sys.executable, script, "--bs", "8", *STEPS]
+    cand = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script,
+            "--bs", "4", *STEPS]
+    report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
+                              tmp_path_factory.mktemp("grpo2") / "out")
+    return report, checks_by_name(report)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +96,28 @@ def test_grpo_micro_batch_token_means_fail_at_update_0_named(grpo_micro_mean):
     assert "a mean per micro-batch, where the reference's is a token-mean over the window" \
         in tokens.detail
     assert checks["grads"].status == "fail" and checks["grads"].first_divergence == 0
+
+
+def test_each_terms_reduction_is_named_from_its_own_use_of_the_log_probs(grpo_micro_mean):
+    """trl #2995's question answered from the gradients: the reference is TRL's own KL term,
+    a token-mean over the window with the policy term; the log-probs' two uses (the ratio, the
+    KL estimator), weighed apart, name which term follows which reduction."""
+    tokens = grpo_micro_mean[1]["token-weights"]
+    assert "by the uses of the log-probs in the loss: through logp − old (GRPO's ratio: the " \
+        "policy term), one ratio per micro-batch (" in tokens.detail
+    assert ("; through ref − logp (GRPO's KL estimator: the KL term), one ratio per sequence, "
+            "as 1/its tokens: a sequence-mean (each sequence's tokens divided by its length), "
+            "where the reference's is a token-mean") in tokens.detail
+
+
+def test_grpo_on_two_processes_trains_on_the_references_rollouts_token_for_token(
+        grpo_two_processes):
+    report, checks = grpo_two_processes
+    assert report.ok
+    assert checks["data"].status == "pass"  # each rank replayed its slice of the rollouts
+    assert checks["token-weights"].status == "pass"
+    assert checks["token-weights"].max_abs_diff == 0.0
+    assert checks["ranks (candidate)"].status == "pass"
 
 
 def test_a_dpo_loss_claimed_scaled_for_accumulation_is_a_constant_2x(dpo_claims_scaled):

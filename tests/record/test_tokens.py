@@ -55,9 +55,11 @@ def test_without_a_fitting_mask_every_position_is_a_token():
 
 def test_the_recorder_form_reads_back_exactly():
     measured = [[[0.1, -1 / 3], [], [2.0 ** -40]], None, []]
-    back = tokens.read(tokens.pack(measured), 3, "line 1")
-    assert back[1] is None and back[2] == []
-    assert [r.tolist() for r in back[0]] == measured[0]
+    uses = {"logp − x": [[0.1, 0.0], [], [0.0]], "x − logp": [[0.0, -1 / 3], [], [2.0 ** -40]]}
+    back = tokens.read(tokens.pack(measured, [uses, None, None]), 3, "line 1")
+    assert back[1] is None and back[2] == ([], None)
+    assert [r.tolist() for r in back[0][0]] == measured[0]
+    assert {k: [r.tolist() for r in v] for k, v in back[0][1].items()} == uses
 
 
 @pytest.mark.parametrize("bad", [[["x", "AA=="]], [[[1], "not base64!"]], [[[2], "AAAAAAAAAAA="]],

@@ -10,31 +10,49 @@ its weights to the reference's (``reduction``): the same ratio on every token (a
 loss scaled as a whole), one ratio per micro-batch (a mean per micro-batch where the reference
 took one over the window), one per sequence following its length (a sequence-mean where the
 reference took a token-mean, or the reverse), or none of these (token by token: a term that
-follows another normalisation)."""
+follows another normalisation). Where both runs weighed the uses of the log-probs apart
+(``record.uses``: a loss of two terms reads them twice), each use is named on its own: which
+term follows the reference's reduction, and which another."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from lrcheck.checks.status import FAIL, PASS, TINY, CheckResult
-from lrcheck.plan.windows import Window
+from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.words import plural
 
 # Sample id → its tokens' weights, summed over the times it was fed (the same row, the same
 # tokens), and the candidate's micro-batch that fed it.
 Tokens = dict[int, tuple[np.ndarray, int]]
+# The uses of the log-probs (``record.uses``) as TRL's GRPO loss reads them.
+TERMS = {"logp − x": "logp − old (GRPO's ratio: the policy term)",
+         "x − logp": "ref − logp (GRPO's KL estimator: the KL term)",
+         "logp × x": "logp × x (the log-probs weighed as they are: an SFT or auxiliary term)"}
+# The relative spread within which a use's ratios are one ratio, for naming only (the check
+# fails at the dtype's tolerance first): a KL estimator's gradient, 1 − e^(ref − logp), is a
+# difference of near-equal terms computed in the loss's dtype, known in float32 to about 1e-4
+# of itself where the policy is 1 % from the reference.
+NAMING_RTOL = 1e-3
 
 
-def by_sample(window: Window) -> Tokens | None:
-    """Per sample of ``window``, its tokens' weights and the micro-batch that fed it; None
-    where a micro-batch's tokens were not measured."""
+def _weights(micro: MicroBatch) -> tuple[np.ndarray, ...] | None:
+    return micro.token_weights
+
+
+def by_sample(window: Window,
+              pick: Callable[[MicroBatch], tuple[np.ndarray, ...] | None] = _weights
+              ) -> Tokens | None:
+    """Per sample of ``window``, its tokens' weights (``pick``: all of them, or one use's)
+    and the micro-batch that fed it; None where a micro-batch's tokens were not measured."""
     out: Tokens = {}
     for m, micro in enumerate(window):
-        if micro.token_weights is None or len(micro.token_weights) != len(micro.ids):
+        weights = pick(micro)
+        if weights is None or len(weights) != len(micro.ids):
             return None
-        for i, w in zip(micro.ids.tolist(), micro.token_weights, strict=True):
+        for i, w in zip(micro.ids.tolist(), weights, strict=True):
             if i in out and len(out[i][0]) == len(w):
                 out[i] = (out[i][0] + w, out[i][1])
             else:
@@ -65,8 +83,9 @@ def check_token_weights(ref: Sequence[Window], cand: Sequence[Window],
         compared += 1
         if len(rel) and not bool(np.all(rel <= tol)):
             here = float(rel.max())
+            named = by_use(ref[i], cand[j], tol) or reduction(a, b, tol)
             return CheckResult("token-weights", FAIL, here, k,
-                               f"first differ at update {k}: {reduction(a, b, tol)} (max "
+                               f"first differ at update {k}: {named} (max "
                                f"relative {here:.3g} > {tol:g} over {len(wa)} tokens)", here)
         worst = max(worst, float(rel.max(initial=0.0)))
     if not compared:
@@ -77,9 +96,33 @@ def check_token_weights(ref: Sequence[Window], cand: Sequence[Window],
                        f"relative {worst:.3g} ≤ {tol:g})", worst)
 
 
-def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
-    """What the candidate did with the reference's token weights, named from their ratios on
-    the tokens that weigh something in the reference."""
+def by_use(ref: Window, cand: Window, tol: float) -> str | None:
+    """Each use of the log-probs named on its own (the same as the reference's, or the
+    reduction it follows: ``reduction``), where both runs weighed the same uses apart; None
+    otherwise."""
+    labels = {name for m in (*ref, *cand) for name in (m.token_uses or {})}
+    parts = []
+    for name in sorted(labels):
+        def pick(m: MicroBatch, name: str = name) -> tuple[np.ndarray, ...] | None:
+            return (m.token_uses or {}).get(name)
+        a, b = by_sample(ref, pick), by_sample(cand, pick)
+        if a is None or b is None or set(a) != set(b):
+            return None
+        wa, wb = (np.concatenate([t[s][0] for s in sorted(a)] or [np.empty(0)]) for t in (a, b))
+        if len(wa) != len(wb):
+            return None
+        same = bool(np.all(np.abs(wb - wa) <= tol * np.maximum(np.abs(wa), TINY)))
+        parts.append(f"through {TERMS.get(name, name)}, "
+                     + ("every token weighs as in the reference" if same
+                        else reduction(a, b, max(tol, NAMING_RTOL), "this term")))
+    if len(parts) < 2:
+        return None
+    return "by the uses of the log-probs in the loss: " + "; ".join(parts)
+
+
+def reduction(ref: Tokens, cand: Tokens, tol: float, what: str = "the loss") -> str:
+    """What the candidate did with the reference's token weights (of ``what``), named from
+    their ratios on the tokens that weigh something in the reference."""
     ratios: dict[int, list[float]] = {}  # per candidate micro-batch
     rows: list[tuple[float, int]] = []  # per sequence: its one ratio, its weighed tokens
     per_token = False
@@ -103,7 +146,7 @@ def reduction(ref: Tokens, cand: Tokens, tol: float) -> str:
                 "an auxiliary loss) follows another normalisation than the reference's")
     if _same(list(means.values()), tol) and all(_same(r, tol) for r in ratios.values()):
         c = next(iter(means.values()))
-        return (f"every token weighs {c:.6g}× the reference's: a constant, the loss scaled as "
+        return (f"every token weighs {c:.6g}× the reference's: a constant, {what} scaled as "
                 "a whole (not divided by the accumulation steps, or divided twice)")
     if all(_same(r, tol) for r in ratios.values()):
         each = ", ".join(f"{v:.4g}×" for v in means.values())

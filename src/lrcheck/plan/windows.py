@@ -35,6 +35,9 @@ class MicroBatch:
     sample_weights: np.ndarray | None = None
     # Per sample, its tokens' weights ∂L/∂logp_t (``record.tokens``); None: not measured.
     token_weights: tuple[np.ndarray, ...] | None = None
+    # Per use of the log-probs in the loss (``record.uses``: its terms), per sample its tokens'
+    # weights through that use; None: read in one place, or not measured.
+    token_uses: dict[str, tuple[np.ndarray, ...]] | None = None
 
     def to_json(self) -> list[Any]:
         row = [self.rank, self.ids.tolist(), self.weight]
@@ -66,10 +69,11 @@ def fed_window(rows: Sequence[Sequence[Any]]) -> Window:
     out = []
     for rank, ids, weights, *tokens in rows:
         w = None if weights is None else np.asarray(weights, dtype=np.float64)
-        by_token = tokens[0] if tokens and tokens[0] is not None else None
+        rows, uses = tokens[0] if tokens and tokens[0] is not None else ((), None)
         out.append(MicroBatch(int(rank), np.asarray(ids, dtype=np.int64),
                               None if w is None else float(w.sum()), w,
-                              None if by_token is None else tuple(by_token)))
+                              tuple(rows) if tokens and tokens[0] is not None else None,
+                              {k: tuple(v) for k, v in uses.items()} if uses else None))
     return tuple(out)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lrcheck.record import optimizers
+from lrcheck.record import optimizers, rollouts
 from lrcheck.record.ema import KINDS, EmaWatch
 from lrcheck.record.guard import RECORDING
 from lrcheck.record.losses import Losses
@@ -70,20 +70,25 @@ class Counter(Protocol):
 
 
 def counting(owner: Any, name: str, count: Callable[..., None],
-              inside: Callable[[], bool] | None = None) -> Callable[[], None]:
+              inside: Callable[[], bool] | None = None,
+              before: Callable[[Args, Kwargs], None] | None = None) -> Callable[[], None]:
     """Wrap ``owner.name`` so that each outermost call (per thread: a call inside another of the
     same name is part of it, as is one made where ``inside()`` is true) runs
-    ``count(args, kwargs, result)`` after it; returns the undo."""
+    ``count(args, kwargs, result)`` after it (and ``before(args, kwargs)`` before it); returns
+    the undo."""
     original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     if getattr(original, "_lrcheck", False):
         return lambda: None
     key = f"depth_{id(owner)}_{name}"
     count = RECORDING(f"the count of {name}", count)  # the call itself is the user's: unguarded
+    ahead = None if before is None else RECORDING(f"what precedes {name}", before)
 
     @functools.wraps(original)
     def counted(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, key, 0)
         outer = depth == 0 and (inside is None or not inside())
+        if outer and ahead is not None:
+            ahead(args, kwargs)
         setattr(_local, key, depth + 1)
         try:
             result = original(*args, **kwargs)
@@ -143,8 +148,15 @@ class _Counts:
         if self.recorder.imported is not None:
             self.recorder.imported.look()
 
+    def backward_starts(self, args: Args, kwargs: Kwargs) -> None:
+        """Before a backward pass: the taps see the loss's graph (``record.uses``)."""
+        tensor = args[0] if args else kwargs.get("tensors")
+        if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
+            self.recorder.taps.backward(tensor.grad_fn)
+
     def zeroed_module(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["module_zero_grad"] += 1
+        rollouts.look()  # the Trainer's first, before its first generation
         self.recorder.module_zeroed = self.totals["backward"]
         self.recorder.taps.zeroed()
         self.recorder.losses.zeroed()
@@ -215,7 +227,7 @@ def count_calls(recorder: Counter) -> Callable[[], None]:
         # A backward inside a backward (a reentrant checkpoint's, on the engine's thread) is
         # part of it.
         counting(torch.autograd, "backward", counts.backward,
-                  lambda: torch._C._current_autograd_node() is not None),
+                  lambda: torch._C._current_autograd_node() is not None, counts.backward_starts),
         counting(torch.optim.Optimizer, "zero_grad",
                   lambda args, kwargs, result: recorder.zero_grad(args[0])),
         counting(torch.nn.Module, "zero_grad", counts.zeroed_module),

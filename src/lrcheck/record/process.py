@@ -61,6 +61,7 @@ from lrcheck.record.calls import (
 )
 from lrcheck.record.losses import Losses
 from lrcheck.record.placements import Layout, data_world, grad_keys, layout
+from lrcheck.record.rollouts import rank_and_world as _rank_and_world
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 
 # The calls counted per update (``count_calls``), each a key of the Recorder line.
@@ -351,14 +352,6 @@ class ProcessRecorder:
             self.ema.close(self._ema_path())
         for st in self.optimizers.values():
             st.recorder.close()
-
-
-def _rank_and_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def install_hooks(folder: str, *, samples: int | None, every: int,

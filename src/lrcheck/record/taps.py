@@ -42,6 +42,8 @@ import torch
 from lrcheck.record import tokens as by_token
 from lrcheck.record.guard import MODULE_CALLS, RECORDING
 from lrcheck.record.identity import first_input, first_tensor, join, row_ids
+from lrcheck.record.trl_head import TRL_UTILS, tap_trl
+from lrcheck.record.uses import Split
 
 # torch.nn.functional's losses whose reduction the tap knows: per item, the derivative of the
 # result by the item's own loss follows from the reduction, the class weights, the mask.
@@ -50,9 +52,6 @@ LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", 
 # Those whose ``mean`` divides by the sum of the elementwise ``weight`` (the others by the
 # number of elements).
 _MEAN_BY_WEIGHT = ("mse_loss", "l1_loss", "huber_loss")
-# Where TRL (1.16) keeps the autograd function of its fused LM head, which its SFT trainer puts in
-# the model's forward: the loss never goes through torch's loss functions.
-TRL_UTILS = "trl.trainer.utils"
 _local = threading.local()
 
 
@@ -72,6 +71,7 @@ class _Micro:
     mask: torch.Tensor | None = None  # the forward's attention mask
     # ∂L/∂logp of each position, once a backward pass reached them (``record.tokens``)
     tokens: list[torch.Tensor] = field(default_factory=list)
+    split: Split = field(default_factory=Split)  # those weights per use (``record.uses``)
 
 
 @dataclass
@@ -84,11 +84,12 @@ class Fed:
     why: str | None = None
     dtype: str | None = None  # the coarsest type a measured loss was computed in
     tokens: list[by_token.Rows | None] = field(default_factory=list)  # per micro-batch, or None
+    uses: list[by_token.Uses | None] = field(default_factory=list)  # ``record.uses``
 
     def packed_tokens(self) -> dict[str, object]:
         """``fed_tokens`` (``record.tokens``), where a micro-batch's tokens were measured."""
         measured = any(t is not None for t in self.tokens)
-        return {"fed_tokens": by_token.pack(self.tokens)} if measured else {}
+        return {"fed_tokens": by_token.pack(self.tokens, self.uses)} if measured else {}
 
 
 class Taps:
@@ -113,7 +114,7 @@ class Taps:
         if not torch.is_grad_enabled() or torch._C._current_autograd_node() is not None:
             return
         if not self.trl and TRL_UTILS in sys.modules:
-            self.trl = tap_trl(self)
+            self.trl = tap_trl(self.head)
         trains = self.trainable.get(module)
         if trains is None:
             trains = any(p.requires_grad for p in module.parameters())
@@ -208,6 +209,17 @@ class Taps:
 
         out.register_hook(RECORDING("the loss's weights in backward", reached))
 
+    def head(self, hidden: torch.Tensor, out: object) -> None:
+        """TRL's fused LM head (``tap_trl``) returned ``out`` for ``hidden``: its per-token
+        log-probabilities weighed (``fused``); compact where fewer than the current micro-batch's
+        rows × (their length − 1) positions were scored (a causal LM's shift)."""
+        scored = out[0] if isinstance(out, (tuple, list)) else out
+        if not isinstance(scored, torch.Tensor):
+            raise TypeError(f"it returned a {type(scored).__name__}, not log-probabilities")
+        micro = self.current
+        every = -1 if micro is None or micro.width is None else len(micro.ids) * (micro.width - 1)
+        self.fused(scored, hidden.dim() == 2 and scored.numel() != every)
+
     def fused(self, out: torch.Tensor, compact: bool) -> None:
         """TRL's fused LM head (``tap_trl``): ``out`` holds each token's log-probability, whose
         loss is its negative; ``compact``: only the valid tokens were scored (on a Triton
@@ -221,7 +233,15 @@ class Taps:
             return
         local = torch.full(out.shape, -1.0, dtype=torch.float64, device=out.device)
         self.weigh(micro, "TRL's fused LM head", out, local)
-        by_token.watch(micro.tokens, out, len(micro.ids))
+        if by_token.watch(micro.tokens, out, len(micro.ids)):
+            micro.split.watch(out)
+
+    def backward(self, root: object) -> None:
+        """A backward pass from ``root`` is about to run: the uses of each micro-batch's
+        log-probs weighed apart (``record.uses``)."""
+        for micro in self.micro:
+            if micro.tokens:
+                micro.split.backward(root, micro.tokens[0])
 
     def zeroed(self) -> None:
         """``zero_grad``: the gradients of every micro-batch a backward pass reached so far are
@@ -231,6 +251,7 @@ class Taps:
                 micro.weights.zero_()
                 for grads in micro.tokens:
                     grads.zero_()
+                micro.split.zero()
 
     def take(self, scale: float, world: int) -> Fed:
         """The micro-batches since the last ``take``, their weights divided by ``scale`` (the
@@ -253,13 +274,17 @@ class Taps:
             else:
                 fed.weights.append(flat[taken:taken + n])
                 taken += n
-            fed.tokens.append([(row / (scale * world)).tolist()
-                               for row in by_token.rows(m.tokens[0], m.mask)]
-                              if m.tokens else None)
+            fed.tokens.append(_rows(m.tokens[0], m.mask, scale * world) if m.tokens else None)
+            fed.uses.append({k: _rows(g, m.mask, scale * world) for k, g in
+                             m.split.taken(m.tokens[0]).items()} if m.tokens else None)
         kinds = [m.dtype for m in micro if m.dtype is not None]
         if kinds:
             fed.dtype = str(max(kinds, key=lambda t: torch.finfo(t).eps)).replace("torch.", "")
         return fed
+
+
+def _rows(grads: torch.Tensor, mask: torch.Tensor | None, divide: float) -> by_token.Rows:
+    return [(row / divide).tolist() for row in by_token.rows(grads, mask)]
 
 
 # Packages whose kernels compute a loss without torch's loss functions, by their module's name.
@@ -317,45 +342,6 @@ def derivative(name: str, bound: inspect.BoundArguments) -> torch.Tensor:
 def _outermost(key: str) -> bool:
     """Whether this thread is outside every call counted under ``key``."""
     return getattr(_local, key, 0) == 0
-
-
-def tap_trl(taps: Taps) -> bool:
-    """Wrap TRL's fused LM head (``TRL_UTILS``'s ``_ChunkedLogProbFunction.apply``) so that its
-    per-token log-probabilities are weighed (``Taps.fused``); False where it has none."""
-    utils = sys.modules.get(TRL_UTILS)
-    function: Any = getattr(utils, "_ChunkedLogProbFunction", None)
-    if utils is None or function is None or getattr(function, "_lrcheck", False):
-        return function is not None
-
-    class Tapped:
-        """Stands for the function where TRL calls its ``apply``."""
-
-        _lrcheck = True
-        wrapped = function
-
-        @staticmethod
-        def apply(hidden: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            out = function.apply(hidden, *args, **kwargs)
-            RECORDING.run("TRL's fused LM head tap", _fused, taps, hidden, out)
-            return out
-
-    utils._ChunkedLogProbFunction = Tapped  # type: ignore[attr-defined]
-    return True
-
-
-def _fused(taps: Taps, hidden: torch.Tensor, out: object) -> None:
-    """TRL's per-token log-probabilities ``out`` of ``hidden`` weighed (``Taps.fused``)."""
-    scored = out[0] if isinstance(out, (tuple, list)) else out
-    if not isinstance(scored, torch.Tensor):
-        raise TypeError(f"it returned a {type(scored).__name__}, not log-probabilities")
-    taps.fused(scored, hidden.dim() == 2 and scored.numel() != _tokens(taps))
-
-
-def _tokens(taps: Taps) -> int:
-    """How many positions TRL scores when it scores them all: the current micro-batch's rows ×
-    (their length − 1), the shift of a causal LM; -1 when unknown."""
-    micro = taps.current
-    return -1 if micro is None or micro.width is None else len(micro.ids) * (micro.width - 1)
 
 
 def _weigh(taps: Taps, name: str, signature: inspect.Signature, args: tuple[object, ...],

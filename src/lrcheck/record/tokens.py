@@ -1,7 +1,7 @@
 """Each token's weight in the update, measured in the backward pass: ``∂L/∂logp_t``, the
 gradient of the loss with respect to the log-probability of each token the model scored,
 where that log-probability is a tensor the recording can reach (TRL's fused LM head, which
-its GRPO, DPO and SFT trainers call: ``record.taps.tap_trl``). An RL loss is built from
+its GRPO, DPO and SFT trainers call: ``record.trl_head.tap_trl``). An RL loss is built from
 these log-probs, not from a torch loss function, so the per-sample ``weights`` of the torch
 losses see only their sum; here every token keeps its own.
 
@@ -12,7 +12,8 @@ token before them (the ``attention_mask`` of the forward, shifted as a causal LM
 labels; without a mask, every position): padding on either side, and its width, drop out, so
 two runs that pad the same rows differently hold the same tokens. Stored on the Recorder line
 as ``fed_tokens``: per micro-batch (as ``fed``), null or ``[tokens per row, base64 of their
-little-endian float64]``."""
+little-endian float64]``, and where the loss reads the log-probs in several places (its terms:
+``record.uses``) a third item, per use its name and the base64 of the weights it sent back."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 # Per row, each token's weight: a list per row of floats.
 Rows = list[list[float]]
+# Per use of the log-probs (``record.uses``), its rows.
+Uses = dict[str, Rows]
 
 
 def watch(grads: list[torch.Tensor], out: torch.Tensor, rows: int) -> bool:
@@ -67,17 +70,38 @@ def rows(grads: torch.Tensor, mask: torch.Tensor | None) -> list[torch.Tensor]:
     return [g[k] for g, k in zip(grads, keep, strict=True)]
 
 
-def pack(tokens: Sequence[Rows | None]) -> list[list[object] | None]:
+def pack(tokens: Sequence[Rows | None],
+         uses: Sequence[Uses | None] | None = None) -> list[list[object] | None]:
     """The ``fed_tokens`` of a line: per micro-batch null, or its rows' token counts and the
-    base64 of all their weights."""
+    base64 of all their weights (and, where ``uses`` has some for it, per use its own)."""
     out: list[list[object] | None] = []
-    for micro in tokens:
+    for m, micro in enumerate(tokens):
         if micro is None:
             out.append(None)
             continue
-        flat = np.asarray([w for row in micro for w in row], dtype="<f8")
-        out.append([[len(row) for row in micro], base64.b64encode(flat.tobytes()).decode()])
+        entry: list[object] = [[len(row) for row in micro], _b64(micro)]
+        by_use = uses[m] if uses is not None and m < len(uses) else None
+        if by_use:
+            entry.append({name: _b64(rows) for name, rows in by_use.items()})
+        out.append(entry)
     return out
+
+
+def _b64(rows: Rows) -> str:
+    return base64.b64encode(np.asarray([w for row in rows for w in row], "<f8").tobytes()).decode()
+
+
+def _rows(counts: list[int], text: object) -> list[np.ndarray]:
+    """Rows of ``counts`` tokens read from the base64 ``text``; ValueError where it is not."""
+    if not isinstance(text, str):
+        raise ValueError(text)
+    try:
+        flat = np.frombuffer(base64.b64decode(text, validate=True), dtype="<f8")
+    except binascii.Error:
+        raise ValueError(text) from None
+    if len(flat) != sum(counts):
+        raise ValueError(text)
+    return np.split(flat.astype(np.float64), np.cumsum(counts)[:-1]) if counts else []
 
 
 def unpack(value: object) -> list[list[np.ndarray] | None]:
@@ -90,32 +114,42 @@ def unpack(value: object) -> list[list[np.ndarray] | None]:
         if micro is None:
             out.append(None)
             continue
-        if not (isinstance(micro, list) and len(micro) == 2 and isinstance(micro[1], str)
-                and isinstance(micro[0], list)
+        if not (isinstance(micro, list) and len(micro) in (2, 3) and isinstance(micro[0], list)
                 and all(isinstance(n, int) and n >= 0 for n in micro[0])):
             raise ValueError(micro)
-        try:
-            flat = np.frombuffer(base64.b64decode(micro[1], validate=True), dtype="<f8")
-        except binascii.Error:
-            raise ValueError(micro) from None
-        if len(flat) != sum(micro[0]):
-            raise ValueError(micro)
-        cuts = np.cumsum(micro[0])[:-1]
-        out.append(np.split(flat.astype(np.float64), cuts) if micro[0] else [])
+        out.append(_rows(micro[0], micro[1]))
     return out
 
 
-def read(value: object, micro: int, where: str) -> list[list[np.ndarray] | None]:
+def unpack_uses(value: object) -> list[dict[str, list[np.ndarray]] | None]:
+    """Per micro-batch of a ``fed_tokens`` that ``unpack`` read, its uses' rows (None: the
+    log-probs read in one place, or not measured); ValueError where malformed."""
+    out: list[dict[str, list[np.ndarray]] | None] = []
+    for micro in value if isinstance(value, list) else []:
+        by_use = micro[2] if isinstance(micro, list) and len(micro) == 3 else None
+        if by_use is not None and not isinstance(by_use, dict):
+            raise ValueError(micro)
+        out.append(None if not by_use else
+                   {str(name): _rows(micro[0], text) for name, text in by_use.items()})
+    return out
+
+
+Read = list[tuple[list[np.ndarray], dict[str, list[np.ndarray]] | None] | None]
+
+
+def read(value: object, micro: int, where: str) -> Read:
     """A line's ``fed_tokens`` (``value``; None: not recorded, none measured) read back
-    (``unpack``), for the ``micro`` micro-batches of its ``fed``; a ``SpecError`` naming
-    ``where`` when it is not what ``pack`` writes."""
+    (``unpack``, ``unpack_uses``), for the ``micro`` micro-batches of its ``fed``: per
+    micro-batch None or its rows and its uses' rows; a ``SpecError`` naming ``where`` when it
+    is not what ``pack`` writes."""
     if value is None:
         return [None] * micro
     try:
         found = unpack(value)
         if len(found) != micro:
             raise ValueError(value)
+        return [None if rows is None else (rows, by_use)
+                for rows, by_use in zip(found, unpack_uses(value), strict=True)]
     except ValueError:
         raise SpecError(f"{where}: 'fed_tokens' must hold, per micro-batch of 'fed', null or "
                         "[tokens per row, base64 float64] (lrcheck.record.tokens.pack)") from None
-    return found
