@@ -103,7 +103,7 @@ def test_accelerate_on_two_processes_resumed_with_another_accumulation_passes(
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     report, checks = _resumed(reference, tmp_path, "accelerate", 11, "checkpoint-10",
                               "--bs", "8", "--accum", "4",
-                              launch=(torchrun, "--nproc_per_node", "2"))
+                              launch=(torchrun, "--standalone", "--nproc_per_node", "2"))
     # Accelerate steps the prepared scheduler once per process at each update: step 20.
     _passes(report, checks, "update 10 was trained twice", 10, 10, sched=20)
     assert ("resumed with another accumulation: 4 micro-batches per update from update 10, 2 "

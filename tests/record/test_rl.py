@@ -64,8 +64,8 @@ def grpo_two_processes(tmp_path_factory):
     replay their slices of the reference's rollouts (``record.rollouts``)."""
     script = FIXTURES / "user_grpo.py"
     ref = [sys.executable, script, "--bs", "8", *STEPS]
-    cand = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script,
-            "--bs", "4", *STEPS]
+    cand = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            "2", script, "--bs", "4", *STEPS]
     report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
                               tmp_path_factory.mktemp("grpo2") / "out")
     return report, checks_by_name(report)
