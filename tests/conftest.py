@@ -62,8 +62,22 @@ def _deepspeed_shm(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     before = set(SHM.glob(DEEPSPEED_SHM))
     yield
-    for left in set(SHM.glob(DEEPSPEED_SHM)) - before:
+    for left in set(SHM.glob(DEEPSPEED_SHM)) - before - _mapped():
         left.unlink(missing_ok=True)
+
+
+def _mapped() -> set[Path]:
+    """The files of /dev/shm some live process maps: a DeepSpeed job that another pytest worker
+    (make test's xdist) runs at the same time keeps its buffers."""
+    mapped = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        mapped |= {Path(line.split(None, 5)[5]) for line in text.splitlines()
+                   if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
+    return mapped
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -31,9 +31,19 @@ def _run(tmp_path, ref_args, cand_args, **options):
     return report, checks
 
 
-def _left_running() -> list[str]:
+def _left_running(tmp_path: Path) -> list[str]:
+    """This test's processes of the script still running: those recording into its folder
+    (another test file's, which make test's second worker may run at the same time, aside)."""
     found = subprocess.run(["pgrep", "-f", str(SCRIPT)], capture_output=True, text=True)
-    return found.stdout.split()
+    mine = f"PYTHON_LRCHECK_RECORD_DIR={tmp_path}".encode()
+    return [pid for pid in found.stdout.split() if mine in _environ(pid)]
+
+
+def _environ(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:  # gone since pgrep saw it, or not ours to read: not this test's
+        return b""
 
 
 @pytest.mark.parametrize(("dtype", "opt", "cand"), [
@@ -152,7 +162,7 @@ def test_a_candidate_that_crashes_stops_the_reference_and_is_named(tmp_path):
     assert "the candidate command" in str(caught.value) and "exit code 7" in str(caught.value)
     recorded = (tmp_path / "out" / "reference" / "rank0.jsonl").read_text().splitlines()
     assert 3 <= len(recorded) < 4000
-    assert not _left_running()
+    assert not _left_running(tmp_path)
 
 
 def test_a_hung_command_is_stopped_after_the_timeout(tmp_path):
@@ -165,7 +175,7 @@ def test_a_hung_command_is_stopped_after_the_timeout(tmp_path):
     recorded = (tmp_path / "out" / "candidate" / "rank0.jsonl").read_text().splitlines()
     assert len(recorded) == 4  # stopped in the hang, not before it
     assert "the candidate command" in str(caught.value)
-    assert not _left_running()
+    assert not _left_running(tmp_path)
 
 
 def test_a_candidate_that_never_steps_leaves_the_reference_free(tmp_path):
@@ -178,7 +188,7 @@ def test_a_candidate_that_never_steps_leaves_the_reference_free(tmp_path):
     assert "made no optimizer update" in str(caught.value)
     recorded = (tmp_path / "out" / "reference" / "rank0.jsonl").read_text().splitlines()
     assert len(recorded) == 30  # free to its end
-    assert not _left_running()
+    assert not _left_running(tmp_path)
 
 
 def test_free_running_effects_beyond_the_tolerance_are_judged_against_a_twin(tmp_path):
@@ -211,7 +221,7 @@ def test_a_rank_that_crashes_is_named(tmp_path):
     print(caught.value)
     assert "the candidate command" in str(caught.value)
     assert "rank 1 failed first" in str(caught.value)
-    assert not _left_running()
+    assert not _left_running(tmp_path)
 
 
 def test_two_ddp_ranks_follow_one_reference(tmp_path):
