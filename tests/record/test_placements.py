@@ -41,7 +41,7 @@ def test_a_dtensor_s_placements_and_this_rank_s_coordinate_are_described(mesh):
     assert layout([plain], world=1) is None
     placed.grad = distribute_tensor(torch.full((4, 2), 3.0, dtype=torch.float64), mesh,
                                     [Replicate(), Shard(0)])
-    keys = grad_keys([placed, plain], found)
+    keys = grad_keys([placed, plain])
     assert keys == {"grad_sq": pytest.approx(72.0, rel=1e-15),  # 8 elements of 3²
                     "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0]}  # and no gradient
 
