@@ -55,3 +55,15 @@ def test_a_mesh_dimension_named_tp_divides_the_data_world(mesh):
     found = layout([p], world=1)
     assert found is not None and found["feeds"] is True and found["data_world"] == 1
     assert found["meshes"] == [{"shape": [1], "names": ["tp"], "coord": [0]}]
+
+
+def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage_0(mesh):
+    from torch.distributed.pipelining import PipelineStage
+
+    model = torch.nn.Linear(2, 2)
+    other = torch.nn.Parameter(torch.zeros(2))
+    assert layout(list(model.parameters()), world=1) is None  # no stage yet
+    stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+    assert layout(list(model.parameters()), world=1) == {"stage": [0, 1], "feeds": True}
+    assert layout([other], world=1) is None  # a stage holds it: not this one
+    assert stage.submod is model
