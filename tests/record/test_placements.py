@@ -64,6 +64,7 @@ def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage
     other = torch.nn.Parameter(torch.zeros(2))
     assert layout(list(model.parameters()), world=1) is None  # no stage yet
     stage = PipelineStage(model, 0, 1, torch.device("cpu"))
-    assert layout(list(model.parameters()), world=1) == {"stage": [0, 1], "feeds": True}
+    assert layout(list(model.parameters()), world=1) == {
+        "stage": [0, 1], "names": ["weight", "bias"], "feeds": True}
     assert layout([other], world=1) is None  # a stage holds it: not this one
     assert stage.submod is model

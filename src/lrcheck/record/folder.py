@@ -37,7 +37,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.placed import Layout, Placed, placed
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
-from lrcheck.record.staged import stages_of, stitch
+from lrcheck.record.staged import names_of, stages_of, stitch
 from lrcheck.record.tokens import read
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 from lrcheck.stepwise import Boundary, EmaPrints
@@ -233,7 +233,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
         record = dict(lines[0])
         prints = [line.get("fingerprint") for line in lines]
         if staged is not None:  # pipeline stages (``record.staged``)
-            stitched, gap = stitch(staged, lines)
+            stitched, gap = stitch(staged, lines, names_of(layouts or []))
             record.pop("grad_sqs", None), record.update(stitched)
             gaps.extend([] if gap is None else [ReplicaGap(gap[0], k, gap[1], gap[2])])
         elif where is not None:

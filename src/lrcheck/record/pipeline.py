@@ -18,18 +18,21 @@ STAGE_WHY = ("a pipeline stage: the loss is computed on the last stage, from act
              "on the rows stage 0 fed, so no sample's weight is measured")
 
 
-def stage_of(params: Sequence[torch.Tensor]) -> list[int] | None:
-    """``[stage index, stages]`` of the pipeline stage whose module holds ``params``; None where
+def stage_of(params: Sequence[torch.Tensor]) -> tuple[int, int, list[str]] | None:
+    """The pipeline stage whose module holds ``params``: its index, the number of stages and
+    each parameter's name in the stage's module (``tensor {i}`` where not its); None where
     pipelining is not imported, or no stage holds them."""
     base = getattr(sys.modules.get(_MODULE), "_PipelineStageBase", None)
     if not isinstance(base, type) or not params:
         return None
-    first = id(params[0])
     for obj in gc.get_objects():
         if not issubclass(type(obj), base):  # not isinstance: no __class__ property read
             continue
         module = getattr(obj, "submod", None)
-        if isinstance(module, torch.nn.Module) and any(id(p) == first
-                                                       for p in module.parameters()):
-            return [int(getattr(obj, "stage_index", 0)), int(getattr(obj, "num_stages", 1))]
+        if not isinstance(module, torch.nn.Module):
+            continue
+        known = {id(p): name for name, p in module.named_parameters()}
+        if id(params[0]) in known:
+            return (int(getattr(obj, "stage_index", 0)), int(getattr(obj, "num_stages", 1)),
+                    [known.get(id(p), f"tensor {i}") for i, p in enumerate(params)])
     return None

@@ -31,7 +31,7 @@ def _placement(placement: object) -> str:
 def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
     """The layout of ``params`` on their device meshes (see the module's docstring); where a
     pipeline stage holds them (``record.pipeline``), its ``stage`` (``[index, stages]``: only
-    stage 0 feeds rows of its own); None where neither."""
+    stage 0 feeds rows of its own) and their ``names`` in its module; None where neither."""
     meshes: list[dict[str, object]] = []
     tensors: list[list[object] | None] = []
     for p in params:
@@ -46,9 +46,10 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
         if entry not in meshes:
             meshes.append(entry)
         tensors.append([meshes.index(entry), *(_placement(x) for x in placements)])
-    stage = stage_of(params)
+    found = stage_of(params)
+    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2]}
     if not meshes:
-        return None if stage is None else {"stage": stage, "feeds": stage[0] == 0}
+        return None if found is None else {**stage, "feeds": found[0] == 0}
     feeds, ways = True, 1
     for mesh in meshes:
         names, coord = mesh["names"], mesh["coord"]
@@ -58,7 +59,7 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
                 ways, feeds = mesh["shape"][d], coord[d] == 0
                 break
     return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
-            "feeds": feeds, **({"stage": stage} if stage else {})}
+            "feeds": feeds, **stage}
 
 
 def data_world(found: Layout | None, world: int) -> int:

@@ -2,11 +2,13 @@
 one pipeline stage's parameters (``record.pipeline``: the layout's ``stage``, ``[index,
 stages]``): data only, no torch.
 
-The stages hold disjoint parts of the model, so the whole model's fingerprint is the stages'
-tensors one after the other in stage order (the first rank of each stage; the order of the
-model's ``parameters()`` where, as torchtitan splits a model, each stage keeps the whole
-model's module paths and drops the other stages' layers); the squared gradient norm is the
-stages' sum, kept per stage too (``grad_sq_stages``, with each stage's number of tensors,
+The stages hold parts of the model, so the whole model's fingerprint is the stages' tensors
+one after the other in stage order (the first rank of each stage; the order of the model's
+``parameters()`` where, as torchtitan splits a model, each stage keeps the whole model's module
+paths and drops the other stages' layers), each parameter name once: a name two stages hold
+(weights tied across stages) is the first stage's (by position where the names are not
+described). The squared gradient norm is the stages' sum over the tensors counted, kept per
+stage too (``grad_sq_stages``, with each stage's number of tensors,
 ``stage_tensors``) for ``checks.stages`` to compare with the reference's same tensors. Ranks
 of one stage (data parallel beside the pipeline) are replicas of its first rank, checked as
 DDP's are. Only stage 0's ranks feed rows of their own (the later stages are fed
@@ -31,26 +33,52 @@ def stages_of(layouts: Sequence[Layout | None]) -> list[int] | None:
     return index if len(set(index)) > 1 else None
 
 
-def stitch(stages: Sequence[int], lines: Sequence[Mapping[str, object]]
+def names_of(layouts: Sequence[Layout | None]) -> list[list[str] | None]:
+    """Each rank's parameter names in its stage's module (``record.pipeline``; None: not
+    described)."""
+    found = [None if f is None else f.get("names") for f in layouts]
+    return [[str(n) for n in x] if isinstance(x, list) else None for x in found]
+
+
+def _kept(first: Mapping[int, int], counts: Sequence[int],
+          names: Sequence[list[str] | None]) -> dict[int, list[int]]:
+    """Per stage, the tensors of its first rank counted: each name once, from the first stage
+    holding it (a tensor two stages hold, tied weights, is the first's); by position where a
+    rank's names are not known."""
+    seen: set[object] = set()
+    kept: dict[int, list[int]] = {}
+    for stage, rank in first.items():
+        mine = names[rank] if rank < len(names) else None
+        keys = mine if mine is not None and len(mine) == counts[rank] else \
+            [(stage, t) for t in range(counts[rank])]
+        kept[stage] = [t for t, key in enumerate(keys) if key not in seen]
+        seen.update(keys)
+    return kept
+
+
+def stitch(stages: Sequence[int], lines: Sequence[Mapping[str, object]],
+           names: Sequence[list[str] | None] = ()
            ) -> tuple[dict[str, object], tuple[float, int, int] | None]:
-    """One update's records (one per rank, ranks in order, ``stages`` their stage indices) as
-    the whole model's: ``fingerprint``, ``grad_sq``, ``grad_sq_stages`` and ``stage_tensors``
-    where every rank measured them; and the replicas' largest gap ``(|Δsum| / max|p|, rank,
-    the rank it is a replica of)`` (None: no replica)."""
+    """One update's records (one per rank, ranks in order, ``stages`` their stage indices,
+    ``names`` their tensors' names) as the whole model's: ``fingerprint``, ``stage_tensors``,
+    ``grad_sq_stages`` and ``grad_sq`` where every rank measured them; and the replicas'
+    largest gap ``(|Δsum| / max|p|, rank, the rank it is a replica of)`` (None: none)."""
     first = {s: stages.index(s) for s in sorted(set(stages))}
-    out: dict[str, object] = {}
     prints = [line.get("fingerprint") for line in lines]
-    gap = None
-    if all(isinstance(p, list) for p in prints):
-        arrays = [np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in prints]
-        out["fingerprint"] = np.concatenate([arrays[r] for r in first.values()]).ravel().tolist()
-        out["stage_tensors"] = [len(arrays[r]) for r in first.values()]
-        gap = _replicas(stages, first, arrays)
-    squares = [q for r in first.values() if isinstance(q := lines[r].get("grad_sq"), (int, float))]
-    if len(squares) == len(first):
-        out["grad_sq_stages"] = [float(q) for q in squares]
-        out["grad_sq"] = float(sum(squares))
-    return out, gap
+    if not all(isinstance(p, list) for p in prints):
+        return {}, None
+    arrays = [np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in prints]
+    kept = _kept(first, [len(a) for a in arrays], names)
+    out: dict[str, object] = {
+        "fingerprint": np.concatenate([arrays[r][kept[s]] for s, r in first.items()]
+                                      ).ravel().tolist(),
+        "stage_tensors": [len(kept[s]) for s in first]}
+    squares = [q for r in first.values() if isinstance(q := lines[r].get("grad_sqs"), list)
+               and len(q) == len(arrays[r])]
+    if len(squares) == len(first):  # every stage's per tensor: its kept tensors' sum
+        stage_sq = [float(sum(q[t] for t in kept[s])) for q, s in zip(squares, first, strict=True)]
+        out["grad_sq_stages"], out["grad_sq"] = stage_sq, float(sum(stage_sq))
+    return out, _replicas(stages, first, arrays)
 
 
 def _replicas(stages: Sequence[int], first: Mapping[int, int], arrays: Sequence[np.ndarray]

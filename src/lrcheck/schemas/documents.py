@@ -147,13 +147,15 @@ def _layout() -> Schema:
                                         "of the mesh's dimensions, S, R or P; null: not a "
                                         "DTensor"))
     return closed({"feeds": BOOLEAN}, {"meshes": array(mesh), "tensors": array(tensor),
-                                       "data_world": INTEGER, "stage": array(INTEGER)},
+                                       "data_world": INTEGER, "stage": array(INTEGER),
+                                       "names": array(STRING)},
                   description="per mesh its shape, its dimensions' names and this rank's "
                               "coordinate; per tensor its placements; the data-parallel ranks "
                               "(data_world); the pipeline stage this rank's optimizer steps "
-                              "(stage: its index and the number of stages) and whether this "
-                              "rank feeds rows of its own (feeds: not a tensor-parallel rank "
-                              "other than the first, nor a pipeline stage other than 0)")
+                              "(stage: its index and the number of stages; names: the "
+                              "parameters' names in its module) and whether this rank feeds "
+                              "rows of its own (feeds: not a tensor-parallel rank other than "
+                              "the first, nor a pipeline stage other than 0)")
 
 
 def _process() -> Schema:
