@@ -148,3 +148,22 @@ def checks_by_name(report: Any) -> dict[str, Any]:
     for c in report.checks:
         print(f"{c.name}: {c.status.value} at {c.first_divergence}: {c.detail}")
     return {c.name: c for c in report.checks}
+
+
+def merged_gaps(reference: Path, candidate: Path) -> tuple[float, float]:
+    """A one-process reference's recording against a record folder's merged records: the
+    largest relative gap of the gradient norm and of the parameters' sums (``|Δsum| / max|p|``)
+    over the updates; asserts that both fingerprinted the same tensors."""
+    import numpy as np
+
+    from lrcheck.record.folder import read_folder
+    from lrcheck.recorder import read_records
+
+    whole, merged = read_records(reference / "rank0.jsonl"), read_folder(candidate).records
+    a = np.sqrt([r["grad_sq"] for r in whole])
+    b = np.sqrt([r["grad_sq"] for r in merged])
+    pa = np.array([r["fingerprint"] for r in whole]).reshape(len(whole), -1, 2)
+    pb = np.array([r["fingerprint"] for r in merged]).reshape(len(merged), -1, 2)
+    assert pa.shape == pb.shape, (pa.shape, pb.shape)
+    sums = (np.abs(pb[..., 0] - pa[..., 0]).max(axis=1) / pa[..., 1].max(axis=1)).max()
+    return float(np.max(np.abs(b - a) / a)), float(sums)

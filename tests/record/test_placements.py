@@ -41,7 +41,7 @@ def test_a_dtensor_s_placements_and_this_rank_s_coordinate_are_described(mesh):
     assert layout([plain], world=1) is None
     placed.grad = distribute_tensor(torch.full((4, 2), 3.0, dtype=torch.float64), mesh,
                                     [Replicate(), Shard(0)])
-    keys = grad_keys([placed, plain], found)
+    keys = grad_keys([placed, plain])
     assert keys == {"grad_sq": pytest.approx(72.0, rel=1e-15),  # 8 elements of 3²
                     "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0]}  # and no gradient
 
@@ -55,3 +55,16 @@ def test_a_mesh_dimension_named_tp_divides_the_data_world(mesh):
     found = layout([p], world=1)
     assert found is not None and found["feeds"] is True and found["data_world"] == 1
     assert found["meshes"] == [{"shape": [1], "names": ["tp"], "coord": [0]}]
+
+
+def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage_0(mesh):
+    from torch.distributed.pipelining import PipelineStage
+
+    model = torch.nn.Linear(2, 2)
+    other = torch.nn.Parameter(torch.zeros(2))
+    assert layout(list(model.parameters()), world=1) is None  # no stage yet
+    stage = PipelineStage(model, 0, 1, torch.device("cpu"))
+    assert layout(list(model.parameters()), world=1) == {
+        "stage": [0, 1], "names": ["weight", "bias"], "feeds": True}
+    assert layout([other], world=1) is None  # a stage holds it: not this one
+    assert stage.submod is model

@@ -261,3 +261,13 @@ def test_a_second_forward_of_the_same_model_or_after_a_backward_is_a_new_micro_b
     fed = tapped.take(1.0, 1)
     assert fed.ids == [identity.row_ids(real).tolist(), identity.row_ids(z).tolist()]
     assert fed.weights == [pytest.approx([0.25] * 4), pytest.approx([0.25] * 4)]
+
+
+def test_a_pipeline_stage_counts_only_the_micro_batches_a_backward_pass_reached(tapped):
+    model = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    model(x)  # the schedule's shape inference: a forward of micro-batch 0, never differentiated
+    for rows in (x[:2], x[2:]):  # the micro-batches, their outputs' gradients from stage 1
+        model(rows).backward(torch.ones(2, 2))
+    fed = tapped.take(1.0, 1, reached=True)
+    assert [len(ids) for ids in fed.ids] == [2, 2] and fed.weights == [None, None]

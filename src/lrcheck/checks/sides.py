@@ -15,6 +15,7 @@ from lrcheck.checks.continuation import check_continuation, shifted_data
 from lrcheck.checks.norms import check_clip_norm
 from lrcheck.checks.optimizer import check_optimizer
 from lrcheck.checks.recorded import align
+from lrcheck.checks.stages import check_stages
 from lrcheck.checks.status import CheckResult
 from lrcheck.spec import Tolerances
 
@@ -61,4 +62,6 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
                                     run.ranks, tol))
     if run.ranks > 1 and run.sharded and not run.partitioned:  # DTensors: merged by placement
         found.append(check_clip_norm(name, run.records, tol))
+    if name == "candidate" and reference.run is not None:  # pipeline stages (record.staged)
+        found.append(check_stages(run.records, reference.run.records, tol))
     return [check for check in found if check is not None]

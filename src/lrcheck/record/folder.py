@@ -37,6 +37,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.placed import Layout, Placed, placed
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
+from lrcheck.record.staged import names_of, stages_of, stitch
 from lrcheck.record.tokens import read
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 from lrcheck.stepwise import Boundary, EmaPrints
@@ -223,13 +224,19 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
     count = min(len(r) for r in per_rank)
     merged: list[dict[str, Any]] = []
     gaps: list[ReplicaGap] = []
-    where = None if partitioned or layouts is None or len(per_rank) < 2 else placed(
+    staged = None if partitioned or layouts is None else stages_of(layouts)
+    where = None if staged or partitioned or layouts is None or len(per_rank) < 2 else placed(
         layouts, [line.get("fingerprint") for line in per_rank[0]])
+    feeds = where.feeds if where else None if staged is None else [s == 0 for s in staged]
     for k in range(count):
         lines = [r[k] for r in per_rank]
         record = dict(lines[0])
         prints = [line.get("fingerprint") for line in lines]
-        if where is not None:
+        if staged is not None:  # pipeline stages (``record.staged``)
+            stitched, gap = stitch(staged, lines, names_of(layouts or []))
+            record.pop("grad_sqs", None), record.update(stitched)
+            gaps.extend([] if gap is None else [ReplicaGap(gap[0], k, gap[1], gap[2])])
+        elif where is not None:
             record.pop("grad_sqs", None)
             record.update(_placed(where, lines, k, gaps))
         elif all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
@@ -243,10 +250,11 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
             else:
                 gaps.append(_replica_gap(arrays, k))
         if sharded and where is None and all("grad_sq" in line for line in lines):
+            record.pop("grad_sqs", None)
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         record.update(rank_mean_losses(lines))
         record.pop("fed", None), record.pop("fed_weights", None), record.pop("fed_tokens", None)
-        feeding = [x for x, f in zip(lines, where.feeds, strict=True) if f] if where else lines
+        feeding = [x for x, f in zip(lines, feeds, strict=True) if f] if feeds else lines
         if all("fed" in line for line in feeding):
             record["fed"] = fed_rows(feeding)
         merged.append(record)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from lrcheck.record.optimizers import local_tensor, stored
+from lrcheck.record.pipeline import stage_of
 
 # Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
 TENSOR_DIMS = ("tp",)
@@ -28,8 +29,9 @@ def _placement(placement: object) -> str:
 
 
 def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
-    """The layout of ``params`` on their device meshes (see the module's docstring); None where
-    none is a DTensor."""
+    """The layout of ``params`` on their device meshes (see the module's docstring); where a
+    pipeline stage holds them (``record.pipeline``), its ``stage`` (``[index, stages]``: only
+    stage 0 feeds rows of its own) and their ``names`` in its module; None where neither."""
     meshes: list[dict[str, object]] = []
     tensors: list[list[object] | None] = []
     for p in params:
@@ -44,8 +46,10 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
         if entry not in meshes:
             meshes.append(entry)
         tensors.append([meshes.index(entry), *(_placement(x) for x in placements)])
+    found = stage_of(params)
+    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2]}
     if not meshes:
-        return None
+        return None if found is None else {**stage, "feeds": found[0] == 0}
     feeds, ways = True, 1
     for mesh in meshes:
         names, coord = mesh["names"], mesh["coord"]
@@ -55,7 +59,7 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
                 ways, feeds = mesh["shape"][d], coord[d] == 0
                 break
     return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
-            "feeds": feeds}
+            "feeds": feeds, **stage}
 
 
 def data_world(found: Layout | None, world: int) -> int:
@@ -78,15 +82,9 @@ def grad_squares(params: Sequence[torch.Tensor]) -> list[float]:
         return (torch.stack(norms) ** 2).tolist()
 
 
-def grad_keys(params: Sequence[torch.Tensor], found: Layout | None) -> dict[str, object]:
+def grad_keys(params: Sequence[torch.Tensor]) -> dict[str, object]:
     """What a fingerprinted update records of the gradient the optimizer steps on: ``grad_sq``,
-    the squared norm of this rank's gradients (of its shards); where the tensors have a layout,
-    ``grad_sqs``, per tensor, for ``record.placed`` to merge."""
-    grads = [local_tensor(p.grad) for p in params if p.grad is not None]
-    with torch.no_grad():
-        norms = torch.stack([torch.linalg.vector_norm(stored(g.detach()), dtype=torch.float64)
-                             for g in grads])
-        out: dict[str, object] = {"grad_sq": float(torch.sum(norms * norms))}
-    if found is not None:
-        out["grad_sqs"] = grad_squares(params)
-    return out
+    the squared norm of this rank's gradients (of its shards); and ``grad_sqs``, per tensor,
+    for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare."""
+    squares = grad_squares(params)  # one pass, one transfer
+    return {"grad_sq": float(sum(squares)), "grad_sqs": squares}

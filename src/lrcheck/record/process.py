@@ -60,6 +60,7 @@ from lrcheck.record.calls import (
     subclasses,
 )
 from lrcheck.record.losses import Losses
+from lrcheck.record.pipeline import STAGE_WHY
 from lrcheck.record.placements import Layout, data_world, grad_keys, layout
 from lrcheck.record.rollouts import rank_and_world as _rank_and_world
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
@@ -248,11 +249,11 @@ class ProcessRecorder:
                                  **st.settings.line(optimizer)}
         fp = None
         if self.every and (st.recorder.step % self.every == 0 or self.dense(st)):
-            extra.update(grad_keys(params, st.layout))
+            extra.update(grad_keys(params))
             fp = fingerprint(optimizers.local_tensor(p) for p in params)
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
-            extra.update(self.fed(data_world(st.layout, self.world)))
+            extra.update(self.fed(data_world(st.layout, self.world), "stage" in (st.layout or ())))
             extra.update(self.losses.take(optimizers.scale(self.scaler)))
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
@@ -296,16 +297,16 @@ class ProcessRecorder:
             out["opt_step"] = step
         return out
 
-    def fed(self, world: int) -> dict[str, Any]:
+    def fed(self, world: int, staged: bool = False) -> dict[str, Any]:
         """The samples and loss weights of the micro-batches since the previous update
-        (``record.taps``; ``world``: the ranks averaged), as Recorder keys; none where no
-        training forward was seen."""
-        fed = self.taps.take(optimizers.scale(self.scaler), world)
+        (``record.taps``; ``world``: the ranks averaged; ``staged``: a pipeline stage's, whose
+        shape inference reruns a micro-batch: the differentiated), as Recorder keys; or none."""
+        fed = self.taps.take(optimizers.scale(self.scaler), world, staged)
         if not fed.ids:
             return {}
         out = pack_fed(fed.ids, fed.weights) | fed.packed_tokens()
         if fed.why:
-            out["fed_why"] = fed.why
+            out["fed_why"] = STAGE_WHY if staged else fed.why
         if fed.dtype:
             out["fed_dtype"] = fed.dtype
         return out

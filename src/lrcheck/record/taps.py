@@ -253,10 +253,10 @@ class Taps:
                     grads.zero_()
                 micro.split.zero()
 
-    def take(self, scale: float, world: int) -> Fed:
+    def take(self, scale: float, world: int, reached: bool = False) -> Fed:
         """The micro-batches since the last ``take``, their weights divided by ``scale`` (the
-        GradScaler's) and by ``world``; one transfer from the device."""
-        micro, self.micro, self.current = self.micro, [], None
+        GradScaler's) and by ``world``, one transfer; ``reached``: only those differentiated."""
+        micro, self.micro, self.current = [m for m in self.micro if m.reached >= reached], [], None
         fed = Fed()
         if not micro:
             return fed

@@ -146,12 +146,16 @@ def _layout() -> Schema:
                             description="a tensor's mesh (its index) and its placement on each "
                                         "of the mesh's dimensions, S, R or P; null: not a "
                                         "DTensor"))
-    return closed({"meshes": array(mesh), "tensors": array(tensor), "data_world": INTEGER,
-                   "feeds": BOOLEAN},
+    return closed({"feeds": BOOLEAN}, {"meshes": array(mesh), "tensors": array(tensor),
+                                       "data_world": INTEGER, "stage": array(INTEGER),
+                                       "names": array(STRING)},
                   description="per mesh its shape, its dimensions' names and this rank's "
                               "coordinate; per tensor its placements; the data-parallel ranks "
-                              "(data_world) and whether this rank feeds rows of its own (feeds: "
-                              "not a tensor-parallel rank other than the first)")
+                              "(data_world); the pipeline stage this rank's optimizer steps "
+                              "(stage: its index and the number of stages; names: the "
+                              "parameters' names in its module) and whether this rank feeds "
+                              "rows of its own (feeds: not a tensor-parallel rank other than "
+                              "the first, nor a pipeline stage other than 0)")
 
 
 def _process() -> Schema:

@@ -1,0 +1,85 @@
+"""``stages (candidate)``: a pipeline-parallel run's gradient norm stage by stage
+(``record.staged``: ``grad_sq_stages``, each stage's squared norm, and ``stage_tensors``, its
+number of tensors, in the model's order) against the reference's same tensors (its per-tensor
+squares, ``grad_sqs``), update by update in order. A stage whose norm is 1/n (or n) times the
+reference's is named: where n is the micro-batches of the update (its backward passes), the
+stage's gradients were scaled by 1/n twice — the loss divided by the micro-batches and the
+schedule's ``scale_grads`` (or the stage's own rescale) on top (torchtitan #1733, DeepSpeed
+PR #8154)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from lrcheck.checks.status import FAIL, PASS, CheckResult
+from lrcheck.words import plural
+
+Record = Mapping[str, object]
+
+
+def stage_ratios(candidate: Record, reference: Record) -> list[float] | None:
+    """Each stage's gradient norm over the reference's same tensors' (None: not both
+    measured, or not as many tensors)."""
+    squares, counts = candidate.get("grad_sq_stages"), candidate.get("stage_tensors")
+    whole = reference.get("grad_sqs")
+    if not isinstance(squares, list) or not isinstance(counts, list) \
+            or not isinstance(whole, list) or sum(counts) != len(whole):
+        return None
+    ratios, at = [], 0
+    for square, count in zip(squares, counts, strict=True):
+        want = float(sum(whole[at:at + count]))
+        at += count
+        ratios.append(math.sqrt(square / want) if want > 0 else math.inf)
+    return ratios
+
+
+def scaled_by(ratio: float, tol: float) -> int | None:
+    """n where ``ratio`` is 1/n (negative: n, a stage scaled up), n ≥ 2, within ``tol``."""
+    for n in (round(1 / ratio) if ratio > 0 else 0, -round(ratio)):
+        if abs(n) >= 2 and abs(ratio * abs(n) ** (1 if n > 0 else -1) - 1) <= tol:
+            return n
+    return None
+
+
+def named(ratios: Sequence[float], micro: object, tol: float) -> str:
+    """The stages whose norm parts from the reference's, and their scaling in words."""
+    parts = []
+    for s, ratio in enumerate(ratios):
+        if abs(ratio - 1) <= tol:
+            continue
+        n = scaled_by(ratio, 10 * tol)
+        if n is None:
+            parts.append(f"stage {s}'s gradient norm is {ratio:.6g} times the reference's")
+        elif n > 0:
+            twice = " twice" if n == micro else ""
+            parts.append(f"stage {s}'s gradients scaled by 1/{n}{twice}")
+        else:
+            parts.append(f"stage {s}'s gradients {-n} times the reference's")
+    why = (f" (the {micro} micro-batches divided once by the loss and once more by the "
+           f"schedule's scale_grads or the stage's own rescale)"
+           if any(f"1/{micro} twice" in p for p in parts) else "")
+    return "; ".join(parts) + why
+
+
+def check_stages(candidate: Sequence[Record], reference: Sequence[Record], tol: float
+                 ) -> CheckResult | None:
+    """``stages (candidate)``: at every update both measured, each stage's gradient norm within
+    ``tol`` (relative) of the reference's same tensors'; a failure at the first update beyond
+    it, naming the stages and their scaling. None where no update has both."""
+    worst, checked = 0.0, 0
+    for k, (mine, theirs) in enumerate(zip(candidate, reference, strict=False)):
+        ratios = stage_ratios(mine, theirs)
+        if ratios is None:
+            continue
+        checked += 1
+        gap = max(abs(r - 1) for r in ratios)
+        worst = max(worst, gap) if gap == gap else math.inf
+        if not gap <= tol:
+            return CheckResult("stages (candidate)", FAIL, gap, k,
+                               f"at update {k}: {named(ratios, mine.get('backward'), tol)}")
+    if not checked:
+        return None
+    return CheckResult("stages (candidate)", PASS, worst, None,
+                       f"each pipeline stage's gradient norm is the reference's over the same "
+                       f"tensors at {plural(checked, 'update')} (relative ≤ {worst:.3g})")

@@ -1,0 +1,51 @@
+"""Pipeline stages stitched into the whole model (``record.staged``) on synthetic records:
+each stage's tensors once, in stage order, a name two stages hold counted once; a stage's
+second rank a replica; only stage 0 feeds rows (``record.folder.merge``)."""
+
+import pytest
+
+from lrcheck.record.folder import merge
+from lrcheck.record.staged import names_of, stages_of, stitch
+
+
+def _line(prints, squares, fed=None):
+    return {"step": 0, "samples_seen": 1, "lr": [0.1], "fingerprint": prints,
+            "grad_sq": sum(squares), "grad_sqs": squares, **({"fed": fed} if fed else {})}
+
+
+def test_stages_are_read_only_where_every_rank_is_a_stage_of_several():
+    assert stages_of([{"stage": [0, 2]}, {"stage": [1, 2]}]) == [0, 1]
+    assert stages_of([{"stage": [0, 1]}, {"stage": [0, 1]}]) is None  # replicas of one stage
+    assert stages_of([{"stage": [0, 2]}, None]) is None
+    assert stages_of([{"stage": [0, 2]}]) is None
+    assert names_of([{"stage": [0, 2], "names": ["a"]}, None]) == [["a"], None]
+
+
+def test_dp_by_pp_stitches_each_stage_once_and_checks_its_replicas():
+    lines = [_line([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]), _line([5.0, 6.0], [3.0]),
+             _line([1.0, 2.0, 3.5, 4.0], [2.0, 1.0]), _line([5.0, 6.0], [3.0])]
+    out, gap = stitch([0, 1, 0, 1], lines)
+    assert out["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert out["stage_tensors"] == [2, 1]
+    assert out["grad_sq_stages"] == [3.0, 3.0] and out["grad_sq"] == 6.0
+    assert gap == (pytest.approx(0.5 / 4.0), 2, 0)  # rank 2 parts from rank 0, its stage's first
+
+
+def test_a_name_two_stages_hold_is_the_first_stage_s_and_counted_once():
+    lines = [_line([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]), _line([3.0, 4.0, 5.0, 6.0], [1.0, 3.0])]
+    names = [["embed.weight", "layers.0.w"], ["embed.weight", "head.w"]]  # tied across stages
+    out, gap = stitch([0, 1], lines, names)
+    assert out["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] and gap is None
+    assert out["stage_tensors"] == [2, 1] and out["grad_sq_stages"] == [3.0, 3.0]
+    by_position, _ = stitch([0, 1], lines)  # names not described: every stage's all
+    assert by_position["stage_tensors"] == [2, 2] and by_position["grad_sq"] == 7.0
+
+
+def test_merge_feeds_stage_0_only_and_keeps_no_rank_s_per_tensor_squares():
+    layouts = [{"stage": [0, 2], "feeds": True}, {"stage": [1, 2], "feeds": False}]
+    lines = [[_line([1.0, 2.0], [2.0], fed=[["a", "b"]])],
+             [_line([5.0, 6.0], [3.0], fed=[["hidden"]])]]
+    records, gaps = merge(lines, False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and gaps is None
+    assert [row[0] for row in records[0]["fed"]] == [0]  # rank 1's activations are not data
+    assert "grad_sqs" not in records[0] and records[0]["grad_sq"] == 5.0
