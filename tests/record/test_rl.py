@@ -1,10 +1,10 @@
 """TRL's RL trainers recorded unmodified by ``lrcheck run`` (the ``trl`` extra): users' GRPO and
 DPO scripts (tests/fixtures/user_grpo.py, user_dpo.py: tiny config-built Llamas, a word-level
 tokenizer, nothing downloaded, generation by the model itself, a reward computed in code), the
-big-batch reference (bs 8) against 2 micro-batches of 4, or 2 processes of 4, in lockstep. Both
-runs update on the same rollouts: each rank of the candidate replays its slice of the
-reference's generation batch (``record.rollouts``), so ``data`` (each row's prompt and
-completion tokens) passes at every update.
+big-batch reference (bs 8) against 2 micro-batches of 4, or 2 processes of 4 (the models in
+float64), in lockstep. Both runs update on the same rollouts: each rank of the candidate
+replays its slice of the reference's generation batch (``record.rollouts``), so ``data`` (each
+row's prompt and completion tokens) passes at every update.
 ``token-weights`` compares every completion token's ∂L/∂logp_t, measured through TRL's fused LM
 head, and names the candidate's reduction where it differs, term by term where the loss reads
 the log-probs in two places (a KL term beside the policy term: ``record.uses``). Slow: each
@@ -39,6 +39,9 @@ def _pair(tmp_path_factory, script: str, *candidate: str, both: tuple[str, ...] 
     return report, checks_by_name(report)
 
 
+# The models in float64. TRL 1.16's fused LM head still computes the log-probs, and so the
+# loss and the tokens' weights, in float32 (``trl/kernels/chunked_logprob.py``).
+FLOAT64 = ("--dtype", "float64")
 # A KL term (β 0.04) against a frozen reference the policy starts 1 % away from: it weighs the
 # tokens from update 0.
 KL = ("--beta", "0.04")
@@ -60,12 +63,13 @@ def grpo_micro_mean(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def grpo_two_processes(tmp_path_factory):
-    """bs 8 on one process against bs 4 on each of 2 (torchrun, gloo): the candidate's ranks
-    replay their slices of the reference's rollouts (``record.rollouts``)."""
+    """bs 8 on one process against bs 4 on each of 2 (torchrun, gloo), the models in float64:
+    the candidate's ranks replay their slices of the reference's rollouts
+    (``record.rollouts``)."""
     script = FIXTURES / "user_grpo.py"
-    ref = [sys.executable, script, "--bs", "8", *STEPS]
+    ref = [sys.executable, script, "--bs", "8", *STEPS, *FLOAT64]
     cand = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-            "2", script, "--bs", "4", *STEPS]
+            "2", script, "--bs", "4", *STEPS, *FLOAT64]
     report = api.run_commands(shlex.join(map(str, ref)), shlex.join(map(str, cand)),
                               tmp_path_factory.mktemp("grpo2") / "out")
     return report, checks_by_name(report)
@@ -116,7 +120,9 @@ def test_grpo_on_two_processes_trains_on_the_references_rollouts_token_for_token
     assert report.ok
     assert checks["data"].status == "pass"  # each rank replayed its slice of the rollouts
     assert checks["token-weights"].status == "pass"
+    # Issue 40's bound for a float64 training, 1e-12 relative: met to the last bit.
     assert checks["token-weights"].max_abs_diff == 0.0
+    assert "after clipping; float64)" in checks["grads"].detail  # a float64 model's gradient
     assert checks["ranks (candidate)"].status == "pass"
 
 
