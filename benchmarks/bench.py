@@ -6,7 +6,7 @@ the tree, the child or any descendant it waited for). Medians over ``--runs`` al
 The recording overhead is measured in one process instead (see ``record_child``).
 
     python benchmarks/bench.py [--runs 5] [--trace-steps 1000000] [--scale]
-                               [--only help,compare,...,fsdp,deepspeed,lockstep,logs,grpo]
+                               [--only help,compare,...,fsdp,deepspeed,lockstep,logs,grpo,tp]
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 PY = sys.executable
 LRCHECK = [PY, "-m", "lrcheck"]
 TARGETS = ("help", "compare", "record", "record-command", "trace", "suite", "suite-jobs", "ddp",
-           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs", "resume", "grpo")
+           "transformers", "lightning", "fsdp", "deepspeed", "lockstep", "logs", "resume", "grpo",
+           "tp")
 
 
 class RunFailed(Exception):
@@ -102,6 +103,8 @@ JOBS_TARGET = 0.75
 LOCKSTEP_TARGET = 1.5
 # One GRPO pair through lrcheck run, TRL's trainer recorded unmodified (issue 40): seconds.
 GRPO_TARGET = 180.0
+# One 4-process tensor-parallel pair through lrcheck run (issue 42): seconds.
+TP_TARGET = 300.0
 
 
 def add_workflow(table: Table, what: str, lr: tuple[float, float],
@@ -374,16 +377,34 @@ def bench_grpo(table: Table, runs: int, out: Path) -> None:
     """``lrcheck run`` of a user's GRPO script (tests/fixtures/user_grpo.py: TRL's GRPOTrainer,
     a tiny Llama, generation by the model) at bs 8 against bs 4 × accum 2, 3 updates, in
     lockstep: the wall time of the whole pair, against 3 minutes."""
+    script = str(HERE.parent / "tests" / "fixtures" / "user_grpo.py")
+    bench_pair(table, runs, out / "grpo", [PY, script, "--bs", "8"],
+               [PY, script, "--bs", "4", "--accum", "2"], [],
+               "one GRPO pair (TRL, bs 8 vs 4 x 2, 3 updates)", GRPO_TARGET)
+
+
+def bench_tp(table: Table, runs: int, out: Path) -> None:
+    """``lrcheck run --free`` of a user's torchtitan-style training (tests/fixtures/user_tp.py:
+    a tiny Llama, float64, 4 updates) on 4 gloo processes, dp 2 × tp 2, bs 2 × accum 2 each,
+    against one process at bs 8: the wall time of the whole pair, against 5 minutes."""
+    script = str(HERE.parent / "tests" / "fixtures" / "user_tp.py")
+    bench_pair(table, runs, out / "tp", [PY, script, "--bs", "8"],
+               [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+                script, "--dp", "2", "--tp", "2", "--bs", "2", "--accum", "2"], ["--free"],
+               "one dp 2 x tp 2 pair on 4 processes (bs 8 vs 2 x 2 per rank, 4 updates)",
+               TP_TARGET)
+
+
+def bench_pair(table: Table, runs: int, out: Path, ref: list[str], cand: list[str],
+               flags: list[str], what: str, target: float) -> None:
+    """``runs`` times ``lrcheck run REF CAND`` (passing: exit 0), its median wall time and peak
+    memory against ``target`` seconds."""
     import shlex
 
-    script = HERE.parent / "tests" / "fixtures" / "user_grpo.py"
-    ref, cand = (shlex.join([PY, str(script), *flags]) for flags in
-                 (["--bs", "8"], ["--bs", "4", "--accum", "2"]))
-    got = [timed(LRCHECK + ["run", ref, cand, "--out", str(out / f"grpo-{i}")])
-           for i in range(runs)]
+    got = [timed(LRCHECK + ["run", shlex.join(ref), shlex.join(cand), *flags, "--out",
+                            str(out / str(i))]) for i in range(runs)]
     wall, rss = (statistics.median(g[i] for g in got) for i in (0, 1))
-    table.add("lrcheck run, one GRPO pair (TRL, bs 8 vs 4 x 2, 3 updates), wall",
-              wall_rss(wall, rss), "-", wall, GRPO_TARGET, " s")
+    table.add(f"lrcheck run, {what}, wall", wall_rss(wall, rss), "-", wall, target, " s")
 
 
 # --- scale -------------------------------------------------------------------------------------
@@ -460,7 +481,8 @@ def main() -> None:
                    "lockstep": lambda: bench_lockstep(table, args.runs),
                    "logs": lambda: bench_logs(table, args.runs, out),
                    "resume": lambda: bench_resume(table, args.runs, out),
-                   "grpo": lambda: bench_grpo(table, args.runs, out)}
+                   "grpo": lambda: bench_grpo(table, args.runs, out),
+                   "tp": lambda: bench_tp(table, args.runs, out)}
         for name in TARGETS:
             if name in only:
                 try:
