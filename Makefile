@@ -62,10 +62,10 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy src/lrcheck
 
 # The linters, the docs site and Ludwig's environment and tests (mostly pip fetching and
-# unpacking, then 7 tests) run beside the main tests, which leave a core free much of the time,
-# at a lower priority (nice): the main tests, the longer chain, keep the cores they use. Their
-# output goes to $(BESIDE_LOG) and is printed after the main tests' own; either failing fails
-# make test.
+# unpacking, then 7 tests) run beside the main tests, at the same priority: the main tests' two
+# workers keep both cores busy, and a lower priority only left the beside jobs to run after
+# them, on a machine half idle (Ludwig's tests, 90 s, came last). Their output goes to
+# $(BESIDE_LOG) and is printed after the main tests' own; either failing fails make test.
 BESIDE_LOG := $(VENV)/make-test-beside.log
 # The main tests run in $(TEST_WORKERS) pytest-xdist workers, a test file to a worker (its
 # module-scoped recordings made once): most tests wait on processes they start, so two workers
@@ -75,7 +75,7 @@ TEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP)
-	@nice -n 10 $(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & \
+	@$(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & \
 	beside=$$!; \
 	echo "make lint docs test-ludwig >$(BESIDE_LOG), beside the main tests"; \
 	required=1; [ "$$(scripts/browser.sh)" = skip ] && required=0; \
