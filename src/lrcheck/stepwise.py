@@ -111,7 +111,8 @@ class RecordedFacts:
     command's twin where one ran (``twin``: its parameters nudged by one ulp at its first step,
     the floor of a free-running pair's drift);
     ``other_ranks``: the lockstep gaps of the candidate's ranks 1, 2, … (each rank loads the
-    reference's state and compares its own update)."""
+    reference's state and compares its own update); ``held``: what the candidate held equal
+    to the reference's beyond the data, in words (``record.tokens.read_held``)."""
 
     lockstep: StepGaps | None = None
     judging: RecordedJudging = RecordedJudging(Recorded.FREE)
@@ -119,6 +120,7 @@ class RecordedFacts:
     optimizer: str = ""
     twin: RunTrace | None = None
     other_ranks: tuple[StepGaps, ...] = ()
+    held: str | None = None  # what was held equal beyond the data (GRPO's rollouts replayed)
 
 
 ORDINALS = ("first", "second", "third", "fourth", "fifth")

@@ -12,6 +12,7 @@ pair is two fresh processes importing torch, transformers and TRL (about 20 s of
 here); the correct DPO pair is in docs/rl.md's figures, not here, to keep the suite's time."""
 
 import importlib.util
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -124,6 +125,12 @@ def test_grpo_on_two_processes_trains_on_the_references_rollouts_token_for_token
     assert checks["token-weights"].max_abs_diff == 0.0
     assert "after clipping; float64)" in checks["grads"].detail  # a float64 model's gradient
     assert checks["ranks (candidate)"].status == "pass"
+    # The verdict says what was held equal: every generation batch of both ranks replayed.
+    held = re.search(r"the rollouts held equal: (\d+) of the candidate's (\d+) generation "
+                     r"batches \(over its ranks\) were the reference's, replayed",
+                     checks["token-weights"].detail)
+    assert held and held[1] == held[2] and int(held[1]) >= 2, checks["token-weights"].detail
+    assert "generated itself" not in checks["token-weights"].detail
 
 
 def test_a_dpo_loss_claimed_scaled_for_accumulation_is_a_constant_2x(dpo_claims_scaled):

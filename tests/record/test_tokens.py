@@ -98,3 +98,18 @@ def test_two_ranks_token_weights_reach_the_traces_windows_beside_their_rows(tmp_
     bare = {k: v for k, v in lines[1].items() if k != "fed_tokens"}
     merged, _ = merge([[lines[0]], [bare]], sharded=False)
     assert all(m.token_weights is None for m in RunTrace.from_records(merged, "f").windows[0])
+
+
+def test_what_a_grpo_candidate_held_equal_is_read_from_its_ranks_counts(tmp_path):
+    assert tokens.read_held(tmp_path) is None  # no GRPO generation recorded
+    (tmp_path / "rollouts-rank0.json").write_text(json.dumps({"replayed": 3, "generated": 0}))
+    (tmp_path / "rollouts-rank1.json").write_text(json.dumps({"replayed": 3, "generated": 0}))
+    said = tokens.read_held(tmp_path)
+    assert said and said.startswith("the rollouts held equal: 6 of the candidate's 6 generation")
+    assert "generated itself" not in said
+    (tmp_path / "rollouts-rank1.json").write_text(json.dumps({"replayed": 1, "generated": 2}))
+    said = tokens.read_held(tmp_path)
+    assert said and "4 of the candidate's 6" in said and "; 2 it generated itself" in said
+    (tmp_path / "rollouts-rank0.json").write_text("{not json")
+    (tmp_path / "rollouts-rank1.json").write_text(json.dumps({"replayed": "x", "generated": -1}))
+    assert tokens.read_held(tmp_path) is None  # unreadable or nonsense counts say nothing

@@ -194,6 +194,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     kind = next((e.call for e in (ema or ())[:2] if e is not None), None)
     tokens = (None if ref.windows is None or cand.windows is None else
               check_token_weights(ref.windows, cand.windows, pairs, weight_rtol(ref, cand)))
+    if tokens is not None and facts.held:
+        tokens = replace(tokens, detail=f"{tokens.detail}; {facts.held}")
     extra = [tokens, check_skips(ref, cand, pairs),
              check_cadence(ref, cand, pairs, lockstep, kind),
              None if ema is None else check_ema(ema[0], ema[1], pairs, tol.params, lockstep,

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from lrcheck.errors import RunError, SpecError
 from lrcheck.procs.marks import marked
 from lrcheck.procs.owner import ENV_OWNER, identity
-from lrcheck.record.startup import ENV_DETERMINISTIC, ENV_DIR, ENV_EVERY, ENV_LIB, ENV_SAMPLES
+from lrcheck.record.roles import ENV_DIR
+from lrcheck.record.startup import ENV_DETERMINISTIC, ENV_EVERY, ENV_LIB, ENV_SAMPLES
 from lrcheck.spec import determinism
 
 if TYPE_CHECKING:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 # The exchange folder both commands share, and this command's side in it. PYTHON* names, as
 # the recording's other settings (record/startup.py).
+# The record folder of a recorded process (``lrcheck record --out DIR``; record.startup).
+ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
 ENV_EXCHANGE = "PYTHON_LRCHECK_LOCKSTEP_DIR"
 ENV_ROLE = "PYTHON_LRCHECK_LOCKSTEP_ROLE"
 REFERENCE, CANDIDATE = "reference", "candidate"

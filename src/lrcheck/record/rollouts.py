@@ -12,11 +12,14 @@ the reference's, computed over the whole generation batch, as TRL computes them 
 over the ranks. A reference on several processes writes none (its rows are spread over its
 ranks: ``rollout-{k}.none`` says so). Where the reference wrote no rollout (it ended first, or
 ran on several processes), or its rows do not divide into the candidate's (another generation
-batch), the candidate generates its own and ``data`` says whether they differ."""
+batch), the candidate generates its own and ``data`` says whether they differ. Each candidate
+rank keeps its count of both in its record folder (``rollouts-rank{R}.json``, ``HELD``), for
+the verdict to say what was held equal (``record.tokens.read_held``)."""
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,7 +28,8 @@ import torch
 
 from lrcheck.record import exchange
 from lrcheck.record.guard import RECORDING
-from lrcheck.record.roles import CANDIDATE, ENV_EXCHANGE, ENV_ROLE, REFERENCE, ended
+from lrcheck.record.roles import CANDIDATE, ENV_DIR, ENV_EXCHANGE, ENV_ROLE, REFERENCE, ended
+from lrcheck.record.tokens import HELD
 
 GRPO = "trl.trainer.grpo_trainer"
 _patched: list[bool] = []
@@ -50,6 +54,7 @@ def look() -> None:
     _patched.append(True)
     original = trainer._generate_and_score_completions
     calls = [0]
+    held = {"replayed": 0, "generated": 0}
 
     @functools.wraps(original)
     def generated(self: object, batch: list[object]) -> object:
@@ -59,6 +64,8 @@ def look() -> None:
             device = self.accelerator.device  # type: ignore[attr-defined]
             got = RECORDING.run("the replay of the reference's rollouts", replayed, Path(folder),
                                 k, (rank, world, len(batch)), device)
+            held["replayed" if got is not None else "generated"] += 1
+            RECORDING.run("the count of the replayed rollouts", kept, rank, held)
             if got is not None:
                 return got
         out = original(self, batch)
@@ -69,6 +76,14 @@ def look() -> None:
         return out
 
     trainer._generate_and_score_completions = generated
+
+
+def kept(rank: int, held: dict[str, int]) -> None:
+    """This candidate rank's counts of replayed and generated rollouts, in its record folder."""
+    path = Path(os.environ[ENV_DIR]) / HELD.format(rank=rank)
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(held))
+    os.replace(part, path)
 
 
 def written(folder: Path, k: int, out: dict[str, object]) -> None:

@@ -25,6 +25,7 @@ from lrcheck.record.folder import (
     read_folder,
     whole_model,
 )
+from lrcheck.record.tokens import read_held
 from lrcheck.recorder import read_records
 from lrcheck.stepwise import LINES, Boundary, EmaPrints, RecordedFacts, StepGaps
 from lrcheck.trace import RecordedCommand, RunTrace
@@ -143,7 +144,8 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None) -> Re
         path = candidate / LINES.format(rank=rank)
         if gaps is not None and path.exists():
             others.append(StepGaps.from_lines(_json_lines(path), str(path)))
-    return RecordedFacts(gaps, judging, _stochastic(about), optimizer, twin_trace, tuple(others))
+    return RecordedFacts(gaps, judging, _stochastic(about), optimizer, twin_trace, tuple(others),
+                         read_held(candidate))
 
 
 def read_judging(candidate: Path) -> tuple[RecordedJudging, StepGaps | None]:

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from lrcheck.record.roles import ENV_DIR
+
 # PYTHON* names: DeepSpeed's multi-node runner passes on no other variables to its nodes.
-ENV_DIR = "PYTHON_LRCHECK_RECORD_DIR"
 ENV_SAMPLES = "PYTHON_LRCHECK_RECORD_SAMPLES"
 ENV_EVERY = "PYTHON_LRCHECK_RECORD_EVERY"
 ENV_LIB = "PYTHON_LRCHECK_RECORD_LIB"
