@@ -25,12 +25,11 @@ from lrcheck.hparams import read_settings
 REQUIRED = ("step", "samples_seen", "lr")
 # What ``lrcheck record`` adds to a line: the scheduler.step() calls and the GradScaler-skipped
 # steps since the previous update, and (with a fingerprint) the squared gradient norm (per
-# tensor too, ``grad_sqs``, for DTensors: ``record.placements``); and the cadence (``record.
-# process.count_calls``): the calls since the previous update of backward, zero_grad, the
-# clipping, GradScaler.update and the EMA, the backward passes since the last zero_grad
-# (``reached``: those whose gradients reach the update), and the numbers: the last clip's
-# max_norm / clip_value, its pre-clip norm, the optimizer state's own step counter. And
-# (``record.losses``) ``loss_backward`` and ``loss_micro``: the loss the update differentiated.
+# tensor too, ``grad_sqs``, for DTensors: ``record.placements``); the cadence (``record.process.
+# count_calls``): the calls since the previous update of backward, zero_grad, the clipping,
+# GradScaler.update and the EMA, the backward passes since the last zero_grad (``reached``), and
+# the numbers: the last clip's max_norm / clip_value, its pre-clip norm, the optimizer state's
+# step counter; ``loss_backward``, ``loss_micro`` (``record.losses``); ``rng`` (``record.stages``).
 COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
           "clip_grad_value", "scaler_update", "ema_update")
 NUMBERS = ("max_norm", "clip_value", "clip_norm", "opt_step")
@@ -276,7 +275,7 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
         record.update(_fed(item, where))
     record.update(_losses(item, where))
     record.update(read_settings(item, where))
-    return record
+    return {**record, "rng": item["rng"]} if isinstance(item.get("rng"), int) else record
 
 
 def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:

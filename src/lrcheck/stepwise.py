@@ -141,6 +141,7 @@ class Boundary:
     after: dict[str, Any] | None
     lockstep: bool = False
     ended: int | None = None  # the update count the earlier processes reached (None: update)
+    worlds: tuple[int | None, int | None] = (None, None)  # the world sizes before it and from it
 
     @property
     def twice(self) -> str:

@@ -122,3 +122,20 @@ def test_a_window_cut_whose_gradients_were_carried_and_fed_again_fails_named():
 def test_a_window_cut_and_restarted_without_its_gradients_passes(start):
     restarted = Boundary(12, 4242, 1, CUT, {**END, **start})
     assert check_continuation("candidate", [restarted], windows=WINDOWS).status == "pass"
+
+
+def test_a_resume_on_another_world_size_says_it_and_fails_where_the_batch_changed_with_it():
+    two_ranks = [_window(2, 2)] * 12  # 2 ranks × 2 micro-batches of 2 samples: 8 per update
+    resized = Boundary(12, 4242, 1, END, END, worlds=(2, 1))
+    found = check_continuation("candidate", [resized], windows=two_ranks + [_window(4)] * 4)
+    assert found is not None and found.status == "pass"
+    assert ("at update 12 the second process (pid 4242) resumed on 1 process (2 before it): "
+            "the weights") in found.detail and "another accumulation" not in found.detail
+    halved = check_continuation("candidate", [resized], windows=two_ranks + [_window(2)] * 4)
+    assert halved is not None and halved.status == "fail" and halved.first_divergence == 12
+    assert ("the second process (pid 4242) resumed on 1 process (2 before it) with 4 samples "
+            "per update from update 12, 8 before it: the effective batch changed with the "
+            "world size (the accumulation not rescaled for it)") in halved.detail
+    grown = Boundary(12, 4242, 1, END, END, worlds=(1, 2))
+    found = check_continuation("candidate", [grown], windows=[_window(4)] * 12 + two_ranks)
+    assert found is not None and "resumed on 2 processes (1 before it)" in found.detail

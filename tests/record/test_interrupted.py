@@ -5,7 +5,8 @@ command, and held against the uninterrupted reference as one run. Between two ch
 12-13 it trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose
 data restarted fails at update 16, the repeated updates named; a checkpoint saved inside a
 window, with its gradients, whose resume feeds the window again fails at that update, the
-micro-batches counted twice named. And the driver on its own (no torch):
+micro-batches counted twice named; a resume under dropout that did not restore torch's RNG
+fails at the first update trained twice, named. And the driver on its own (no torch):
 the resume runs once every rank reached the point; a candidate that ends first is said. Slow:
 each pair is four processes importing torch (the options' checks are not)."""
 
@@ -78,6 +79,22 @@ def test_a_window_cut_whose_gradients_the_resume_loaded_and_fed_again_fails_name
         "update 5's window was fed twice: micro-batches 0-1 counted twice (6 of 4 backward "
         "passes): the second process (pid ")
     assert "trained twice" not in joined.detail
+    assert checks["data"].status == "pass" and checks["lr"].status == "pass"
+
+
+@pytest.mark.slow
+def test_a_resume_that_did_not_restore_torchs_rng_under_dropout_fails_named(tmp_path):
+    # Dropout draws from torch's RNG at every update; the checkpoint of update 3 holds its
+    # state, which --fresh rng does not restore: update 4, trained twice, is drawn again from
+    # another stream (a correct resume passes: docs/resume.md).
+    report, checks = _pair(tmp_path, 6, "TERM", "--fresh", "rng",
+                           run=(*RUN[:3], "8", *RUN[4:], "--dropout", "0.1"))
+    joined = checks["continuation (candidate)"]
+    assert not report.ok and joined.status == "fail" and joined.first_divergence == 4
+    assert ("updates 4-5 were trained twice" in joined.detail and "the second process (pid "
+            in joined.detail and ") drew update 4 from another torch RNG stream: its RNG's "
+            "state at update 4's step was not the one the first process had there"
+            in joined.detail)
     assert checks["data"].status == "pass" and checks["lr"].status == "pass"
 
 

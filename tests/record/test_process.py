@@ -317,3 +317,22 @@ def test_a_lockstep_pair_s_side_fingerprints_every_update_once_lockstep_is_off(t
     assert recorder.dense(st)
     recorder.follower = None
     recorder.close()
+
+
+def test_torchs_rng_is_fingerprinted_at_each_updates_step_where_it_stood_after_the_forwards(
+        tmp_path):
+    from lrcheck.record.stages import rng_print
+
+    recorder = ProcessRecorder(tmp_path, samples=None, every=0)
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(3)
+    seeded = rng_print()
+    _update(recorder, optimizer, model)  # draws nothing
+    torch.rand(4)  # a dropout's masks
+    _update(recorder, optimizer, model)
+    recorder.close()
+    prints = [r["rng"] for r in read_records(tmp_path / "rank0.jsonl")]
+    torch.manual_seed(3)
+    torch.rand(4)
+    assert prints == [seeded, rng_print()] and prints[0] != prints[1]

@@ -7,6 +7,7 @@ import json
 from lrcheck.checks.continuation import check_continuation
 from lrcheck.record.folder import read_folder
 from lrcheck.record.restore import positions, restore_point
+from lrcheck.stepwise import Boundary
 from tests.schema_files import process_json, run_json
 
 MADE = 14  # the interrupted process's updates; a checkpoint every 4: the last after update 11
@@ -151,3 +152,31 @@ def test_a_resume_placed_by_its_data_fails_naming_what_it_lost(tmp_path):
     assert "updates 8-13 were trained twice" in found.detail
     assert "restarted the schedule at update 8: its step counter was 0" in found.detail
     assert "lost the optimizer's state at update 8" in found.detail
+
+
+def _drawing(lines, prints):
+    return [{**line, "rng": p} for line, p in zip(lines, prints, strict=True)]
+
+
+def test_torchs_rng_is_compared_at_the_restored_update_where_it_moved_at_every_update():
+    """The interrupted process's RNG at update 12's step against the resumed process's at its
+    first: judged only where the earlier process drew from it at every update (dropout)."""
+    drew = _drawing(_lines(MADE), range(100, 100 + MADE))
+    restored = restore_point(drew, EARLIER, {"start": _standing(12)}, {"rng": 7})
+    assert restored.standing == {**_standing(12), "rng": 112}
+    assert restored.start == {**_standing(12), "rng": 7}
+    found = check_continuation("candidate", [Boundary(12, 9, 1, restored.standing,
+                                                      restored.start, ended=MADE)])
+    assert found.status == "fail" and found.first_divergence == 12
+    assert ("the second process (pid 9) drew update 12 from another torch RNG stream: its "
+            "RNG's state at update 12's step was not the one the first process had there (the "
+            "RNG's state not restored from the checkpoint") in found.detail
+    same = restore_point(drew, EARLIER, {"start": _standing(12)}, {"rng": 112})
+    ok = check_continuation("candidate", [Boundary(12, 9, 1, same.standing, same.start,
+                                                   ended=MADE)])
+    assert ok.status == "pass" and "torch's RNG stream carried" in ok.detail
+    rare = _drawing(_lines(MADE), [100] * 8 + [101] * (MADE - 8))  # drawn at an epoch's edge
+    assert "rng" not in restore_point(rare, EARLIER, {"start": _standing(12)},
+                                      {"rng": 7}).standing
+    at_end = restore_point(drew, EARLIER, {"start": _standing(MADE)}, {"rng": 7})
+    assert at_end.at == MADE and "rng" not in (at_end.standing or {})  # update 14 not made

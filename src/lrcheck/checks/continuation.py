@@ -18,25 +18,29 @@ earlier updates fed again, or updates' samples skipped), which ``data`` finds as
 samples, update by update. A resume from an earlier checkpoint than where the process before it
 stopped (a checkpoint every K updates, a preemption between two) joins at that checkpoint's
 update (``record.restore``): the updates after it were trained twice, which is said, and the
-earlier process's are left out of the comparison."""
+earlier process's are left out of the comparison. Where the training drew from torch's RNG at
+every update (dropout), the resumed process's RNG at its first update's step is held against
+the interrupted one's at the same update (``record.restore.drawn``). A resume on another world
+size (``record.worlds``) is said, and fails where the samples per update changed with it."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
 from lrcheck.stepwise import Boundary, ordinal
+from lrcheck.words import plural
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
     """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``, ``scale``: a GradScaler's loss
-    scale), whether the later process started where the earlier one ended (None: not known on
-    both sides)."""
+    scale, ``rng``: torch's RNG at the update's step, ``record.restore.drawn``), whether the
+    later process started where the earlier one ended (None: not known on both sides)."""
     before, after = b.before or {}, b.after or {}
     out: dict[str, bool | None] = {}
-    for key in ("opt_step", "sched_epoch", "fingerprint", "scale"):
+    for key in ("opt_step", "sched_epoch", "fingerprint", "scale", "rng"):
         x, y = before.get(key), after.get(key)
         out[key] = None if x is None or y is None else x == y
     if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
@@ -83,6 +87,11 @@ def _not_carried(b: Boundary) -> list[str]:
         x, y = before["scale"], after["scale"]
         out.append(f"{who} started update {k} with the GradScaler's loss scale at {y:g} (its "
                    f"state_dict not loaded: a fresh scaler), {stood(f'{x:g}')}")
+    if found["rng"] is False:
+        out.append(f"{who} drew update {k} from another torch RNG stream: its RNG's state at "
+                   f"update {k}'s step was not the one {prev[:-2]} had there (the RNG's state "
+                   "not restored from the checkpoint: dropout's masks, or other draws, differ "
+                   "from the uninterrupted run's from there)")
     if found["fingerprint"] is False:
         had = f"had after update {k - 1}" if b.twice else "ended with"
         out.append(f"{who} did not start update {k} from the weights {prev[:-2]} {had} "
@@ -97,7 +106,8 @@ def _what_carried(b: Boundary) -> str:
         ("opt_step", f"the optimizer's state (step counter {after.get('opt_step', 0):g})"
          if after.get("opt_step") is not None else ""),
         ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})"),
-        ("scale", f"the GradScaler's loss scale ({after.get('scale')})")) if found[key]]
+        ("scale", f"the GradScaler's loss scale ({after.get('scale')})"),
+        ("rng", "torch's RNG stream")) if found[key]]
     return ", ".join(said) + " carried"
 
 
@@ -137,6 +147,12 @@ def shifted_data(ref_windows: Sequence[Any] | None, windows: Sequence[Any] | Non
             f"samples of update {j} on (its data position moved ahead)")
 
 
+def _per_update(windows: Sequence[Any], count: Callable[[Any], int]) -> int:
+    """The most common of ``count`` over ``windows`` (an epoch's short last window is no
+    other batch)."""
+    return Counter(count(w) for w in windows).most_common(1)[0][0]
+
+
 def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
     """Where the process that joins at update ``at`` accumulates another number of rank 0's
     micro-batches per update than the processes before it (each side's most common count): a
@@ -145,13 +161,33 @@ def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
     where the same, or unknown."""
     if windows is None or not 0 < at < len(windows):
         return ""
-    # Each side's most common count: an epoch's short last window is no other accumulation.
-    before, after = (Counter(sum(1 for micro in w if micro.rank == 0) for w in part)
-                     .most_common(1)[0][0] for part in (windows[:at], windows[at:]))
+    before, after = (_per_update(part, lambda w: sum(1 for micro in w if micro.rank == 0))
+                     for part in (windows[:at], windows[at:]))
     if before == after or not before or not after:
         return ""
     return (f" with another accumulation: {after} micro-batches per update from update {at}, "
             f"{before} before it (a schedule sized for the old accumulation shows in lr)")
+
+
+def resized(b: Boundary, windows: Sequence[Any] | None) -> tuple[str, str | None]:
+    """Where the world size changed at the boundary (a resume on 1 process of a run on 2): the
+    change in words, and, where the samples per update changed with it (the accumulation not
+    rescaled for the new world size), that in words, a failure; where the world size did not
+    change, ``reaccumulated``'s words and None."""
+    before, after = b.worlds
+    if before is None or after is None or before == after:
+        return reaccumulated(windows, b.update), None
+    said = f" on {plural(after, 'process', 'processes')} ({before} before it)"
+    if windows is None or not 0 < b.update < len(windows):
+        return said, None
+    old, new = (_per_update(part, lambda w: sum(len(micro.ids) for micro in w))
+                for part in (windows[:b.update], windows[b.update:]))
+    if old == new:
+        return said, None
+    return said, (f"the {ordinal(b.order)} process (pid {b.pid}) resumed{said} with "
+                  f"{new} samples per update from update {b.update}, {old} before it: the "
+                  "effective batch changed with the world size (the accumulation not rescaled "
+                  "for it)")
 
 
 def fed_twice(b: Boundary, windows: Sequence[Any] | None) -> str | None:
@@ -200,14 +236,15 @@ def check_continuation(name: str, boundaries: Sequence[Boundary],
                         f"its own, not judged as a resume{_free(b, name)}")
             continue
         twice = fed_twice(b, windows)
+        world, batch = resized(b, windows)
         problems = [*_not_carried(b), *([shifted] if shifted else []),
-                    *([twice] if twice else [])]
+                    *([twice] if twice else []), *([batch] if batch else [])]
         if problems:
             return CheckResult(check, FAIL, None, b.update,
                                b.twice + "; ".join(problems) + f": the {name} did not resume "
                                f"where it stopped{_free(b, name)}")
         told.append(f"{b.twice}at update {b.update} the {ordinal(b.order)} process "
-                    f"(pid {b.pid}) resumed{reaccumulated(windows, b.update)}: "
+                    f"(pid {b.pid}) resumed{world}: "
                     f"{_what_carried(b)}{_free(b, name)}")
     return CheckResult(check, PASS, None, None,
                        f"rank 0's {len(boundaries) + 1} processes joined into one timeline; "

@@ -20,14 +20,16 @@ process's updates follow the earlier ones', their ``samples_seen`` and update nu
 continued; a later process that restored an earlier checkpoint than where the one before it
 stopped joins at that checkpoint's update (``record.restore``: the updates after it, trained
 twice, are the later process's in the timeline); where each boundary of rank 0 lies, and where
-the training stood there (``record.stages``), is kept for ``checks.continuation``. The EMA is
-the first process's."""
+the training stood there (``record.stages``), is kept for ``checks.continuation``. A resume
+on another world size is merged segment by segment, over the ranks that ran each
+(``record.worlds``). The EMA is the first process's."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,15 @@ from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.record.staged import names_of, stages_of, stitch
 from lrcheck.record.tokens import read
+from lrcheck.record.worlds import (
+    Segment,
+    at_world_change,
+    described,
+    from_start,
+    in_order,
+    segments,
+    world_of,
+)
 from lrcheck.recorder import COUNTS, NOT_FINITE, NUMBERS, read_records
 from lrcheck.stepwise import Boundary, EmaPrints
 
@@ -150,47 +161,48 @@ def read_folder(folder: Path, optimizer: int = 0) -> FolderRun:
     if sorted(ranks) != list(range(len(ranks))):
         raise SpecError(f"{folder}: Recorder files of ranks {sorted(ranks)}, not 0 to "
                         f"{len(ranks) - 1}: a rank recorded nothing")
-    joined = [join([(read_records(path), _process(path)) for path in _in_order(ranks[r])])
-              for r in range(len(ranks))]
+    parts = [[(read_records(path), described(path)) for path in in_order(ranks[r])]
+             for r in range(len(ranks))]
+    joined = [join(part) for part in parts]
     per_rank = [records for records, _ in joined]
     mine = [o for p in about.get("processes", []) for o in p.get("optimizers", [])
             if o.get("index") == optimizer]
     partitioned = any(o.get("partitioned") for o in mine)
     sharded = partitioned or any(o.get("sharded") for o in mine)
-    layouts = [_layout(_in_order(ranks[r])[0], optimizer) for r in range(len(ranks))]
+    layout = functools.partial(_layout, optimizer=optimizer)
+    resized = segments(parts, *joined[0], layout)  # another world size (``record.worlds``)
+    if resized is not None:
+        records, gaps = merge_segments(resized, sharded, partitioned)
+        return FolderRun(records, about, len(ranks), sharded, partitioned, gaps, len(files),
+                         rank_schedules(from_start(resized)),
+                         at_world_change(joined[0][1], sharded))
+    layouts = [layout(part[0][1]) for part in parts]
     records, gaps = merge(per_rank, sharded, partitioned, layouts)
     return FolderRun(records, about, len(ranks), sharded, partitioned, gaps, len(files),
                      rank_schedules(per_rank), joined[0][1])
 
 
-def _process(path: Path) -> dict[str, Any]:
-    """The description of the process that wrote the Recorder file ``path`` (``rank0.json``
-    for ``rank0-opt1.jsonl``); empty where unreadable."""
-    stem = re.sub(r"-opt\d+$", "", path.name.removesuffix(".jsonl"))
-    try:
-        found = json.loads((path.parent / f"{stem}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
+def merge_segments(found: list[Segment], sharded: bool, partitioned: bool
+                   ) -> tuple[list[dict[str, Any]], tuple[ReplicaGap, ...] | None]:
+    """The timeline's segments (``record.worlds``) each merged over the ranks that ran it
+    (``merge``), one after the other; the replicas' gaps numbered in the timeline."""
+    records: list[dict[str, Any]] = []
+    gaps: list[ReplicaGap] = []
+    for segment in found:
+        merged, found_gaps = merge(list(segment.lines), sharded, partitioned,
+                                   list(segment.layouts))
+        records.extend(merged)
+        gaps.extend(replace(g, update=g.update + segment.start) for g in found_gaps or ())
+    return records, tuple(gaps) if gaps else None
 
 
-def _layout(path: Path, optimizer: int) -> Layout | None:
+def _layout(about: dict[str, Any], optimizer: int) -> Layout | None:
     """Where the optimizer's tensors lie on the device mesh (``record.placements``), as the
-    process that wrote ``path`` described it; None: not DTensors, or not described."""
-    for found in _process(path).get("optimizers", []):
+    process described by ``about`` described it; None: not DTensors, or not described."""
+    for found in about.get("optimizers", []):
         if isinstance(found, dict) and found.get("index") == optimizer:
             return found.get("layout")
     return None
-
-
-def _in_order(paths: list[Path]) -> list[Path]:
-    """One rank's Recorder files of one optimizer, in the order their processes started."""
-    def started(path: Path) -> tuple[float, bool, str]:
-        at = _process(path).get("started")
-        return (float(at) if isinstance(at, (int, float)) else 0.0, "-p" in path.name,
-                path.name)
-
-    return sorted(paths, key=started)
 
 
 def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
@@ -207,8 +219,8 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
         del records[ended - len(earlier[0]) + restored.at:]  # trained twice: the resumed's count
         seen, step = records[-1]["samples_seen"], records[-1]["step"] + 1
         boundaries.append(Boundary(len(records), about.get("pid"), order, restored.standing,
-                                   about.get("start"), about.get("lockstep") == CANDIDATE,
-                                   ended))
+                                   restored.start, about.get("lockstep") == CANDIDATE,
+                                   ended, (world_of(earlier[1]), world_of(about))))
         records.extend({**r, "samples_seen": r["samples_seen"] + seen, "step": r["step"] + step}
                        for r in lines)
     return records, tuple(boundaries)

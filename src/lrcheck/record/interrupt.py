@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lrcheck.record.roles import ENV_RESUMED
+
 if TYPE_CHECKING:
     import torch
 
@@ -56,7 +58,6 @@ SIGNALS = ("TERM", "KILL")
 DEFAULT_GRACE_S = 30.0
 
 ENV_INTERRUPT = "PYTHON_LRCHECK_INTERRUPT"
-ENV_RESUMED = "PYTHON_LRCHECK_RESUMED"  # set for the resume command
 EXITED = "exited"
 
 

@@ -97,6 +97,7 @@ class _Optimizer:
         self.stochastic: list[dict[str, Any]] = []
         self.seen: dict[str, int] = {}  # the process's call totals at this optimizer's update
         self.layout: Layout | None = None  # its DTensors' (``record.placements``)
+        self.rng: int | None = None  # torch's RNG at its update's step (``stages.rng_print``)
 
 
 class ProcessRecorder:
@@ -196,6 +197,7 @@ class ProcessRecorder:
         if st.depth > 1:  # super().step() of a subclass: the outer step is the update
             return
         st.lr = [float(g["lr"]) for g in optimizer.param_groups]
+        st.rng = stages.rng_print() if st.index == 0 else None
         st.settings.before(optimizer)
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
@@ -217,7 +219,7 @@ class ProcessRecorder:
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             optimizers.nudge(params)
         if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
-                or "-p" in str(self.name):  # a later process of the rank: not in lockstep
+                or "-p" in str(self.name) or os.environ.get(roles.ENV_RESUMED):  # a later process
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
@@ -254,7 +256,7 @@ class ProcessRecorder:
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
             extra.update(self.fed(data_world(st.layout, self.world), "stage" in (st.layout or ())))
-            extra.update(self.losses.take(optimizers.scale(self.scaler)))
+            extra.update(self.losses.take(optimizers.scale(self.scaler)), rng=st.rng)
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:

@@ -21,6 +21,9 @@ ENV_WAIT = "PYTHON_LRCHECK_LOCKSTEP_WAIT"
 # A twin of the reference (``lrcheck run`` free-running): its parameters are nudged by one unit
 # in the last place just before its first optimizer step.
 ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
+# Set for the resume command of ``lrcheck run --interrupt-at`` (``record.interrupt``): its
+# processes are later processes of their ranks, which run free, whatever their file names.
+ENV_RESUMED = "PYTHON_LRCHECK_RESUMED"
 
 
 def ended(exchange: Path, side: str) -> Path:

@@ -8,6 +8,7 @@ these whether each later process carried on where the one before it ended."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -30,6 +31,18 @@ def standing(optimizer: torch.optim.Optimizer, scheduler: object,
             "sched_epoch": epoch if isinstance(epoch, int) else None,
             "fingerprint": fingerprint(local_tensor(p) for p in params(optimizer)),
             "scale": None if scaler is None else scale(scaler)}
+
+
+def rng_print() -> int:
+    """A fingerprint of torch's default random number generators' state (the CPU's, and the
+    current CUDA device's once CUDA is initialised): 48 bits of its hash. Read in the pre-hook
+    of each update (``record.process``), after the window's forward passes drew from it (a
+    dropout's masks), it tells whether a resumed process drew from the stream the interrupted
+    one had (``checks.continuation``); Python's ``random`` and NumPy's are not read."""
+    digest = hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=6)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        digest.update(torch.cuda.get_rng_state().numpy().tobytes())
+    return int.from_bytes(digest.digest(), "big")
 
 
 class Standing:
