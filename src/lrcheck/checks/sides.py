@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
 from lrcheck.checks.continuation import check_continuation, shifted_data
+from lrcheck.checks.experts import check_experts
 from lrcheck.checks.norms import check_clip_norm
 from lrcheck.checks.optimizer import check_optimizer
 from lrcheck.checks.recorded import align
@@ -64,4 +65,5 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
         found.append(check_clip_norm(name, run.records, tol))
     if name == "candidate" and reference.run is not None:  # pipeline stages (record.staged)
         found.append(check_stages(run.records, reference.run.records, tol))
+        found.append(check_experts(run.records, reference.run.records, tol))  # record.experts
     return [check for check in found if check is not None]

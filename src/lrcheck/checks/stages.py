@@ -9,13 +9,29 @@ PR #8154)."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
 from lrcheck.words import plural
 
 Record = Mapping[str, object]
+# A candidate's and the reference's record of one update → each part's gradient norm over the
+# reference's same tensors' (None: not measured); and the parts apart in words.
+Ratios = Callable[[Record, Record], list[float] | None]
+Words = Callable[[Sequence[float], Record], str]
+
+
+def part_ratios(squares: Sequence[float], tensors: Sequence[Sequence[int]],
+                whole: Sequence[float]) -> list[float]:
+    """Each part's gradient norm (``squares``: its squared norm) over the reference's over
+    the same tensors (``tensors``: each part's, indices into the reference's ``whole``)."""
+    ratios = []
+    for square, mine in zip(squares, tensors, strict=True):
+        want = float(sum(whole[t] for t in mine))
+        ratios.append(math.sqrt(square / want) if want > 0 else math.inf)
+    return ratios
 
 
 def stage_ratios(candidate: Record, reference: Record) -> list[float] | None:
@@ -26,12 +42,8 @@ def stage_ratios(candidate: Record, reference: Record) -> list[float] | None:
     if not isinstance(squares, list) or not isinstance(counts, list) \
             or not isinstance(whole, list) or sum(counts) != len(whole):
         return None
-    ratios, at = [], 0
-    for square, count in zip(squares, counts, strict=True):
-        want = float(sum(whole[at:at + count]))
-        at += count
-        ratios.append(math.sqrt(square / want) if want > 0 else math.inf)
-    return ratios
+    starts = [0, *itertools.accumulate(counts)]
+    return part_ratios(squares, [range(a, b) for a, b in itertools.pairwise(starts)], whole)
 
 
 def scaled_by(ratio: float, tol: float) -> int | None:
@@ -62,24 +74,35 @@ def named(ratios: Sequence[float], micro: object, tol: float) -> str:
     return "; ".join(parts) + why
 
 
+def check_parts(name: str, candidate: Sequence[Record], reference: Sequence[Record],
+                tol: float, ratios_of: Ratios, words: Words, passed: str
+                ) -> CheckResult | None:
+    """``name``: at every update both measured, each part's gradient norm within ``tol``
+    (relative) of the reference's same tensors' (``ratios_of``); a failure at the first
+    update beyond it, the parts apart in ``words``; a pass saying ``passed`` (its
+    ``{updates}`` and ``{worst}`` filled in). None where no update has both."""
+    worst, checked = 0.0, 0
+    for k, (mine, theirs) in enumerate(zip(candidate, reference, strict=False)):
+        ratios = ratios_of(mine, theirs)
+        if ratios is None:
+            continue
+        checked += 1
+        gap = max((abs(r - 1) for r in ratios), default=0.0)
+        worst = max(worst, gap) if gap == gap else math.inf
+        if not gap <= tol:
+            return CheckResult(name, FAIL, gap, k, f"at update {k}: {words(ratios, mine)}")
+    if not checked:
+        return None
+    return CheckResult(name, PASS, worst, None,
+                       passed.format(updates=plural(checked, "update"), worst=f"{worst:.3g}"))
+
+
 def check_stages(candidate: Sequence[Record], reference: Sequence[Record], tol: float
                  ) -> CheckResult | None:
     """``stages (candidate)``: at every update both measured, each stage's gradient norm within
     ``tol`` (relative) of the reference's same tensors'; a failure at the first update beyond
     it, naming the stages and their scaling. None where no update has both."""
-    worst, checked = 0.0, 0
-    for k, (mine, theirs) in enumerate(zip(candidate, reference, strict=False)):
-        ratios = stage_ratios(mine, theirs)
-        if ratios is None:
-            continue
-        checked += 1
-        gap = max(abs(r - 1) for r in ratios)
-        worst = max(worst, gap) if gap == gap else math.inf
-        if not gap <= tol:
-            return CheckResult("stages (candidate)", FAIL, gap, k,
-                               f"at update {k}: {named(ratios, mine.get('backward'), tol)}")
-    if not checked:
-        return None
-    return CheckResult("stages (candidate)", PASS, worst, None,
-                       f"each pipeline stage's gradient norm is the reference's over the same "
-                       f"tensors at {plural(checked, 'update')} (relative ≤ {worst:.3g})")
+    return check_parts("stages (candidate)", candidate, reference, tol, stage_ratios,
+                       lambda ratios, mine: named(ratios, mine.get("backward"), tol),
+                       "each pipeline stage's gradient norm is the reference's over the same "
+                       "tensors at {updates} (relative ≤ {worst})")

@@ -103,11 +103,11 @@ class Placed:
 
 def placed(layouts: Sequence[Layout | None], prints: Sequence[Sequence[float] | None]
            ) -> Placed | None:
-    """The placement of the ranks' tensors where any rank described a layout (None: none did,
-    the records are merged as before: ``record.folder``); the tensors counted from the first
-    fingerprint, else the layouts."""
-    if not any(found is not None for found in layouts):
-        return None
+    """The placement of the ranks' tensors where any rank described a layout beyond its
+    parameters' names (None: none did, the records are merged as before: ``record.folder``);
+    the tensors counted from the first fingerprint, else the layouts."""
+    if not any(found is not None and set(found) - {"names", "feeds"} for found in layouts):
+        return None  # none described where its tensors lie: its parameters' names at most
     sizes = [len(p) // 2 for p in prints if p is not None]
     sizes += [len(t) for found in layouts if found is not None
               and isinstance(t := found.get("tensors"), list)]

@@ -209,10 +209,13 @@ class ProcessRecorder:
             self._first_update(st, optimizers.params(optimizer))
 
     def _first_update(self, st: _Optimizer, params: list[torch.Tensor]) -> None:
-        """Before the first update of ``st``: its model's names and stochastic layers, and,
-        in a lockstep pair (the first optimizer only), the start of the exchange."""
+        """Before the first update of ``st``: its model's names (in its layout too, in a run
+        of several processes) and stochastic layers, and, in a lockstep pair (the first
+        optimizer only), the start of the exchange."""
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
+        if self.world > 1 and not (st.layout or {}).get("names"):  # for ``record.experts``
+            st.layout = {**(st.layout or {"feeds": True}), "names": st.names}
         if st.index == 0:
             self.logs = modules.log_folders()
         self.describe()

@@ -153,7 +153,8 @@ def _layout() -> Schema:
                               "coordinate; per tensor its placements; the data-parallel ranks "
                               "(data_world); the pipeline stage this rank's optimizer steps "
                               "(stage: its index and the number of stages; names: the "
-                              "parameters' names in its module) and whether this rank feeds "
+                              "parameters' names in its module, else in the model's, in a run "
+                              "of several processes) and whether this rank feeds "
                               "rows of its own (feeds: not a tensor-parallel rank other than "
                               "the first, nor a pipeline stage other than 0)")
 

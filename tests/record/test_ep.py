@@ -1,0 +1,62 @@
+"""Expert parallel recorded unmodified: a user's hand-written EP=2 training of a tiny mixture
+of experts (tests/fixtures/user_ep.py: each rank its 2 of the 4 experts, the router and the
+rest replicated, gloo), its ranks merged by parameter name (``record.experts``), against one
+process holding the 4 experts with the same effective batch, free-running; and the experts'
+gradients not divided by the ranks, named by ``experts (candidate)`` at update 0. Slow: each
+run is a fresh process group; the reference is recorded once for the module."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from lrcheck import api
+from lrcheck.spec import Dtype, Tolerances
+from tests.helpers import checks_by_name, merged_gaps
+
+pytestmark = pytest.mark.slow
+SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_ep.py"
+PY = sys.executable
+F64 = Tolerances.for_dtype(Dtype.FLOAT64)
+
+
+def _checks(reference, out, *args):
+    """The checks of EP = 2 (``user_ep.py`` with ``args``), recorded into ``out``, against the
+    reference."""
+    api.record([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                str(SCRIPT), *args], out, fingerprint_every=1)
+    return checks_by_name(api.diff(reference, out, tolerances=F64))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ep") / "reference"
+    api.record([PY, str(SCRIPT)], out, fingerprint_every=1)
+    return out
+
+
+def test_ep_2_matches_one_process_holding_every_expert_merged_by_name(reference, tmp_path):
+    cand = tmp_path / "candidate"
+    checks = _checks(reference, cand)
+    for name in ("updates", "lr", "data", "params", "grad-norm", "ranks (candidate)",
+                 "replicas (candidate)", "experts (candidate)"):
+        assert checks[name].status == "pass", (name, checks[name].detail)
+    names = [json.loads((cand / f"rank{r}.json").read_text())["optimizers"][0]["layout"]
+             ["names"] for r in (0, 1)]
+    assert "moe.experts.2.w1.weight" in names[1] and "moe.experts.2.w1.weight" not in names[0]
+    norms, sums = merged_gaps(reference, cand)
+    groups = checks["experts (candidate)"].max_abs_diff
+    print(f"ep 2 vs 1 process: merged gradient norm relative {norms:.3g}, parameters "
+          f"|Δsum|/max|p| {sums:.3g}, the groups' norms relative {groups:.3g}")
+    assert norms <= 1e-12 and sums <= 1e-12
+
+
+def test_the_experts_gradients_summed_over_the_ranks_fail_at_update_0_named(reference, tmp_path):
+    checks = _checks(reference, tmp_path / "bug", "--bug", "ep-double")
+    experts = checks["experts (candidate)"]
+    assert experts.status == "fail" and experts.first_divergence == 0
+    assert experts.detail == ("at update 0: the experts' gradients 2× the reference's (expert "
+                              "parallel: counted on each of the 2 ranks)"), experts.detail
+    assert checks["grad-norm"].status == "fail" and checks["grad-norm"].first_divergence == 0
+    assert checks["lr"].status == "pass" and checks["data"].status == "pass"
