@@ -16,10 +16,13 @@ replicated name with a part ``router`` or ``gate``) and the rest."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from lrcheck.record.staged import names_of, stitch
 
 Layout = Mapping[str, object]
 # A replicated tensor whose name has one of these parts is the router's (torchtitan's
@@ -130,6 +133,16 @@ class Split:
                 if worst is None or not found <= worst[0]:  # NaN too
                     worst = (found, rank, owner)
         return worst
+
+
+def joiner_of(layouts: Sequence[Layout | None], staged: list[int] | None) -> Joiner | None:
+    """How the ranks' records of one update are joined into the whole model's: pipeline
+    stages stitched (``record.staged``, ``staged`` their stage indices), else expert parallel
+    merged by name (``Split``); None: neither (merged by placement, or as DDP's)."""
+    if staged is not None:
+        return functools.partial(stitch, staged, names=names_of(layouts))
+    names = split_of(layouts)
+    return None if names is None else Split.of(names).merge
 
 
 def _per_tensor(values: object, size: int) -> list[float] | None:

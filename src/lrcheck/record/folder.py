@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from lrcheck.errors import SpecError
-from lrcheck.record.experts import Joiner, Split, split_of
+from lrcheck.record.experts import joiner_of
 from lrcheck.record.placed import Layout, Placed, placed
 from lrcheck.record.restore import restore_point
 from lrcheck.record.roles import CANDIDATE
-from lrcheck.record.staged import names_of, stages_of, stitch
+from lrcheck.record.staged import stages_of
 from lrcheck.record.tokens import read
 from lrcheck.record.worlds import (
     Segment,
@@ -233,20 +233,15 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
     """The ranks' records as the whole run's (see the module's docstring), up to the updates
     every rank recorded, and the replicas' largest gap at each fingerprinted update (None:
     nothing to compare). Where the ranks described their tensors' ``layouts`` on a device
-    mesh, by placement (``record.placed``); where they step pipeline stages, stitched
-    (``record.staged``); where they hold different parameters by name, by name
-    (``record.experts``)."""
+    mesh, by placement (``record.placed``), stitched or by name (``record.experts``)."""
     count = min(len(r) for r in per_rank)
     merged: list[dict[str, Any]] = []
     gaps: list[ReplicaGap] = []
     staged = None if partitioned or layouts is None else stages_of(layouts)
-    named = None if partitioned or layouts is None or (names := split_of(layouts)) is None \
-        else Split.of(names)  # expert parallel (``record.experts``)
-    where = None if staged or named or partitioned or layouts is None or len(per_rank) < 2 \
+    joiner = None if partitioned or layouts is None else joiner_of(layouts, staged)
+    where = None if joiner or partitioned or layouts is None or len(per_rank) < 2 \
         else placed(layouts, [line.get("fingerprint") for line in per_rank[0]])
     feeds = where.feeds if where else None if staged is None else [s == 0 for s in staged]
-    joiner: Joiner | None = named.merge if named is not None else None if staged is None else \
-        functools.partial(stitch, staged, names=names_of(layouts or []))  # ``record.staged``
     for k in range(count):
         lines = [r[k] for r in per_rank]
         record = dict(lines[0])
