@@ -30,13 +30,11 @@ LUDWIG_STAMP := $(LUDWIG_VENV)/.lrcheck-installed
 
 venv: $(STAMP)
 
-# --no-compile: pip would byte-compile every module of every package (about 20,000 files in each
-# environment, a minute of CPU); Python compiles, once, the few thousand a run imports.
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile $(TORCH)
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl,logs]"
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl,logs]"
 	touch $(STAMP)
 
 venv-ludwig: $(LUDWIG_STAMP)
@@ -48,8 +46,8 @@ venv-ludwig: $(LUDWIG_STAMP)
 $(LUDWIG_STAMP): pyproject.toml Makefile scripts/ludwig_venv_fixup.py
 	test -x $(LUDWIG_BIN)/python || $(PYTHON) -m venv $(LUDWIG_VENV)
 	$(LUDWIG_BIN)/python -m pip install --quiet --upgrade pip
-	$(LUDWIG_BIN)/python -m pip install --quiet --no-compile $(TORCH)
-	$(LUDWIG_BIN)/python -m pip install --quiet --no-compile -e ".[dev,ludwig]" \
+	$(LUDWIG_BIN)/python -m pip install --quiet $(TORCH)
+	$(LUDWIG_BIN)/python -m pip install --quiet -e ".[dev,ludwig]" \
 		"torch==$$($(LUDWIG_BIN)/python -c 'from importlib.metadata import version; print(version("torch"))')"
 	$(LUDWIG_BIN)/python scripts/ludwig_venv_fixup.py $(LUDWIG_VENV)
 	touch $(LUDWIG_STAMP)
