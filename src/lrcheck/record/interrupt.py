@@ -218,11 +218,13 @@ def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> bool:
         finally:
             os.close(fd)
 
-    threading.Thread(target=waiter, daemon=True).start()
     seen: set[int] = set()
     world = 1
     # Read and write: a rank that wrote and closed is no end of the file, the waiter's line is.
+    # Opened before the waiter starts: a command that ends at once would otherwise find no
+    # reader, its line unwritten, and this loop would wait for ever.
     with os.fdopen(os.open(fifo, os.O_RDWR), encoding="utf-8") as reader:
+        threading.Thread(target=waiter, daemon=True).start()
         for line in reader:
             if line.strip() == EXITED:
                 return False
