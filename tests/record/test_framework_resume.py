@@ -5,9 +5,11 @@ reference serves every pair): tests/fixtures/user_checkpoints.py in float64, ``-
 an epoch, 16 in all; the three frameworks train alike). Each correct resume passes, the
 updates trained twice said; each injected resume bug fails at the first resumed update with
 its cause named. Slow: each pair is the framework imported in two processes (each rank's), so
-the pairs are few: one per framework's correct resume (Accelerate's on 2 processes and with
-another accumulation at once), and the bugs carried together by one pair of the cheapest
-framework (Accelerate). The rows of docs/resume.md not here were run by hand."""
+the pairs are few: one per framework's correct resume, the Trainer's and Lightning's on 2
+processes (``torchrun``, gloo: the 1-process resume is the same code in one process, run by
+hand), Accelerate's on 2 processes and with another accumulation at once; the bugs carried
+together by one pair of the cheapest framework (Accelerate), and Lightning's restarted
+schedule on 2 processes. The rows of docs/resume.md not here were run by hand."""
 
 import re
 import shlex
@@ -21,6 +23,8 @@ from lrcheck.spec.interrupt import Interrupt
 from tests.helpers import checks_by_name
 
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_checkpoints.py"
+# Two processes on one machine (gloo): each rank's processes joined, the ranks merged.
+TWO = (str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2")
 
 pytestmark = pytest.mark.slow
 
@@ -69,11 +73,13 @@ def _fails(checks, at: int, *words: str) -> None:
         assert said in joined.detail
 
 
-def test_the_trainer_resume_from_checkpoint_passes(reference, tmp_path):
-    """The Trainer's ``resume_from_checkpoint``, interrupted before update 5's step and resumed
-    from checkpoint-4: update 4 trained twice."""
-    report, checks = _resumed(reference, tmp_path, "trainer", 5, "checkpoint-4")
+def test_the_trainer_resume_from_checkpoint_on_two_processes_passes(reference, tmp_path):
+    """The Trainer's ``resume_from_checkpoint`` on 2 processes, interrupted before update 5's
+    step and resumed from checkpoint-4 under torchrun: update 4 trained twice, the ranks
+    alike."""
+    report, checks = _resumed(reference, tmp_path, "trainer", 5, "checkpoint-4", launch=TWO)
     _passes(report, checks, "update 4 was trained twice", 4, 4)
+    assert checks["ranks (candidate)"].status == "pass"
 
 
 def test_accelerate_fresh_scheduler_and_sampler_without_epoch_fail_at_10_both_named(
@@ -100,10 +106,8 @@ def test_accelerate_on_two_processes_resumed_with_another_accumulation_passes(
     11's step (the second epoch's fourth), resumed from checkpoint-10 with another
     accumulation (``--bs 8 --accum 4``: the same samples per update, which Accelerate allows;
     said where it joined)."""
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
     report, checks = _resumed(reference, tmp_path, "accelerate", 11, "checkpoint-10",
-                              "--bs", "8", "--accum", "4",
-                              launch=(torchrun, "--standalone", "--nproc_per_node", "2"))
+                              "--bs", "8", "--accum", "4", launch=TWO)
     # Accelerate steps the prepared scheduler once per process at each update: step 20.
     _passes(report, checks, "update 10 was trained twice", 10, 10, sched=20)
     assert ("resumed with another accumulation: 4 micro-batches per update from update 10, 2 "
@@ -111,13 +115,27 @@ def test_accelerate_on_two_processes_resumed_with_another_accumulation_passes(
     assert checks["ranks (candidate)"].status == "pass"
 
 
-def test_lightning_at_the_epochs_edge_passes(reference, tmp_path):
-    """Lightning's ``fit(ckpt_path=...)`` from the checkpoint at the first epoch's end (update
-    8), interrupted before update 9's step (Lightning's SIGTERM handler may let one more
-    update through: update 8, or 8-9, trained twice). Its resume from the middle of an epoch,
-    whose plain DataLoader restarts the epoch's data, is a row of docs/resume.md run by hand:
-    a data restart in the middle of an epoch is asserted on Accelerate's pair above."""
-    report, checks = _resumed(reference, tmp_path, "lightning", 9, "epoch=0-step=8.ckpt")
+def test_lightning_on_two_processes_at_the_epochs_edge_passes(reference, tmp_path):
+    """Lightning's ``fit(ckpt_path=...)`` on 2 processes (its DDP strategy under torchrun,
+    gloo) from the checkpoint at the first epoch's end (update 8), interrupted before update
+    9's step (Lightning's SIGTERM handler may let one more update through: update 8, or 8-9,
+    trained twice). Its resume from the middle of an epoch, whose plain DataLoader restarts the
+    epoch's data, is a row of docs/resume.md run by hand: a data restart in the middle of an
+    epoch is asserted on Accelerate's pair above."""
+    report, checks = _resumed(reference, tmp_path, "lightning", 9, "epoch=0-step=8.ckpt",
+                              launch=TWO)
     _passes(report, checks, "trained twice", 8, 8)
     assert re.search(r"(update 8 was|updates 8-9 were) trained twice",
                      checks["continuation (candidate)"].detail)
+    assert checks["ranks (candidate)"].status == "pass"
+
+
+def test_lightning_on_two_processes_with_its_schedule_restarted_fails_at_8(reference, tmp_path):
+    """The same resume whose LightningModule's ``on_load_checkpoint`` sets the scheduler's
+    saved position back to 0 (``--bug fresh-scheduler``): named at update 8, the first resumed
+    update; ``lr`` parts at 9 (update 8 ran at the restored optimizer's LR)."""
+    _, checks = _resumed(reference, tmp_path, "lightning", 9, "epoch=0-step=8.ckpt",
+                         "--bug", "fresh-scheduler", launch=TWO)
+    _fails(checks, 8, "restarted the schedule at update 8: its step counter was 0, the first "
+           "process's was 8 after update 7")
+    assert checks["lr"].first_divergence == 9 and checks["data"].status == "pass"
