@@ -7,6 +7,8 @@
     python deepspeed_ckpt.py --bs 16 --accum 2 --save-every 4 --out ck --resume   # the resume
     ... --resume --bug no-scheduler    # load_checkpoint(load_lr_scheduler_states=False)
     ... --resume --bug module-only     # the optimizer's and the scheduler's states not loaded
+    torchrun --nproc-per-node 2 deepspeed_ckpt.py --bs 8 --accum 2 ...  # on 2 processes:
+                                       # --bs per rank, each micro-batch split over the ranks
 """
 import argparse
 import contextlib
@@ -63,12 +65,13 @@ if a.resume:
         _, state = engine.load_checkpoint(a.out, tag,
                                           load_lr_scheduler_states=a.bug != "no-scheduler")
     start = state["update"]
+world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
 for u in range(start, total):
     epoch, k = divmod(u, N // E)
     order = torch.randperm(N, generator=torch.Generator().manual_seed(epoch))
     batch = order[k * E:(k + 1) * E]
     for m in range(a.accum):
-        part = batch[m * a.bs:(m + 1) * a.bs]
+        part = batch[m * a.bs * world:(m + 1) * a.bs * world][rank::world]
         engine.backward(torch.nn.functional.cross_entropy(engine(x[part]), y[part]))
         engine.step()
     if a.save_every and (u + 1) % a.save_every == 0:

@@ -20,7 +20,7 @@ from lrcheck.plan.windows import (
     window_ids,
 )
 from lrcheck.trace import UpdateRecord
-from lrcheck.words import plural
+from lrcheck.words import and_list, plural
 
 # How many sample ids a message lists before it says how many there are in all.
 SHOWN_IDS = 6
@@ -248,22 +248,18 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     return "; ".join(parts)
 
 
-def _and(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 def _runs(sizes: Sequence[int]) -> str:
     """Micro-batch sizes of one rank: ``16 and 13``, ``8, 8 and 5``; ``2 (×15) and 1`` when
     more than four, repeats counted."""
     if len(sizes) <= 4:
-        return _and([str(s) for s in sizes])
+        return and_list([str(s) for s in sizes])
     groups: list[list[int]] = []
     for s in sizes:
         if groups and groups[-1][0] == s:
             groups[-1][1] += 1
         else:
             groups.append([s, 1])
-    return _and([f"{s} (×{count})" if count > 1 else str(s) for s, count in groups])
+    return and_list([f"{s} (×{count})" if count > 1 else str(s) for s, count in groups])
 
 
 def _cut(window: Window, lone: str) -> str:
@@ -320,8 +316,8 @@ def weights_text(cand: Window, ref: Window, total: int) -> str:
         texts = fraction_texts(values, limit)
         ranks = sorted({m.rank for m in cand})
         if len(ranks) == 1:
-            return _and(texts)
-        return ", ".join(_and([t for t, m in zip(texts, cand, strict=True) if m.rank == r])
+            return and_list(texts)
+        return ", ".join(and_list([t for t, m in zip(texts, cand, strict=True) if m.rank == r])
                          + f" on rank {r}" for r in ranks)
 
     if len(cand) == 1:

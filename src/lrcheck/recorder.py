@@ -29,7 +29,8 @@ REQUIRED = ("step", "samples_seen", "lr")
 # count_calls``): the calls since the previous update of backward, zero_grad, the clipping,
 # GradScaler.update and the EMA, the backward passes since the last zero_grad (``reached``), and
 # the numbers: the last clip's max_norm / clip_value, its pre-clip norm, the optimizer state's
-# step counter; ``loss_backward``, ``loss_micro`` (``record.losses``); ``rng`` (``record.stages``).
+# step counter; ``loss_backward``, ``loss_micro`` (``record.losses``); RNGS (``record.stages``).
+RNGS = ("rng", "rng_numpy", "rng_python")
 COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
           "clip_grad_value", "scaler_update", "ema_update")
 NUMBERS = ("max_norm", "clip_value", "clip_norm", "opt_step")
@@ -275,7 +276,7 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
         record.update(_fed(item, where))
     record.update(_losses(item, where))
     record.update(read_settings(item, where))
-    return {**record, "rng": item["rng"]} if isinstance(item.get("rng"), int) else record
+    return {**record, **{key: item[key] for key in RNGS if isinstance(item.get(key), int)}}
 
 
 def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:

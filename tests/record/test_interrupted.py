@@ -5,10 +5,11 @@ command, and held against the uninterrupted reference as one run. Between two ch
 12-13 it trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose
 data restarted fails at update 16, the repeated updates named; a checkpoint saved inside a
 window, with its gradients, whose resume feeds the window again fails at that update, the
-micro-batches counted twice named; a resume under dropout that did not restore torch's RNG
-fails at the first update trained twice, named. And the driver on its own (no torch):
-the resume runs once every rank reached the point; a candidate that ends first is said. Slow:
-each pair is four processes importing torch (the options' checks are not)."""
+micro-batches counted twice named; a resume under dropout and an augmentation that did not
+restore torch's, NumPy's and Python's RNGs fails at the first update trained twice, named.
+And the driver on its own (no torch): the resume runs once every rank reached the point; a
+candidate that ends first is said. Slow: each pair is four processes importing torch (the
+options' checks are not)."""
 
 import os
 import shlex
@@ -42,8 +43,10 @@ def _pair(tmp_path: Path, at: int, sig: str, *bug: str, micro: int | None = None
 @pytest.mark.slow
 def test_a_resume_between_checkpoints_passes_and_says_what_was_trained_twice(tmp_path):
     # In the middle of update 14's window (2 of its 4 backward passes made): the resume
-    # restores update 11's checkpoint, the cut window's gradients gone with the process.
-    report, checks = _pair(tmp_path, 14, "TERM", micro=2)
+    # restores update 11's checkpoint, the cut window's gradients gone with the process, and
+    # the states of NumPy's and Python's RNGs, which an augmentation draws from at every
+    # micro-batch (changing nothing: --augment 0).
+    report, checks = _pair(tmp_path, 14, "TERM", micro=2, run=(*RUN, "--augment", "0"))
     assert report.ok, [c.name for c in report.checks if c.status == "fail"]
     assert checks["updates"].detail.startswith("24 in both files")
     assert checks["data"].status == "pass" and checks["lr"].status == "pass"
@@ -51,7 +54,8 @@ def test_a_resume_between_checkpoints_passes_and_says_what_was_trained_twice(tmp
     assert ("updates 12-13 were trained twice: the resume restored the checkpoint of update 11, "
             "the first process had made 14 updates") in joined
     assert ("at update 12 the second process (pid " in joined and "resumed: the optimizer's "
-            "state (step counter 12), the schedule (step 12) carried") in joined
+            "state (step counter 12), the schedule (step 12), NumPy's global RNG stream, "
+            "Python's random stream carried") in joined
     assert checks["params"].status == "pass"  # float64: the resumed updates exactly
 
 
@@ -83,18 +87,21 @@ def test_a_window_cut_whose_gradients_the_resume_loaded_and_fed_again_fails_name
 
 
 @pytest.mark.slow
-def test_a_resume_that_did_not_restore_torchs_rng_under_dropout_fails_named(tmp_path):
-    # Dropout draws from torch's RNG at every update; the checkpoint of update 3 holds its
-    # state, which --fresh rng does not restore: update 4, trained twice, is drawn again from
-    # another stream (a correct resume passes: docs/resume.md).
-    report, checks = _pair(tmp_path, 6, "TERM", "--fresh", "rng",
-                           run=(*RUN[:3], "8", *RUN[4:], "--dropout", "0.1"))
+def test_a_resume_that_did_not_restore_the_rngs_under_dropout_and_augmentation_fails_named(
+        tmp_path):
+    # Dropout draws from torch's RNG at every update, an augmentation from NumPy's and Python's
+    # random; the checkpoint of update 3 holds their states, which --fresh does not restore:
+    # update 4, trained twice, is drawn again from other streams (a correct resume passes:
+    # above, and docs/resume.md).
+    report, checks = _pair(tmp_path, 6, "TERM", "--fresh", "rng", "--fresh", "numpy",
+                           "--fresh", "random",
+                           run=(*RUN[:3], "8", *RUN[4:], "--dropout", "0.1", "--augment", "0"))
     joined = checks["continuation (candidate)"]
     assert not report.ok and joined.status == "fail" and joined.first_divergence == 4
     assert ("updates 4-5 were trained twice" in joined.detail and "the second process (pid "
-            in joined.detail and ") drew update 4 from another torch RNG stream: its RNG's "
-            "state at update 4's step was not the one the first process had there"
-            in joined.detail)
+            in joined.detail and ") drew update 4 from another torch RNG stream, another NumPy "
+            "RNG stream and another Python random stream: their states at update 4's step were "
+            "not the ones the first process had there" in joined.detail)
     assert checks["data"].status == "pass" and checks["lr"].status == "pass"
 
 

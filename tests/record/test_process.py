@@ -319,20 +319,34 @@ def test_a_lockstep_pair_s_side_fingerprints_every_update_once_lockstep_is_off(t
     recorder.close()
 
 
-def test_torchs_rng_is_fingerprinted_at_each_updates_step_where_it_stood_after_the_forwards(
+def test_the_global_rngs_are_fingerprinted_at_each_updates_step_where_they_stood_after_the_forwards(
         tmp_path):
-    from lrcheck.record.stages import rng_print
+    """torch's, NumPy's and Python's ``random``'s: each print moves with its own draws only."""
+    import random
+
+    import numpy as np
+
+    from lrcheck.record.stages import rng_prints
+
+    def seed():
+        torch.manual_seed(3)
+        np.random.seed(3)
+        random.seed(3)
 
     recorder = ProcessRecorder(tmp_path, samples=None, every=0)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    torch.manual_seed(3)
-    seeded = rng_print()
+    seed()
+    seeded = rng_prints()
     _update(recorder, optimizer, model)  # draws nothing
     torch.rand(4)  # a dropout's masks
+    np.random.rand(4)  # an augmentation's draws; none from Python's random
     _update(recorder, optimizer, model)
     recorder.close()
-    prints = [r["rng"] for r in read_records(tmp_path / "rank0.jsonl")]
-    torch.manual_seed(3)
+    keys = ("rng", "rng_numpy", "rng_python")
+    prints = [{k: r[k] for k in keys} for r in read_records(tmp_path / "rank0.jsonl")]
+    seed()
     torch.rand(4)
-    assert prints == [seeded, rng_print()] and prints[0] != prints[1]
+    np.random.rand(4)
+    assert prints == [seeded, rng_prints()]
+    assert [prints[0][k] != prints[1][k] for k in keys] == [True, True, False]

@@ -180,3 +180,33 @@ def test_torchs_rng_is_compared_at_the_restored_update_where_it_moved_at_every_u
                                       {"rng": 7}).standing
     at_end = restore_point(drew, EARLIER, {"start": _standing(MADE)}, {"rng": 7})
     assert at_end.at == MADE and "rng" not in (at_end.standing or {})  # update 14 not made
+
+
+def test_numpys_and_pythons_streams_are_judged_as_torchs_each_where_it_moved_at_every_update():
+    """Each global RNG on its own: NumPy's and Python's ``random``'s drawn at every update
+    (an augmentation), torch's never (no dropout): the two that moved are judged at the
+    restored update, named together where neither was restored; torch's, which never moved,
+    is not judged."""
+    drew = [{**line, "rng": 5, "rng_numpy": 200 + k, "rng_python": 300 + k}
+            for k, line in enumerate(_lines(MADE))]
+    lost = restore_point(drew, EARLIER, {"start": _standing(12)},
+                         {"rng": 5, "rng_numpy": 7, "rng_python": 8})
+    assert lost.standing == {**_standing(12), "rng_numpy": 212, "rng_python": 312}
+    found = check_continuation("candidate", [Boundary(12, 9, 1, lost.standing, lost.start,
+                                                      ended=MADE)])
+    assert found.status == "fail" and found.first_divergence == 12
+    assert ("the second process (pid 9) drew update 12 from another NumPy RNG stream and "
+            "another Python random stream: their states at update 12's step were not the ones "
+            "the first process had there") in found.detail
+    half = restore_point(drew, EARLIER, {"start": _standing(12)},
+                         {"rng": 5, "rng_numpy": 212, "rng_python": 8})
+    found = check_continuation("candidate", [Boundary(12, 9, 1, half.standing, half.start,
+                                                      ended=MADE)])
+    assert "from another Python random stream: its RNG's state" in found.detail
+    assert "NumPy" not in found.detail
+    kept = restore_point(drew, EARLIER, {"start": _standing(12)},
+                         {"rng": 6, "rng_numpy": 212, "rng_python": 312})
+    ok = check_continuation("candidate", [Boundary(12, 9, 1, kept.standing, kept.start,
+                                                   ended=MADE)])
+    assert ok.status == "pass" and ("NumPy's global RNG stream, Python's random stream "
+                                    "carried") in ok.detail and "torch" not in ok.detail

@@ -31,16 +31,22 @@ from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
 from lrcheck.stepwise import Boundary, ordinal
-from lrcheck.words import plural
+from lrcheck.words import and_list, plural
+
+# The global RNGs fingerprinted at each update's step (``recorder.RNGS``), in words: carried,
+# and not carried.
+STREAMS = {"rng": ("torch's RNG stream", "another torch RNG stream"),
+           "rng_numpy": ("NumPy's global RNG stream", "another NumPy RNG stream"),
+           "rng_python": ("Python's random stream", "another Python random stream")}
 
 
 def carried(b: Boundary) -> dict[str, bool | None]:
     """Per item (``opt_step``, ``sched_epoch``, ``fingerprint``, ``scale``: a GradScaler's loss
-    scale, ``rng``: torch's RNG at the update's step, ``record.restore.drawn``), whether the
+    scale, and ``STREAMS``: an RNG at the update's step, ``record.restore.drawn``), whether the
     later process started where the earlier one ended (None: not known on both sides)."""
     before, after = b.before or {}, b.after or {}
     out: dict[str, bool | None] = {}
-    for key in ("opt_step", "sched_epoch", "fingerprint", "scale", "rng"):
+    for key in ("opt_step", "sched_epoch", "fingerprint", "scale", *STREAMS):
         x, y = before.get(key), after.get(key)
         out[key] = None if x is None or y is None else x == y
     if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
@@ -87,11 +93,14 @@ def _not_carried(b: Boundary) -> list[str]:
         x, y = before["scale"], after["scale"]
         out.append(f"{who} started update {k} with the GradScaler's loss scale at {y:g} (its "
                    f"state_dict not loaded: a fresh scaler), {stood(f'{x:g}')}")
-    if found["rng"] is False:
-        out.append(f"{who} drew update {k} from another torch RNG stream: its RNG's state at "
-                   f"update {k}'s step was not the one {prev[:-2]} had there (the RNG's state "
-                   "not restored from the checkpoint: dropout's masks, or other draws, differ "
-                   "from the uninterrupted run's from there)")
+    lost = [words for key, (_, words) in STREAMS.items() if found[key] is False]
+    if lost:
+        its = "its RNG's state" if len(lost) == 1 else "their states"
+        out.append(f"{who} drew update {k} from {and_list(lost)}: {its} at update {k}'s step "
+                   f"{'was' if len(lost) == 1 else 'were'} not the one{'s'[:len(lost) - 1]} "
+                   f"{prev[:-2]} had there (the RNG's state not restored from the checkpoint: "
+                   "dropout's masks, an augmentation's, or other draws, differ from the "
+                   "uninterrupted run's from there)")
     if found["fingerprint"] is False:
         had = f"had after update {k - 1}" if b.twice else "ended with"
         out.append(f"{who} did not start update {k} from the weights {prev[:-2]} {had} "
@@ -107,7 +116,7 @@ def _what_carried(b: Boundary) -> str:
          if after.get("opt_step") is not None else ""),
         ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})"),
         ("scale", f"the GradScaler's loss scale ({after.get('scale')})"),
-        ("rng", "torch's RNG stream")) if found[key]]
+        *((key, words) for key, (words, _) in STREAMS.items())) if found[key]]
     return ", ".join(said) + " carried"
 
 

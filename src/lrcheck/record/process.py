@@ -97,7 +97,7 @@ class _Optimizer:
         self.stochastic: list[dict[str, Any]] = []
         self.seen: dict[str, int] = {}  # the process's call totals at this optimizer's update
         self.layout: Layout | None = None  # its DTensors' (``record.placements``)
-        self.rng: int | None = None  # torch's RNG at its update's step (``stages.rng_print``)
+        self.rng: dict[str, int] = {}  # the RNGs at its update's step (``stages.rng_prints``)
 
 
 class ProcessRecorder:
@@ -197,7 +197,7 @@ class ProcessRecorder:
         if st.depth > 1:  # super().step() of a subclass: the outer step is the update
             return
         st.lr = [float(g["lr"]) for g in optimizer.param_groups]
-        st.rng = stages.rng_print() if st.index == 0 else None
+        st.rng = stages.rng_prints() if st.index == 0 else {}
         st.settings.before(optimizer)
         steps, skipped = self.pending.pop(id(optimizer), [0, 0])
         st.scheduler_steps, st.skipped = steps, skipped
@@ -259,7 +259,7 @@ class ProcessRecorder:
         extra.update(self.cadence(st, fp is not None))
         if st.index == 0:
             extra.update(self.fed(data_world(st.layout, self.world), "stage" in (st.layout or ())))
-            extra.update(self.losses.take(optimizers.scale(self.scaler)), rng=st.rng)
+            extra.update(self.losses.take(optimizers.scale(self.scaler)), **st.rng)
         k = st.recorder.step
         st.recorder.log(lr=st.lr, samples=self.samples or 1, fingerprint=fp, extra=extra)
         if st.index == 0:

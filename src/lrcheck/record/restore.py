@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lrcheck.recorder import RNGS
+
 
 @dataclass(frozen=True)
 class Restore:
@@ -30,17 +32,23 @@ class Restore:
 
 
 def drawn(lines: list[dict[str, Any]], at: int, first: dict[str, Any] | None
-          ) -> dict[str, Any]:
-    """torch's RNG as each side drew it at update ``at`` (``record.stages.rng_print``, read at
-    the update's step): the earlier process's (``rng``, None where it did not make update
-    ``at``, or its RNG did not move at each of its updates: a training that draws from it at
-    every update, dropout, is judged; one whose draws are rarer is not) and the later
-    process's ``first`` update's (``rng_after``)."""
-    prints = [line.get("rng") for line in lines]
-    moves = len(prints) > 1 and None not in prints and all(
-        a != b for a, b in zip(prints, prints[1:], strict=False))
-    return {"rng": prints[at] if moves and at < len(prints) else None,
-            "rng_after": None if first is None else first.get("rng")}
+          ) -> tuple[dict[str, int], dict[str, int]]:
+    """The global RNGs as each side drew them at update ``at`` (``recorder.RNGS``: torch's,
+    NumPy's, Python's ``random``'s fingerprints, ``record.stages.rng_prints``, read at the
+    update's step): the earlier process's (a stream left out where it did not make update
+    ``at``, or that stream did not move at each of its updates: a training that draws from it
+    at every update, dropout or an augmentation, is judged; one whose draws are rarer is not)
+    and the later process's ``first`` update's."""
+    before: dict[str, int] = {}
+    after: dict[str, int] = {}
+    for key in RNGS:
+        prints = [p for p in (line.get(key) for line in lines) if isinstance(p, int)]
+        if len(prints) == len(lines) > max(1, at) and all(
+                a != b for a, b in zip(prints, prints[1:], strict=False)):
+            before[key] = prints[at]
+        if first is not None and isinstance(first.get(key), int):
+            after[key] = first[key]
+    return before, after
 
 
 def positions(lines: list[dict[str, Any]], start: dict[str, Any] | None,
@@ -96,7 +104,7 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
     which ``checks.continuation`` judges."""
     end = _trusted_end(lines, earlier.get("end"))
     after = later.get("start") or {}
-    whole = Restore(len(lines), end, _rng(later.get("start"), drawn(lines, len(lines), first)))
+    whole = Restore(len(lines), end, _rng(later.get("start"), drawn(lines, len(lines), first)[1]))
     if not lines:
         return whole
     counter = after.get("opt_step")
@@ -114,13 +122,12 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
         return whole
     k = found[-1]
     free = earlier.get("lockstep") is None  # in lockstep its weights became the reference's
-    rng = drawn(lines, k, first)
+    before, after = drawn(lines, k, first)
     return Restore(k, {"opt_step": lines[k - 1].get("opt_step"), "sched_epoch": at[k - 1],
                        "fingerprint": lines[k - 1].get("fingerprint") if free else None,
-                       **({} if rng["rng"] is None else {"rng": rng["rng"]})},
-                   _rng(later.get("start"), rng))
+                       **before}, _rng(later.get("start"), after))
 
 
-def _rng(start: dict[str, Any] | None, rng: dict[str, Any]) -> dict[str, Any] | None:
-    """The later process's ``start`` with its RNG's fingerprint at its first update added."""
-    return start if rng["rng_after"] is None else {**(start or {}), "rng": rng["rng_after"]}
+def _rng(start: dict[str, Any] | None, rngs: dict[str, int]) -> dict[str, Any] | None:
+    """The later process's ``start`` with its RNGs' fingerprints at its first update added."""
+    return {**(start or {}), **rngs} if rngs else start

@@ -9,7 +9,10 @@ these whether each later process carried on where the one before it ended."""
 from __future__ import annotations
 
 import hashlib
+import random
+import sys
 import time
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -35,14 +38,44 @@ def standing(optimizer: torch.optim.Optimizer, scheduler: object,
 
 def rng_print() -> int:
     """A fingerprint of torch's default random number generators' state (the CPU's, and the
-    current CUDA device's once CUDA is initialised): 48 bits of its hash. Read in the pre-hook
-    of each update (``record.process``), after the window's forward passes drew from it (a
-    dropout's masks), it tells whether a resumed process drew from the stream the interrupted
-    one had (``checks.continuation``); Python's ``random`` and NumPy's are not read."""
+    current CUDA device's once CUDA is initialised): 48 bits of its hash."""
     digest = hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=6)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         digest.update(torch.cuda.get_rng_state().numpy().tobytes())
     return int.from_bytes(digest.digest(), "big")
+
+
+def _python_print() -> int:
+    """Python's ``random``'s state, 48 bits of its hash: of ints and a float, the same in
+    every process (a string's would not be)."""
+    version, internal, gauss = random.getstate()
+    return hash((version, internal, -1.0 if gauss is None else gauss)) & (1 << 48) - 1
+
+
+def _numpy_print(numpy: ModuleType) -> int | None:
+    """NumPy's global generator's (``np.random.get_state``) state, 48 bits of its hash; None
+    where it is not NumPy's own Mersenne Twister (a state of another form)."""
+    state = numpy.random.get_state()
+    if not isinstance(state, tuple) or len(state) != 5:
+        return None
+    _, keys, pos, has_gauss, gauss = state
+    digest = hashlib.blake2b(keys.tobytes(), digest_size=6)
+    digest.update(repr((pos, has_gauss, gauss)).encode())
+    return int.from_bytes(digest.digest(), "big")
+
+
+def rng_prints() -> dict[str, int]:
+    """The fingerprints of the global random number generators a training draws from
+    (``recorder.RNGS``): torch's (``rng_print``), NumPy's global one (``np.random``'s, where
+    NumPy was imported) and Python's ``random``. Read in the pre-hook of each update
+    (``record.process``), after the window's forward passes drew from them (a dropout's masks,
+    an augmentation's draws), they tell whether a resumed process drew from the streams the
+    interrupted one had (``checks.continuation``). A generator of the user's own (a
+    ``torch.Generator``, ``np.random.default_rng``'s) cannot be found: not read."""
+    out = {"rng": rng_print(), "rng_python": _python_print()}
+    numpy = sys.modules.get("numpy")
+    drawn = None if numpy is None else _numpy_print(numpy)
+    return out if drawn is None else {**out, "rng_numpy": drawn}
 
 
 class Standing:
