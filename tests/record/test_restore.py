@@ -4,6 +4,8 @@ files built in code."""
 
 import json
 
+import pytest
+
 from lrcheck.checks.continuation import check_continuation
 from lrcheck.record.folder import read_folder
 from lrcheck.record.restore import positions, restore_point
@@ -210,3 +212,47 @@ def test_numpys_and_pythons_streams_are_judged_as_torchs_each_where_it_moved_at_
                                                    ended=MADE)])
     assert ok.status == "pass" and ("NumPy's global RNG stream, Python's random stream "
                                     "carried") in ok.detail and "torch" not in ok.detail
+
+
+def _cut_folder(tmp_path, carried, fed_again):
+    """An earlier process stopped after 1 of update 6's 2 backward passes (its ``cut``: samples
+    24-25 fed), and a later one that joins at update 6 with ``carried`` tensors' gradients,
+    feeding that window from its start (``fed_again``) or its second micro-batch only."""
+    (tmp_path / "run.json").write_text(json.dumps(run_json()))
+    cut = {"update": 6, "backward": 1, "fed": [[24, 25]]}
+    later = _fed(_lines(2), 6)
+    if not fed_again:
+        later[0].update(fed=[[26, 27]], backward=1, reached=1)
+    for stem, pid, started, lines, start, end in (
+            ("rank0", 50, 100.0, _fed(_lines(6), 0), EARLIER["start"],
+             {**_standing(6), "cut": cut}),
+            ("rank0-p60", 60, 200.0, later, {**_standing(6), "carried_gradients": carried},
+             _standing(8))):
+        (tmp_path / f"{stem}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        (tmp_path / f"{stem}.json").write_text(json.dumps(process_json(
+            pid=pid, started=started, start=start, end=end)))
+    return read_folder(tmp_path)
+
+
+def test_a_window_continued_with_its_carried_gradients_is_joined_whole(tmp_path):
+    """The later process began with the cut window's gradients and fed only the micro-batch
+    the earlier one had not: update 6 is the whole window (the earlier process's micro-batch
+    first, its weights unknown, its backward pass counted), and the resume passes, the window
+    said continued."""
+    run = _cut_folder(tmp_path, 4, fed_again=False)
+    assert run.records[6]["fed"] == [[0, [24, 25], None], [0, [26, 27], None]]
+    assert run.records[6]["backward"] == 2 and run.records[6]["reached"] == 2
+    found = check_continuation("candidate", run.boundaries)
+    assert found.status == "pass", found.detail
+    assert ("update 6's window, continued (the gradients of the 1 backward pass made into it "
+            "before the interrupt, in 4 tensors' .grad) carried") in found.detail
+
+
+@pytest.mark.parametrize(("carried", "fed_again", "fed"), [
+    (0, False, [[26, 27]]),  # no gradients carried: data finds samples 24-25 missing
+    (4, True, [[24, 25], [26, 27]])])  # fed again from its start: continuation's fed_twice
+def test_a_window_not_continued_is_left_as_the_later_process_fed_it(tmp_path, carried,
+                                                                   fed_again, fed):
+    run = _cut_folder(tmp_path, carried, fed_again)
+    assert [ids for _, ids, _ in run.records[6]["fed"]] == fed
+    assert "continued" not in run.boundaries[0].after

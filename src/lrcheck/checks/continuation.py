@@ -117,6 +117,11 @@ def _what_carried(b: Boundary) -> str:
         ("sched_epoch", f"the schedule (step {after.get('sched_epoch')})"),
         ("scale", f"the GradScaler's loss scale ({after.get('scale')})"),
         *((key, words) for key, (words, _) in STREAMS.items())) if found[key]]
+    made = after.get("continued")
+    if made:  # record.restore.continued
+        said.append(f"update {b.update}'s window, continued (the gradients of the "
+                    f"{plural(made, 'backward pass', 'backward passes')} made into it before "
+                    f"the interrupt, in {after.get('carried_gradients')} tensors' .grad)")
     return ", ".join(said) + " carried"
 
 
@@ -205,7 +210,7 @@ def fed_twice(b: Boundary, windows: Sequence[Any] | None) -> str | None:
     checkpoint that carried the cut window's gradients) while feeding that window again from
     its start: which of rank 0's micro-batches were counted twice, in words; None where not."""
     cut, after = (b.before or {}).get("cut"), b.after or {}
-    if not cut or not after.get("carried_gradients") or windows is None \
+    if not cut or not after.get("carried_gradients") or after.get("continued") or windows is None \
             or not 0 <= b.update < len(windows):
         return None
     mine = [tuple(sorted(int(i) for i in micro.ids)) for micro in windows[b.update]

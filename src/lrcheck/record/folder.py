@@ -38,7 +38,7 @@ import numpy as np
 from lrcheck.errors import SpecError
 from lrcheck.record.experts import joiner_of
 from lrcheck.record.placed import Layout, Placed, placed
-from lrcheck.record.restore import restore_point
+from lrcheck.record.restore import restore_point, window_continued
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.record.staged import stages_of
 from lrcheck.record.tokens import read
@@ -223,7 +223,7 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
                                    restored.start, about.get("lockstep") == CANDIDATE,
                                    ended, (world_of(earlier[1]), world_of(about))))
         records.extend({**r, "samples_seen": r["samples_seen"] + seen, "step": r["step"] + step}
-                       for r in lines)
+                       for r in window_continued(lines, restored))
     return records, tuple(boundaries)
 
 

@@ -10,7 +10,9 @@ was not restored (0), its scheduler's position, matched with the earlier process
 restored, the data position: the earlier update k > 0 whose samples the resumed process's first
 update trains again (at k = 0 it is a new stage on the same data). The judged timeline
 continues from that restore point: the earlier process's updates after it are left out
-(``record.folder.join``) and said (``checks.continuation``)."""
+(``record.folder.join``) and said (``checks.continuation``). A later process that continued
+the window the earlier one was stopped in, with its gradients (``continued``), has that
+window's first micro-batches put back into its first update (``window_continued``)."""
 
 from __future__ import annotations
 
@@ -104,7 +106,9 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
     which ``checks.continuation`` judges."""
     end = _trusted_end(lines, earlier.get("end"))
     after = later.get("start") or {}
-    whole = Restore(len(lines), end, _rng(later.get("start"), drawn(lines, len(lines), first)[1]))
+    made = continued(len(lines), end, after, first)
+    whole = Restore(len(lines), end, _rng(later.get("start"), drawn(lines, len(lines), first)[1]
+                                          | ({"continued": made} if made else {})))
     if not lines:
         return whole
     counter = after.get("opt_step")
@@ -128,6 +132,43 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
                        **before}, _rng(later.get("start"), after))
 
 
-def _rng(start: dict[str, Any] | None, rngs: dict[str, int]) -> dict[str, Any] | None:
-    """The later process's ``start`` with its RNGs' fingerprints at its first update added."""
+def continued(at: int, end: dict[str, Any] | None, start: dict[str, Any],
+              first: dict[str, Any] | None) -> int:
+    """Where the earlier process was stopped inside update ``at``'s window (its ``cut``,
+    ``record.interrupt``) and the later one (``start``, its first Recorder line ``first``)
+    joins there, began with gradients already in its parameters (``carried_gradients``) and fed
+    none of the cut window's micro-batches again: it continued that window (a checkpoint that
+    carried the gradients and the position inside the window), and its first update is the
+    window's rest. The backward passes the earlier process had made into it; 0 where not."""
+    cut = (end or {}).get("cut") or {}
+    fed = {tuple(sorted(ids)) for ids in cut.get("fed") or []}
+    mine = {tuple(sorted(ids)) for ids in (first or {}).get("fed") or []}
+    if cut.get("update") != at or not fed or not start.get("carried_gradients") or fed & mine:
+        return 0
+    return int(cut.get("backward", len(fed)))
+
+
+def window_continued(lines: list[dict[str, Any]], restored: Restore) -> list[dict[str, Any]]:
+    """The later process's Recorder ``lines``, where it ``continued`` the window the earlier one
+    was stopped in: its first update's with the micro-batches the earlier process had fed into
+    that window put first (their samples; their weights and losses, which no line of the
+    earlier process holds, unknown), and their backward passes counted."""
+    made = (restored.start or {}).get("continued")
+    if not made or not lines:
+        return lines
+    fed = [list(ids) for ids in ((restored.standing or {}).get("cut") or {}).get("fed", [])]
+    first = dict(lines[0])
+    own = list(first.get("fed") or [])
+    first.update(fed=fed + own, fed_weights=[None] * len(fed) + list(
+        first.get("fed_weights") or [None] * len(own)))
+    if isinstance(first.get("loss_micro"), list):
+        first["loss_micro"] = [None] * made + first["loss_micro"]
+    first.update({key: first[key] + made for key in ("backward", "reached")
+                  if isinstance(first.get(key), int)})
+    return [first, *lines[1:]]
+
+
+def _rng(start: dict[str, Any] | None, rngs: dict[str, Any]) -> dict[str, Any] | None:
+    """The later process's ``start`` with its RNGs' fingerprints at its first update (and
+    whether it ``continued`` a window) added."""
     return {**(start or {}), **rngs} if rngs else start
