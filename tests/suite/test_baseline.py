@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
+from lrcheck.plan.digest import lr_digest
 from lrcheck.suite.baseline import baseline_document, load_baseline, record, regressions
 from lrcheck.suite.outcome import PairOutcome
 from lrcheck.suite.spec import SuiteEntry
-from lrcheck.trace import lr_digest
 
 
 def saved(tmp_path, report) -> dict:
