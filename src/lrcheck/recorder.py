@@ -95,7 +95,7 @@ class Recorder:
 
     def log(self, *, lr: Sequence[float], samples: int, loss: SupportsFloat | None = None,
             fingerprint: Sequence[float] | None = None,
-            extra: Mapping[str, Any] | None = None) -> None:
+            extra: Mapping[str, object] | None = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback);
         ``fingerprint``: the parameters after the update, in brief
         (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``;
@@ -104,7 +104,7 @@ class Recorder:
         if not self.enabled or self._file is None:
             return
         self.samples_seen += count
-        line: dict[str, Any] = {"step": self.step, "samples_seen": self.samples_seen,
+        line: dict[str, object] = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [_number(v) for v in lr],
                 "loss": None if loss is None else _number(loss)}
         if fingerprint is not None:

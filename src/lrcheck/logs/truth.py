@@ -57,7 +57,7 @@ class LogFinding:
         """The quantity's word, or "—" where the log could not be read."""
         return "—" if self.quantity is None else self.quantity.value
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"side": self.side, "quantity": None if self.quantity is None else
                 self.quantity.value, "status": self.status.value, "says": self.says,
                 "first_update": self.first_update, "path": self.path}

@@ -39,7 +39,7 @@ class MicroBatch:
     # weights through that use; None: read in one place, or not measured.
     token_uses: dict[str, tuple[np.ndarray, ...]] | None = None
 
-    def to_json(self) -> list[Any]:
+    def to_json(self) -> list[object]:
         row = [self.rank, self.ids.tolist(), self.weight]
         return row if self.sample_weights is None else [*row, self.sample_weights.tolist()]
 
@@ -147,7 +147,7 @@ def with_measured(windows: Sequence[Window],
     return out
 
 
-def windows_to_json(windows: Sequence[Window]) -> list[list[list[Any]]]:
+def windows_to_json(windows: Sequence[Window]) -> list[list[list[object]]]:
     return [[m.to_json() for m in w] for w in windows]
 
 

@@ -93,7 +93,7 @@ def _engine_environment(rank: int) -> Iterator[None]:
             os.environ.pop("LOCAL_RANK", None)
 
 
-def config(spec: RunSpec) -> dict[str, Any]:
+def config(spec: RunSpec) -> dict[str, object]:
     """The engine's config for ``spec``."""
     return {"train_micro_batch_size_per_gpu": spec.bs,
             "gradient_accumulation_steps": spec.accum,
