@@ -65,6 +65,12 @@ def test_record_holds_what_the_issue_asks(make_report):
      "\"pairs\" is not an object"),
     ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x"}}}',
      "pair 'p' lacks reference_lr_digest, updates, metrics, pair"),
+    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x", '
+     '"reference_lr_digest": "y", "updates": 3, "metrics": {"accuracy": "high"}, "pair": {}}}}',
+     "pair 'p''s 'metrics' is {'accuracy': 'high'}"),
+    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x", '
+     '"reference_lr_digest": "y", "updates": "3", "metrics": null, "pair": {}}}}',
+     "pair 'p''s 'updates' is '3'"),
 ])
 def test_bad_baselines_are_bad_input_with_the_reason(tmp_path, content, says):
     path = tmp_path / "baseline.json"
