@@ -15,6 +15,7 @@ from lrcheck.plan.windows import (
     Window,
     fraction_text,
     fraction_texts,
+    leftover,
     rank_sizes,
     sample_weights,
     window_ids,
@@ -70,7 +71,9 @@ class DataDiff:
     (repeated as often as the excess); ``seen``: over the whole run, per epoch (None when the
     runs agree everywhere); ``carried``: the epoch the first differing update ran on into —
     the candidate's window held the reference's last one of an epoch and the first samples of
-    the next epoch's first (None: not so)."""
+    the next epoch's first (None: not so); ``leftover``: the first differing update's window
+    began with more micro-batches than the candidate's other windows, and its extra samples
+    are theirs: (micro-batches in it, in the others, how many came first) on each rank."""
 
     compared: int
     lengths: tuple[int, int]
@@ -79,6 +82,7 @@ class DataDiff:
     only_ref: np.ndarray
     seen: Seen | None
     carried: int | None = None
+    leftover: tuple[int, int, int] | None = None
 
 
 def _epochs(updates: Sequence[UpdateRecord], count: int) -> np.ndarray:
@@ -121,7 +125,9 @@ def data_diff(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
         only_ref = np.repeat(ids[first & (net < 0)], -net[first & (net < 0)])
     return DataDiff(n, lengths, differing, only_cand, only_ref,
                     _seen(ref_windows, cand_windows, ref_updates, cand_updates),
-                    _carried(differing, only_cand, only_ref, ref_windows, ref_updates))
+                    _carried(differing, only_cand, only_ref, ref_windows, ref_updates),
+                    None if not len(differing) or len(only_ref) else
+                    leftover(cand_windows, int(differing[0]), only_cand))
 
 
 def _carried(differing: np.ndarray, only_cand: np.ndarray, only_ref: np.ndarray,
@@ -238,6 +244,14 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     if resumed:
         parts.append("the candidate resumed from its checkpoint just before: its data order did "
                      "not go on where it stopped")
+    elif diff.leftover is not None:
+        held, usual, first = diff.leftover
+        which, its = ("its first", "its") if first == 1 else (f"its first {first}", "their")
+        parts.append(f"its window holds {held} micro-batches on each rank where the candidate's "
+                     f"others hold {usual}: {which}, fed after the update before, made no update "
+                     f"of {its} own and {its} gradients were carried into this one; an epoch's "
+                     "last, partial window left in the gradients, neither stepped nor zeroed, "
+                     "looks like this")
     elif diff.carried is not None:
         parts.append(f"its window ran on into epoch {diff.carried}: it holds the reference's "
                      f"last, partial window of epoch {diff.carried - 1} and the first samples of "

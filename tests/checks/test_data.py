@@ -122,6 +122,24 @@ def test_padding_of_uneven_ranks_shows_as_samples_seen_twice():
     assert "padding of uneven ranks" in result.detail and "never" not in result.detail
 
 
+def test_a_partial_window_carried_into_the_next_update_is_named_not_padding():
+    """A user's loop that leaves an epoch's last, partial window in the gradients (no step,
+    no zero_grad) adds its micro-batches to the next update: that window begins with one
+    micro-batch more on each rank, holding the extra samples."""
+    ref = reference()
+    cand = candidate(8, 2, by_samples)
+    left = (mb(0, [100, 101, 102, 103], 0.1), mb(1, [104, 105, 106, 107], 0.1))
+    cand.windows[1] = (*left, *cand.windows[1])
+    result = check_data(ref, cand)
+    assert result.status == "fail" and result.first_divergence == 1
+    assert "update 1: 8 samples only in the candidate" in result.detail
+    assert ("its window holds 3 micro-batches on each rank where the candidate's others hold 2: "
+            "its first, fed after the update before, made no update of its own") in result.detail
+    assert "neither stepped nor zeroed" in result.detail and "padding" not in result.detail
+    cand.windows[1] = (*cand.windows[1][2:4], *left, *cand.windows[1][4:])  # not first: no
+    assert "neither stepped nor zeroed" not in check_data(ref, cand).detail
+
+
 def test_drop_last_shows_as_samples_never_seen():
     ref = reference(epochs=2)
     cand = run([(mb(0, PERM[a:b], 1.0),) for _ in range(2) for a, b in CUTS[:2]],

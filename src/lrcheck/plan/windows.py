@@ -92,6 +92,30 @@ def rank_sizes(window: Window) -> dict[int, list[int]]:
     return dict(sorted(sizes.items()))
 
 
+def leftover(windows: Sequence[Window], k: int, extra: np.ndarray) -> tuple[int, int, int] | None:
+    """Whether window ``k`` holds, on every rank, more micro-batches than ``windows`` usually
+    do, and the ``extra`` sample ids it has (against another run) are exactly those of its
+    first ones: micro-batches fed before it that made no update of their own (an epoch's last,
+    partial window whose gradients were carried on). Its micro-batches, the usual count and
+    how many came first; None where not so."""
+    if not len(extra):
+        return None
+    counts = [len(rank_sizes(w).get(0, ())) for w in windows]
+    usual = int(np.bincount(counts).argmax()) if counts else 0
+    more = {len(s) - usual for s in rank_sizes(windows[k]).values()}
+    if len(more) != 1 or (first := more.pop()) <= 0:
+        return None
+    taken: dict[int, int] = {}
+    fed = []
+    for m in windows[k]:  # in the order fed: each rank's first micro-batches
+        if taken.get(m.rank, 0) < first:
+            fed.append(m.ids)
+            taken[m.rank] = taken.get(m.rank, 0) + 1
+    ids = np.sort(np.concatenate(fed).astype(np.int64))
+    return (usual + first, usual, first) if np.array_equal(ids, np.sort(
+        extra.astype(np.int64))) else None
+
+
 def sample_weights(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
     """The distinct sample ids behind ``window``, sorted, with the total weight each one's loss
     carried in the update's gradient (a sample fed twice counts twice); None when a weight was
