@@ -17,6 +17,7 @@ from lrcheck.plan.windows import (
     fraction_texts,
     leftover,
     rank_sizes,
+    repeats_from,
     sample_weights,
     window_ids,
 )
@@ -83,6 +84,9 @@ class DataDiff:
     seen: Seen | None
     carried: int | None = None
     leftover: tuple[int, int, int] | None = None
+    # The candidate's updates from the first differing one repeat its first ones, where the
+    # reference never repeats its own.
+    repeated: bool = False
 
 
 def _epochs(updates: Sequence[UpdateRecord], count: int) -> np.ndarray:
@@ -127,7 +131,9 @@ def data_diff(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
                     _seen(ref_windows, cand_windows, ref_updates, cand_updates),
                     _carried(differing, only_cand, only_ref, ref_windows, ref_updates),
                     None if not len(differing) or len(only_ref) else
-                    leftover(cand_windows, int(differing[0]), only_cand))
+                    leftover(cand_windows, int(differing[0]), only_cand),
+                    bool(len(differing)) and repeats_from(cand_windows, int(differing[0]))
+                    and not any(repeats_from(ref_windows, j) for j in range(1, len(ref_windows))))
 
 
 def _carried(differing: np.ndarray, only_cand: np.ndarray, only_ref: np.ndarray,
@@ -244,6 +250,11 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     if resumed:
         parts.append("the candidate resumed from its checkpoint just before: its data order did "
                      "not go on where it stopped")
+    elif diff.repeated:
+        parts.append(f"from update {diff.differing[0]} on the candidate was fed the samples of "
+                     "its updates from 0 on again, update by update, where the reference's "
+                     "differ: an epoch in the first epoch's order, as a DistributedSampler whose "
+                     "set_epoch is never called gives it, looks like this")
     elif diff.leftover is not None:
         held, usual, first = diff.leftover
         which, its = ("its first", "its") if first == 1 else (f"its first {first}", "their")

@@ -140,6 +140,21 @@ def test_a_partial_window_carried_into_the_next_update_is_named_not_padding():
     assert "neither stepped nor zeroed" not in check_data(ref, cand).detail
 
 
+def test_an_epoch_fed_again_in_the_first_epochs_order_is_named():
+    """A DistributedSampler whose ``set_epoch`` is never called feeds every epoch in the first
+    epoch's order; the reference draws a new one."""
+    ref = reference(epochs=2)
+    second = np.random.default_rng(1).permutation(93)
+    ref.windows[3:] = [(mb(0, second[a:b], 1.0),) for a, b in CUTS]
+    cand = candidate(8, 2, by_samples)
+    cand = run([*cand.windows, *cand.windows], epochs=[0, 0, 0, 1, 1, 1])
+    result = check_data(ref, cand)
+    assert result.status == "fail" and result.first_divergence == 3
+    assert ("from update 3 on the candidate was fed the samples of its updates from 0 on again"
+            in result.detail and "set_epoch is never called" in result.detail)
+    assert "set_epoch" not in check_data(cand, ref).detail  # the reference repeating: not so
+
+
 def test_drop_last_shows_as_samples_never_seen():
     ref = reference(epochs=2)
     cand = run([(mb(0, PERM[a:b], 1.0),) for _ in range(2) for a, b in CUTS[:2]],

@@ -92,6 +92,15 @@ def rank_sizes(window: Window) -> dict[int, list[int]]:
     return dict(sorted(sizes.items()))
 
 
+def repeats_from(windows: Sequence[Window], k: int) -> bool:
+    """Whether the windows from ``k`` on hold the samples of those from 0 on, update by update
+    (an epoch fed again in the order of the first: a sampler never told its epoch)."""
+    count = min(k, len(windows) - k)
+    return k > 0 and count > 0 and all(
+        np.array_equal(np.sort(window_ids(windows[k + j])), np.sort(window_ids(windows[j])))
+        for j in range(count))
+
+
 def leftover(windows: Sequence[Window], k: int, extra: np.ndarray) -> tuple[int, int, int] | None:
     """Whether window ``k`` holds, on every rank, more micro-batches than ``windows`` usually
     do, and the ``extra`` sample ids it has (against another run) are exactly those of its
