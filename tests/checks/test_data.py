@@ -4,6 +4,8 @@ reference and as micro-batches (and ranks) in the candidate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from lrcheck.checks import check_data, run_checks
@@ -153,6 +155,19 @@ def test_an_epoch_fed_again_in_the_first_epochs_order_is_named():
     assert ("from update 3 on the candidate was fed the samples of its updates from 0 on again"
             in result.detail and "set_epoch is never called" in result.detail)
     assert "set_epoch" not in check_data(cand, ref).detail  # the reference repeating: not so
+
+
+def test_runs_that_did_not_say_their_epochs_are_counted_as_one_not_as_epoch_0():
+    """A recorded command's updates have no epoch: 'in an epoch (epoch 0: …)' would claim what
+    nobody recorded."""
+    ref = reference()
+    cand = candidate(8, 2, by_samples)
+    cand.windows[2] = micro(np.concatenate([PERM[64:93], PERM[:3]]), 8, 2, lambda n: n / 32)
+    for trace in (ref, cand):
+        trace.updates = [replace(u, epoch=None) for u in trace.updates]
+    detail = check_data(ref, cand).detail
+    assert "3 samples twice where the reference saw them once (ids " in detail
+    assert "epoch" not in detail.split("over the run")[1]
 
 
 def test_drop_last_shows_as_samples_never_seen():

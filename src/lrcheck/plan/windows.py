@@ -125,6 +125,44 @@ def leftover(windows: Sequence[Window], k: int, extra: np.ndarray) -> tuple[int,
         extra.astype(np.int64))) else None
 
 
+def and_text(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _runs(sizes: Sequence[int]) -> str:
+    """Micro-batch sizes of one rank: ``16 and 13``, ``8, 8 and 5``; ``2 (×15) and 1`` when
+    more than four, repeats counted."""
+    if len(sizes) <= 4:
+        return and_text([str(s) for s in sizes])
+    groups: list[list[int]] = []
+    for s in sizes:
+        if groups and groups[-1][0] == s:
+            groups[-1][1] += 1
+        else:
+            groups.append([s, 1])
+    return and_text([f"{s} (×{count})" if count > 1 else str(s) for s, count in groups])
+
+
+def cut_text(window: Window, lone: str) -> str:
+    """How ``window`` was cut: ``micro-batches of 16 and 13``, ``2 micro-batches of 16``,
+    ``one micro-batch of 13`` (``lone``: ``micro-batch`` or ``batch``); under several ranks
+    ``micro-batches of 8 and 7 on rank 0, 8 and 6 on rank 1``."""
+    sizes = rank_sizes(window)
+    if not sizes:
+        return "no samples"
+    if len(sizes) == 1:
+        (only,) = sizes.values()
+        if len(only) == 1:
+            return f"one {lone} of {only[0]}"
+        if len(set(only)) == 1:
+            return f"{len(only)} micro-batches of {only[0]}"
+        return f"micro-batches of {_runs(only)}"
+    if all(len(s) == 1 for s in sizes.values()):
+        return "one micro-batch per rank: " + ", ".join(
+            f"{s[0]} on rank {r}" for r, s in sizes.items())
+    return "micro-batches of " + ", ".join(f"{_runs(s)} on rank {r}" for r, s in sizes.items())
+
+
 def sample_weights(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
     """The distinct sample ids behind ``window``, sorted, with the total weight each one's loss
     carried in the update's gradient (a sample fed twice counts twice); None when a weight was
