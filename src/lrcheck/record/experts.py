@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lrcheck.record.placed import rank_squares
 from lrcheck.record.staged import names_of, stitch
 
 Layout = Mapping[str, object]
@@ -114,7 +115,7 @@ class Split:
             out |= {"grad_sq": float(sum(per)), "group_tensors": groups,
                     "grad_sq_groups": {g: float(sum(per[t] for t in ts))
                                        for g, ts in groups.items()},
-                    "expert_ranks": self.expert_ranks()}
+                    "expert_ranks": self.expert_ranks(), **rank_squares(squares)}
         arrays = [np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in prints
                   if p is not None]
         if len(arrays) < len(lines):
