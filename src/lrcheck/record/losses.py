@@ -42,7 +42,7 @@ class Losses:
         """The Recorder keys of the values since the last ``take``, divided by ``scale``."""
         return self.terms.take(scale) | self._values(scale)
 
-    def _values(self, scale: float) -> dict[str, Any]:
+    def _values(self, scale: float) -> dict[str, object]:
         values, self.values = self.values, []
         measured = [v for v in values if v is not None]
         if not measured:
