@@ -280,8 +280,9 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A line's losses differentiated (``record.losses``): ``loss_backward``, a number, and
-    ``loss_micro``, a list of numbers or nulls."""
-    out: dict[str, Any] = {}
+    ``loss_micro``, a list of numbers or nulls; ``router_terms`` as is (``record.router``)."""
+    terms = item.get("router_terms")
+    out: dict[str, Any] = {"router_terms": terms} if isinstance(terms, dict) else {}
     if "loss_backward" in item:
         value = _read_number(item["loss_backward"])
         if value is None:
