@@ -268,7 +268,7 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
     for key, many in (("grad_sq", False), ("grad_sqs", True)):  # see COUNTS' comment
         given = item.get(key, [] if many else 0.0)
         read = [_read_number(v) for v in (given if isinstance(given, list) else [given])]
-        if isinstance(given, list) != many or not all(v is not None and v >= 0 for v in read):
+        if isinstance(given, list) != many or not all(v is not None and not v < 0 for v in read):
             raise SpecError(f"{where}: {key!r} must hold numbers >= 0, got {given!r}")
         record.update({key: read if many else read[0]} if key in item else {})
     if "fed" in item:

@@ -50,5 +50,14 @@ def test_scaled_by_finds_n_or_none():
     assert scaled_by(0.3, 1e-6) is None and scaled_by(1.0, 1e-6) is None
 
 
+def test_a_stage_without_gradient_in_both_runs_passes_and_in_one_run_fails_without_a_crash():
+    still = {"grad_sqs": [0.0, 0.0, 4.0, 12.0, 0.5]}
+    both = check_stages([{**_candidate(), "grad_sq_stages": [0.0, 16.5]}], [still], 1e-4)
+    assert both is not None and both.status == "pass"
+    one = check_stages([_candidate()], [still], 1e-4)
+    assert one is not None and one.status == "fail" and "stage 0" in one.detail
+    assert scaled_by(math.inf, 1e-6) is None and scaled_by(math.nan, 1e-6) is None
+
+
 def test_nothing_measured_is_not_judged():
     assert check_stages([{"grad_sq": 1.0}], [REFERENCE], 1e-4) is None

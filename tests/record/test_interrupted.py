@@ -99,7 +99,7 @@ def test_a_resume_that_did_not_restore_torchs_rng_under_dropout_fails_named(tmp_
 
 
 FAKE = ("import os, signal; fd = os.open(os.environ[{env!r}].split(':', 1)[1], os.O_WRONLY); "
-        "os.write(fd, b'0 1\\n'); os.close(fd); signal.pause()")
+        "os.write(fd, b'0 1 %d\\n' % os.getpid()); os.close(fd); signal.pause()")
 
 
 @pytest.mark.slow

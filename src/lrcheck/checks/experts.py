@@ -38,7 +38,8 @@ def group_ratios(candidate: Record, reference: Record) -> list[float] | None:
     ratios = part_ratios([squares[g] for g in tensors], list(tensors.values()), whole)
     mine, theirs = terms_of(candidate.get("router_terms")), terms_of(reference.get("router_terms"))
     if mine is not None and theirs is not None and set(mine) == set(theirs):
-        ratios += [math.sqrt(mine[t] / theirs[t]) if theirs[t] > 0 else math.inf for t in mine]
+        ratios += [math.sqrt(mine[t] / theirs[t]) if theirs[t] > 0 else 1.0 if mine[t] == 0
+                   else math.inf for t in mine]
     return ratios
 
 

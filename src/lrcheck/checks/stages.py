@@ -26,11 +26,12 @@ Words = Callable[[Sequence[float], Record], str]
 def part_ratios(squares: Sequence[float], tensors: Sequence[Sequence[int]],
                 whole: Sequence[float]) -> list[float]:
     """Each part's gradient norm (``squares``: its squared norm) over the reference's over
-    the same tensors (``tensors``: each part's, indices into the reference's ``whole``)."""
+    the same tensors (``tensors``: each part's, indices into the reference's ``whole``); 1
+    where both are zero, infinite where only the reference's is."""
     ratios = []
     for square, mine in zip(squares, tensors, strict=True):
         want = float(sum(whole[t] for t in mine))
-        ratios.append(math.sqrt(square / want) if want > 0 else math.inf)
+        ratios.append(math.sqrt(square / want) if want > 0 else 1.0 if square == 0 else math.inf)
     return ratios
 
 
@@ -48,6 +49,8 @@ def stage_ratios(candidate: Record, reference: Record) -> list[float] | None:
 
 def scaled_by(ratio: float, tol: float) -> int | None:
     """n where ``ratio`` is 1/n (negative: n, a stage scaled up), n ≥ 2, within ``tol``."""
+    if not math.isfinite(ratio) or ratio <= 0:
+        return None
     for n in (round(1 / ratio) if ratio > 0 else 0, -round(ratio)):
         if abs(n) >= 2 and abs(ratio * abs(n) ** (1 if n > 0 else -1) - 1) <= tol:
             return n
