@@ -15,11 +15,6 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
-# DeepSpeed's first engine JIT-builds a C++ extension (about a minute here), which torch caches
-# in $(TORCH_EXTENSIONS_DIR): a fresh machine pays it once, in the first `make test` (the tests
-# marked deepspeed). Set TORCH_EXTENSIONS_DIR to keep the cache elsewhere (a CI cache, say).
-TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/torch_extensions
-export TORCH_EXTENSIONS_DIR
 # Ludwig lives in its own environment: it is heavy (about 160 packages, 2.5 GB) and pins old
 # packages (rich 12). `make test` runs tests/ludwig/ there (`make test-ludwig`).
 LUDWIG_VENV ?= .venv-ludwig

@@ -48,38 +48,6 @@ def _valid_files(request: pytest.FixtureRequest) -> Iterator[None]:
             pytest.fail(found, pytrace=False)
 
 
-# DeepSpeed's CPU all-reduce (its shm_comm, on several ranks) leaves its buffers in /dev/shm
-# when the job ends (69 MB a rank, never unlinked by DeepSpeed 0.19): a test of it removes what
-# it made, so that nothing of a test is left behind.
-SHM = Path("/dev/shm")
-DEEPSPEED_SHM = "deepspeed_allreduce_buffer_*"
-
-
-@pytest.fixture(autouse=True)
-def _deepspeed_shm(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker("deepspeed") is None:
-        yield
-        return
-    before = set(SHM.glob(DEEPSPEED_SHM))
-    yield
-    for left in set(SHM.glob(DEEPSPEED_SHM)) - before - _mapped():
-        left.unlink(missing_ok=True)
-
-
-def _mapped() -> set[Path]:
-    """The files of /dev/shm some live process maps: a DeepSpeed job that another pytest worker
-    (make test's xdist) runs at the same time keeps its buffers."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:  # the process ended, or is not ours to read
-            continue
-        mapped |= {Path(line.split(None, 5)[5]) for line in text.splitlines()
-                   if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
-    return mapped
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _valid_shared_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """At the end of the session, the files with a schema in pytest's temporary folder that no
