@@ -74,9 +74,13 @@ BESIDE_LOG := $(VENV)/make-test-beside.log
 # The main tests run in $(TEST_WORKERS) pytest-xdist workers, a test file to a worker (its
 # module-scoped recordings made once): most tests wait on processes they start, so two workers
 # on this 2-core machine keep both cores busy (the suite's CPU time is about 1.45x its serial
-# wall time). TEST_WORKERS=0 runs them in this process, one after the other.
+# wall time). TEST_WORKERS=0 runs them in this process, one after the other. The files are dealt
+# in tests/conftest.py's order (--no-loadscope-reorder): those with the most slow tests first,
+# the fast ones last, so that both workers stay busy to the end (xdist's own order, by number of
+# tests, dealt the heavy files of two slow tests last, and one worker waited on the other;
+# --no-loadscope-reorder is pytest-xdist 3.8's).
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & \

@@ -5,6 +5,7 @@ writes validated against its schema (tests/schema_files.py)."""
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +113,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 COLLECTED_FILES = pytest.StashKey[set[str]]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test files with the most slow tests first, those with none last, each file's tests
+    in their order: make test's workers take a file at a time as they free up, in this order
+    (the Makefile's --no-loadscope-reorder), and the many short files at the end keep both
+    busy until the last long one ends."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests stay together
 
 
 @pytest.fixture(autouse=True)
