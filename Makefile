@@ -15,16 +15,22 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lrcheck-installed
-# DeepSpeed's first engine JIT-builds a C++ extension (about a minute here), which torch caches
-# in $(TORCH_EXTENSIONS_DIR): a fresh machine pays it once, in the first `make test` (the tests
-# marked deepspeed). Set TORCH_EXTENSIONS_DIR to keep the cache elsewhere (a CI cache, say).
-TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/torch_extensions
-export TORCH_EXTENSIONS_DIR
 # Ludwig lives in its own environment: it is heavy (about 160 packages, 2.5 GB) and pins old
 # packages (rich 12). `make test` runs tests/ludwig/ there (`make test-ludwig`).
 LUDWIG_VENV ?= .venv-ludwig
 LUDWIG_BIN := $(LUDWIG_VENV)/bin
 LUDWIG_STAMP := $(LUDWIG_VENV)/.lrcheck-installed
+# Bytecode: pip installs with --no-compile, and Python compiles and caches only what a process
+# imports, under $(PYCACHE) (beside no source, so the tree and the tests' folders stay clean), for
+# every later process. pip would byte-compile every module of every package, about 20,000 files
+# in each environment (50 s of CPU measured for .venv, on one core, before the first test
+# starts), where make test imports about a quarter of them (the heavy imports of every framework
+# compiled in 13 s of CPU). PYTHONDONTWRITEBYTECODE, which this machine and CI set, would
+# leave that cache unwritten and every process compiling what it imports (torch alone, seconds):
+# the Makefile's commands run without it.
+PYCACHE ?= $(abspath $(VENV))/pycache
+export PYTHONPYCACHEPREFIX := $(PYCACHE)
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-fast test-ludwig lint docs bench venv venv-ludwig clean screenshots
 
@@ -33,8 +39,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet $(TORCH)
-	$(BIN)/python -m pip install --quiet -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl,logs]"
+	$(BIN)/python -m pip install --quiet --no-compile $(TORCH)
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,docs,accelerate,transformers,lightning,deepspeed,trl,logs]"
 	touch $(STAMP)
 
 venv-ludwig: $(LUDWIG_STAMP)
@@ -46,8 +52,8 @@ venv-ludwig: $(LUDWIG_STAMP)
 $(LUDWIG_STAMP): pyproject.toml Makefile scripts/ludwig_venv_fixup.py
 	test -x $(LUDWIG_BIN)/python || $(PYTHON) -m venv $(LUDWIG_VENV)
 	$(LUDWIG_BIN)/python -m pip install --quiet --upgrade pip
-	$(LUDWIG_BIN)/python -m pip install --quiet $(TORCH)
-	$(LUDWIG_BIN)/python -m pip install --quiet -e ".[dev,ludwig]" \
+	$(LUDWIG_BIN)/python -m pip install --quiet --no-compile $(TORCH)
+	$(LUDWIG_BIN)/python -m pip install --quiet --no-compile -e ".[dev,ludwig]" \
 		"torch==$$($(LUDWIG_BIN)/python -c 'from importlib.metadata import version; print(version("torch"))')"
 	$(LUDWIG_BIN)/python scripts/ludwig_venv_fixup.py $(LUDWIG_VENV)
 	touch $(LUDWIG_STAMP)
@@ -68,9 +74,13 @@ BESIDE_LOG := $(VENV)/make-test-beside.log
 # The main tests run in $(TEST_WORKERS) pytest-xdist workers, a test file to a worker (its
 # module-scoped recordings made once): most tests wait on processes they start, so two workers
 # on this 2-core machine keep both cores busy (the suite's CPU time is about 1.45x its serial
-# wall time). TEST_WORKERS=0 runs them in this process, one after the other.
+# wall time). TEST_WORKERS=0 runs them in this process, one after the other. The files are dealt
+# in tests/conftest.py's order (--no-loadscope-reorder): those with the most slow tests first,
+# the fast ones last, so that both workers stay busy to the end (xdist's own order, by number of
+# tests, dealt the heavy files of two slow tests last, and one worker waited on the other;
+# --no-loadscope-reorder is pytest-xdist 3.8's).
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -k lint docs test-ludwig >$(BESIDE_LOG) 2>&1 & \

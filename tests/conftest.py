@@ -5,6 +5,7 @@ writes validated against its schema (tests/schema_files.py)."""
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,38 +47,6 @@ def _valid_files(request: pytest.FixtureRequest) -> Iterator[None]:
         found = schema_files.report(schema_files.files_under([tmp]))
         if found:
             pytest.fail(found, pytrace=False)
-
-
-# DeepSpeed's CPU all-reduce (its shm_comm, on several ranks) leaves its buffers in /dev/shm
-# when the job ends (69 MB a rank, never unlinked by DeepSpeed 0.19): a test of it removes what
-# it made, so that nothing of a test is left behind.
-SHM = Path("/dev/shm")
-DEEPSPEED_SHM = "deepspeed_allreduce_buffer_*"
-
-
-@pytest.fixture(autouse=True)
-def _deepspeed_shm(request: pytest.FixtureRequest) -> Iterator[None]:
-    if request.node.get_closest_marker("deepspeed") is None:
-        yield
-        return
-    before = set(SHM.glob(DEEPSPEED_SHM))
-    yield
-    for left in set(SHM.glob(DEEPSPEED_SHM)) - before - _mapped():
-        left.unlink(missing_ok=True)
-
-
-def _mapped() -> set[Path]:
-    """The files of /dev/shm some live process maps: a DeepSpeed job that another pytest worker
-    (make test's xdist) runs at the same time keeps its buffers."""
-    mapped = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:  # the process ended, or is not ours to read
-            continue
-        mapped |= {Path(line.split(None, 5)[5]) for line in text.splitlines()
-                   if "/dev/shm/" in line and len(line.split(None, 5)) == 6}
-    return mapped
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -144,6 +113,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 COLLECTED_FILES = pytest.StashKey[set[str]]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test files with the most slow tests first, those with none last, each file's tests
+    in their order: make test's workers take a file at a time as they free up, in this order
+    (the Makefile's --no-loadscope-reorder), and the many short files at the end keep both
+    busy until the last long one ends."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests stay together
 
 
 @pytest.fixture(autouse=True)

@@ -13,14 +13,17 @@ import numpy as np
 
 from lrcheck.plan.windows import (
     Window,
+    and_text,
+    cut_text,
     fraction_text,
     fraction_texts,
-    rank_sizes,
+    leftover,
+    repeats_from,
     sample_weights,
     window_ids,
 )
 from lrcheck.trace import UpdateRecord
-from lrcheck.words import and_list, plural
+from lrcheck.words import plural
 
 # How many sample ids a message lists before it says how many there are in all.
 SHOWN_IDS = 6
@@ -54,12 +57,15 @@ def _net(ref_keys: np.ndarray, cand_keys: np.ndarray) -> tuple[np.ndarray, np.nd
 class Seen:
     """Over the run, per epoch: samples the candidate saw more often than the reference did
     (``extra``, as (epoch, id) repeated by the excess) and less often (``missing``); whether
-    every extra one was seen twice where the reference saw it once, every missing one never."""
+    every extra one was seen twice where the reference saw it once, every missing one never;
+    ``epochs``: whether the runs said their epochs (a recorded command does not: its whole run
+    is then counted as one)."""
 
     extra: list[tuple[int, int]]
     missing: list[tuple[int, int]]
     twice: bool
     never: bool
+    epochs: bool = True
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,9 @@ class DataDiff:
     (repeated as often as the excess); ``seen``: over the whole run, per epoch (None when the
     runs agree everywhere); ``carried``: the epoch the first differing update ran on into —
     the candidate's window held the reference's last one of an epoch and the first samples of
-    the next epoch's first (None: not so)."""
+    the next epoch's first (None: not so); ``leftover``: the first differing update's window
+    began with more micro-batches than the candidate's other windows, and its extra samples
+    are theirs: (micro-batches in it, in the others, how many came first) on each rank."""
 
     compared: int
     lengths: tuple[int, int]
@@ -79,6 +87,10 @@ class DataDiff:
     only_ref: np.ndarray
     seen: Seen | None
     carried: int | None = None
+    leftover: tuple[int, int, int] | None = None
+    # The candidate's updates from the first differing one repeat its first ones, where the
+    # reference never repeats its own.
+    repeated: bool = False
 
 
 def _epochs(updates: Sequence[UpdateRecord], count: int) -> np.ndarray:
@@ -121,7 +133,11 @@ def data_diff(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
         only_ref = np.repeat(ids[first & (net < 0)], -net[first & (net < 0)])
     return DataDiff(n, lengths, differing, only_cand, only_ref,
                     _seen(ref_windows, cand_windows, ref_updates, cand_updates),
-                    _carried(differing, only_cand, only_ref, ref_windows, ref_updates))
+                    _carried(differing, only_cand, only_ref, ref_windows, ref_updates),
+                    None if not len(differing) or len(only_ref) else
+                    leftover(cand_windows, int(differing[0]), only_cand),
+                    bool(len(differing)) and repeats_from(cand_windows, int(differing[0]))
+                    and not any(repeats_from(ref_windows, j) for j in range(1, len(ref_windows))))
 
 
 def _carried(differing: np.ndarray, only_cand: np.ndarray, only_ref: np.ndarray,
@@ -167,9 +183,10 @@ def _seen(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
                                                  strict=True) for _ in range(c)]
     missing = [(int(e), int(i)) for e, i, c in zip(epochs[fewer], ids[fewer], -net[fewer],
                                                    strict=True) for _ in range(c)]
+    known = any(u.epoch is not None for u in (*ref_updates, *cand_updates))
     return Seen(extra, missing,
                 bool(np.all((in_cand[more] == 2) & (in_ref[more] == 1))),
-                bool(np.all(in_cand[fewer] == 0)))
+                bool(np.all(in_cand[fewer] == 0)), known)
 
 
 def ids_text(ids: Sequence[int] | np.ndarray, limit: int = SHOWN_IDS) -> str:
@@ -180,8 +197,10 @@ def ids_text(ids: Sequence[int] | np.ndarray, limit: int = SHOWN_IDS) -> str:
     return f"{'id' if len(values) == 1 else 'ids'} {shown}{more}"
 
 
-def _by_epoch(pairs: list[tuple[int, int]]) -> str:
+def _by_epoch(pairs: list[tuple[int, int]], known: bool = True) -> str:
     epochs = sorted({e for e, _ in pairs})
+    if not known:
+        return ids_text([i for _, i in pairs])
     if len(epochs) == 1:
         return f"epoch {epochs[0]}: {ids_text([i for _, i in pairs])}"
     first = epochs[0]
@@ -193,25 +212,27 @@ def seen_text(seen: Seen) -> str:
     """Over the run: the samples the candidate saw twice (or more often) or never (or less
     often) in an epoch than the reference did, with what usually causes each."""
     parts = []
+    span = " in an epoch" if seen.epochs else ""  # a run that did not say its epochs: as one
     if seen.extra:
         them = "it" if len(seen.extra) == 1 else "them"
+        ids = _by_epoch(seen.extra, seen.epochs)
         if seen.twice:
-            how = (f"twice in an epoch where the reference saw {them} once "
-                   f"({_by_epoch(seen.extra)}): padding of uneven ranks (a DistributedSampler, "
-                   "Accelerate's even_batches) looks like this")
+            how = (f"twice{span} where the reference saw {them} once ({ids}): padding of "
+                   "uneven ranks (a DistributedSampler, Accelerate's even_batches) looks like "
+                   "this")
         else:
-            how = (f"more often in an epoch than the reference ({_by_epoch(seen.extra)}): the "
-                   "reference leaving samples out (drop_last), or padding, looks like this")
+            how = (f"more often{span} than the reference ({ids}): the reference leaving samples "
+                   "out (drop_last), or padding, looks like this")
         parts.append(f"{plural(len(seen.extra), 'sample')} {how}")
     if seen.missing:
         them = "it" if len(seen.missing) == 1 else "them"
-        how = (f"never in an epoch where the reference saw {them}" if seen.never
-               else "less often in an epoch than the reference")
+        how = (f"never{span} where the reference saw {them}" if seen.never
+               else f"less often{span} than the reference")
         parts.append(f"{plural(len(seen.missing), 'sample')} {how} "
-                     f"({_by_epoch(seen.missing)}): drop_last looks like this")
+                     f"({_by_epoch(seen.missing, seen.epochs)}): drop_last looks like this")
     if not parts:
-        return ("over each epoch the candidate saw the same samples as the reference, grouped "
-                "into updates differently")
+        return (f"over {'each epoch' if seen.epochs else 'the run'} the candidate saw the same "
+                "samples as the reference, grouped into updates differently")
     return "over the run, the candidate saw " + "; and ".join(parts)
 
 
@@ -238,6 +259,19 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     if resumed:
         parts.append("the candidate resumed from its checkpoint just before: its data order did "
                      "not go on where it stopped")
+    elif diff.repeated:
+        parts.append(f"from update {diff.differing[0]} on the candidate was fed the samples of "
+                     "its updates from 0 on again, update by update, where the reference's "
+                     "differ: an epoch in the first epoch's order, as a DistributedSampler whose "
+                     "set_epoch is never called gives it, looks like this")
+    elif diff.leftover is not None:
+        held, usual, first = diff.leftover
+        which, its = ("its first", "its") if first == 1 else (f"its first {first}", "their")
+        parts.append(f"its window holds {held} micro-batches on each rank where the candidate's "
+                     f"others hold {usual}: {which}, fed after the update before, made no update "
+                     f"of {its} own and {its} gradients were carried into this one; an epoch's "
+                     "last, partial window left in the gradients, neither stepped nor zeroed, "
+                     "looks like this")
     elif diff.carried is not None:
         parts.append(f"its window ran on into epoch {diff.carried}: it holds the reference's "
                      f"last, partial window of epoch {diff.carried - 1} and the first samples of "
@@ -246,40 +280,6 @@ def data_text(diff: DataDiff, resumed: bool = False) -> str:
     elif diff.seen is not None:
         parts.append(seen_text(diff.seen))
     return "; ".join(parts)
-
-
-def _runs(sizes: Sequence[int]) -> str:
-    """Micro-batch sizes of one rank: ``16 and 13``, ``8, 8 and 5``; ``2 (×15) and 1`` when
-    more than four, repeats counted."""
-    if len(sizes) <= 4:
-        return and_list([str(s) for s in sizes])
-    groups: list[list[int]] = []
-    for s in sizes:
-        if groups and groups[-1][0] == s:
-            groups[-1][1] += 1
-        else:
-            groups.append([s, 1])
-    return and_list([f"{s} (×{count})" if count > 1 else str(s) for s, count in groups])
-
-
-def _cut(window: Window, lone: str) -> str:
-    """How ``window`` was cut: ``micro-batches of 16 and 13``, ``2 micro-batches of 16``,
-    ``one micro-batch of 13`` (``lone``: ``micro-batch`` or ``batch``); under several ranks
-    ``micro-batches of 8 and 7 on rank 0, 8 and 6 on rank 1``."""
-    sizes = rank_sizes(window)
-    if not sizes:
-        return "no samples"
-    if len(sizes) == 1:
-        (only,) = sizes.values()
-        if len(only) == 1:
-            return f"one {lone} of {only[0]}"
-        if len(set(only)) == 1:
-            return f"{len(only)} micro-batches of {only[0]}"
-        return f"micro-batches of {_runs(only)}"
-    if all(len(s) == 1 for s in sizes.values()):
-        return "one micro-batch per rank: " + ", ".join(
-            f"{s[0]} on rank {r}" for r, s in sizes.items())
-    return "micro-batches of " + ", ".join(f"{_runs(s)} on rank {r}" for r, s in sizes.items())
 
 
 def _lone_word(windows: Sequence[Window]) -> str:
@@ -316,8 +316,8 @@ def weights_text(cand: Window, ref: Window, total: int) -> str:
         texts = fraction_texts(values, limit)
         ranks = sorted({m.rank for m in cand})
         if len(ranks) == 1:
-            return and_list(texts)
-        return ", ".join(and_list([t for t, m in zip(texts, cand, strict=True) if m.rank == r])
+            return and_text(texts)
+        return ", ".join(and_text([t for t, m in zip(texts, cand, strict=True) if m.rank == r])
                          + f" on rank {r}" for r in ranks)
 
     if len(cand) == 1:
@@ -349,9 +349,9 @@ def diagnose(ref_windows: Sequence[Window], cand_windows: Sequence[Window],
     if len(cand) == 1:
         cut = "one micro-batch" if _lone_word(cand_windows) == "micro-batch" else "one batch"
     else:
-        cut = _cut(cand, "micro-batch")
+        cut = cut_text(cand, "micro-batch")
     where = (f"{_position(cand_updates, k)}: {plural(total, 'sample')}{partial} in {cut} "
-             f"(reference: {_cut(ref, _lone_word(ref_windows))})")
+             f"(reference: {cut_text(ref, _lone_word(ref_windows))})")
     if not np.array_equal(np.sort(window_ids(cand)), np.sort(window_ids(ref))):
         return f"{where}; it was fed different samples from the reference's: see data"
     lr = ", so the difference is the LR: see lr" if lr_differs else ""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,7 +32,7 @@ class Recorded(Protocol):
     ``result.IncompleteResult`` an ``Interrupted`` carries). Stated here, not imported, so that
     this module imports none of lrcheck's."""
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> dict[str, object]: ...
 
 
 class Interrupted(Exception):

@@ -52,9 +52,9 @@ def _value(raw: object, where: str, key: str) -> Value:
                     f"of numbers in each param group, got {raw!r}")
 
 
-def read_settings(item: Mapping[str, Any], where: str) -> dict[str, Any]:
+def read_settings(item: Mapping[str, object], where: str) -> dict[str, object]:
     """The optimizer's keys of one Recorder line, checked (``where``: the file and line)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if CLASS in item:
         if not isinstance(item[CLASS], str):
             raise SpecError(f"{where}: {CLASS!r} must be the optimizer's class name, got "

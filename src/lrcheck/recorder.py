@@ -29,8 +29,7 @@ REQUIRED = ("step", "samples_seen", "lr")
 # count_calls``): the calls since the previous update of backward, zero_grad, the clipping,
 # GradScaler.update and the EMA, the backward passes since the last zero_grad (``reached``), and
 # the numbers: the last clip's max_norm / clip_value, its pre-clip norm, the optimizer state's
-# step counter; ``loss_backward``, ``loss_micro`` (``record.losses``); RNGS (``record.stages``).
-RNGS = ("rng", "rng_numpy", "rng_python")
+# step counter; ``loss_backward``, ``loss_micro`` (``record.losses``); ``rng*`` (``record.stages``).
 COUNTS = ("scheduler_steps", "skipped", "backward", "reached", "zero_grad", "clip_grad_norm",
           "clip_grad_value", "scaler_update", "ema_update")
 NUMBERS = ("max_norm", "clip_value", "clip_norm", "opt_step")
@@ -96,7 +95,7 @@ class Recorder:
 
     def log(self, *, lr: Sequence[float], samples: int, loss: SupportsFloat | None = None,
             fingerprint: Sequence[float] | None = None,
-            extra: Mapping[str, Any] | None = None) -> None:
+            extra: Mapping[str, object] | None = None) -> None:
         """The same as ``record`` for code that has the LRs already (a framework's callback);
         ``fingerprint``: the parameters after the update, in brief
         (``integrations.core.fingerprint``), which ``lrcheck diff`` checks as ``params``;
@@ -105,7 +104,7 @@ class Recorder:
         if not self.enabled or self._file is None:
             return
         self.samples_seen += count
-        line: dict[str, Any] = {"step": self.step, "samples_seen": self.samples_seen,
+        line: dict[str, object] = {"step": self.step, "samples_seen": self.samples_seen,
                 "lr": [_number(v) for v in lr],
                 "loss": None if loss is None else _number(loss)}
         if fingerprint is not None:
@@ -269,20 +268,21 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
     for key, many in (("grad_sq", False), ("grad_sqs", True)):  # see COUNTS' comment
         given = item.get(key, [] if many else 0.0)
         read = [_read_number(v) for v in (given if isinstance(given, list) else [given])]
-        if isinstance(given, list) != many or not all(v is not None and v >= 0 for v in read):
+        if isinstance(given, list) != many or not all(v is not None and not v < 0 for v in read):
             raise SpecError(f"{where}: {key!r} must hold numbers >= 0, got {given!r}")
         record.update({key: read if many else read[0]} if key in item else {})
     if "fed" in item:
         record.update(_fed(item, where))
     record.update(_losses(item, where))
     record.update(read_settings(item, where))
-    return {**record, **{key: item[key] for key in RNGS if isinstance(item.get(key), int)}}
+    return {**record, **{k: v for k, v in item.items() if k.startswith("rng") and type(v) is int}}
 
 
 def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A line's losses differentiated (``record.losses``): ``loss_backward``, a number, and
-    ``loss_micro``, a list of numbers or nulls."""
-    out: dict[str, Any] = {}
+    ``loss_micro``, a list of numbers or nulls; ``router_terms`` as is (``record.router``)."""
+    terms = item.get("router_terms")
+    out: dict[str, Any] = {"router_terms": terms} if isinstance(terms, dict) else {}
     if "loss_backward" in item:
         value = _read_number(item["loss_backward"])
         if value is None:

@@ -7,7 +7,7 @@ its keys stable and add beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lrcheck.checks import CheckResult, verdict
 from lrcheck.environment import Environment
@@ -93,7 +93,7 @@ class Report:
     def check(self, name: str) -> CheckResult:
         return next(c for c in self.checks if c.name == name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**_result(self.verdict, self.pair, self.checks,
                           self.reference, self.candidate, self.environment),
                 "mode": self.kind.value, **_judging(self.judging),
@@ -119,7 +119,7 @@ class IncompleteResult:
     verdict = INCOMPLETE
     exit_code = 130
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**_result(self.verdict, self.pair, [], self.reference, self.candidate,
                           self.environment),
                 "mode": self.kind.value, **_judging(self.judging), "incomplete": self.reason}
@@ -131,7 +131,7 @@ def _judging(judging: Judging | None) -> dict[str, str]:
 
 def _result(verdict: Verdict, pair: PairSpec | FilePair, checks: list[CheckResult],
             reference: RunTrace, candidate: RunTrace, environment: Environment | None
-            ) -> dict[str, Any]:
+            ) -> dict[str, object]:
     # A long simulated schedule is thinned in JSON: it keeps the updates where the runs part.
     pinned = [c.first_divergence for c in checks if c.first_divergence is not None]
     return {

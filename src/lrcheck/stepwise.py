@@ -69,8 +69,8 @@ class StepGaps:
     born_equal: bool | None = None
     stopped: str | None = None
     stopped_at: int | None = None
-    compute: dict[str, Any] | None = None
-    reference_compute: dict[str, Any] | None = None
+    compute: dict[str, object] | None = None
+    reference_compute: dict[str, object] | None = None
     sizes: tuple[int, ...] = ()
 
     @classmethod

@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from lrcheck.errors import SpecError
 
 if TYPE_CHECKING:
     from lrcheck.reports.plots import Plot
     from lrcheck.reports.render import Renderer
+    from lrcheck.suite.baseline import BaselineRecord
     from lrcheck.suite.outcome import PairOutcome, SuiteResult
     from lrcheck.suite.spec import Suite
 
@@ -84,7 +85,7 @@ def run_suite(suite: Suite, out: Path, *, baseline: Path | None = None,
 
 
 def _run_here_or_in_workers(suite: Suite, folder: Path,
-                            records: dict[str, dict[str, Any]] | None, baseline_path: str | None,
+                            records: dict[str, BaselineRecord] | None, baseline_path: str | None,
                             on_progress: Callable[[int, str, int, int], None] | None,
                             on_done: Callable[[int, PairOutcome], None] | None,
                             renderer: Renderer, jobs: int, plots: str) -> SuiteResult:

@@ -6,19 +6,29 @@ A schedule stepped without a model (``lrcheck trace``) can make 100,000s of upda
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypedDict, TypeVar, overload
 
 import numpy as np
 
+from lrcheck.plan.digest import lr_digest, thin_indices
 from lrcheck.plan.steps import ScheduleContext
 from lrcheck.plan.windows import Window, fed_window, windows_from_json, windows_to_json
 from lrcheck.recorder import COUNTS, NUMBERS
 from lrcheck.spec import RunSpec
 
 T = TypeVar("T")
+
+
+# An ``UpdateRecord`` in JSON: result.json's ``updates`` and a worker's hand-off.
+class UpdateJson(TypedDict):
+    step: int
+    lr: list[float]
+    loss: float | None
+    samples_seen: int
+    scheduler_steps: int | None
+    epoch: int | None
 
 
 @dataclass(frozen=True)
@@ -36,13 +46,13 @@ class UpdateRecord:
     scheduler_steps: int | None
     epoch: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> UpdateJson:
         return {"step": self.step, "lr": list(self.lr), "loss": self.loss,
                 "samples_seen": self.samples_seen, "scheduler_steps": self.scheduler_steps,
                 "epoch": self.epoch}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> UpdateRecord:
+    def from_dict(cls, data: UpdateJson) -> UpdateRecord:
         return cls(int(data["step"]), tuple(float(v) for v in data["lr"]),
                    _maybe(float, data["loss"]), int(data["samples_seen"]),
                    _maybe(int, data["scheduler_steps"]), _maybe(int, data["epoch"]))
@@ -86,8 +96,8 @@ class EpochMetrics:
 
 @dataclass(frozen=True)
 class SkippedStep:
-    """An update whose optimizer step the GradScaler skipped (non-finite fp16 gradients), and
-    the ``scheduler.step()`` calls made during it (0 when the schedule held still)."""
+    """An update whose step the GradScaler skipped (non-finite fp16 gradients), and the
+    ``scheduler.step()`` calls made during it (0 when the schedule held still)."""
 
     update: int
     scheduler_steps: int
@@ -95,9 +105,8 @@ class SkippedStep:
 
 @dataclass(frozen=True)
 class Resumed:
-    """Where a run was stopped, checkpointed, rebuilt from scratch and resumed: in the window of
-    ``update`` with ``micro_batches_done`` of its micro-batches trained (0: right after update
-    ``update - 1``), and the checkpoint's size."""
+    """Where a run was stopped, checkpointed, rebuilt and resumed: in ``update``'s window after
+    ``micro_batches_done`` micro-batches (0: after update ``update - 1``); the checkpoint's size."""
 
     update: int
     micro_batches_done: int | None
@@ -122,27 +131,26 @@ class RunTrace:
     """Everything one run recorded. ``stopped`` holds the reason when the run ended before its
     planned ``planned_updates`` (a scheduler that refused to step, say). A run lrcheck did not
     train itself (``lrcheck diff``) has no ``spec`` but the ``source`` file it was read from, and
-    no ``context`` (the ``ScheduleContext`` its schedule was built with; ``{}`` in JSON), nor has
-    a run interrupted before it finished (``partial``).
+    no ``context`` (the ``ScheduleContext`` its schedule was built with; ``{}`` in JSON), nor has a
+    run interrupted before it finished (``partial``).
 
-    What only some runs have is None in the others, and then absent from ``to_dict``:
-    ``warnings`` (what torch warned while lrcheck ran it), ``resumed`` (``--resume-at``),
-    ``skipped`` (every run with a GradScaler: its skipped steps, maybe none), ``wall_seconds``
-    (a run launched through torchrun: its wall time, start-up included), ``launch`` (set where
-    how it ran is not what its spec says: the reference trained on rank 0 of the candidate's
-    job), ``schedule`` (a schedule stepped without a model), ``windows`` (a trained run: the
-    samples behind each update as fed, and their weights; ``plan/windows.py``) and
-    ``fingerprints`` (a Recorder file with parameter fingerprints: per update, None where none
-    was recorded, else per parameter tensor its sum and largest absolute value as rows of
-    shape ``(tensors, 2)``; not in JSON), ``optimizer_states`` (a reference of lrcheck's own
-    loop: the optimizer's state after every update, ``runner.lockstep``; not in JSON) and
-    ``lockstep`` (a candidate run in lockstep with its reference: how many of its updates
-    started from the reference's state). A run ``lrcheck record`` recorded may have
+    What only some runs have is None in the others, and then absent from ``to_dict``: ``warnings``
+    (what torch warned while lrcheck ran it), ``resumed`` (``--resume-at``), ``skipped`` (every run
+    with a GradScaler: its skipped steps, maybe none), ``wall_seconds`` (a run launched through
+    torchrun: its wall time, start-up included), ``launch`` (set where how it ran is not what its
+    spec says: the reference trained on rank 0 of the candidate's job), ``schedule`` (a schedule
+    stepped without a model), ``windows`` (a trained run: the samples behind each update as fed,
+    and their weights; ``plan/windows.py``) and ``fingerprints`` (a Recorder file with parameter
+    fingerprints: per update, None where none was recorded, else per parameter tensor its sum and
+    largest absolute value as rows of shape ``(tensors, 2)``; not in JSON), ``optimizer_states`` (a
+    reference of lrcheck's own loop: the optimizer's state after every update, ``runner.lockstep``;
+    not in JSON) and ``lockstep`` (a candidate run in lockstep with its reference: how many of its
+    updates started from the reference's state). A run ``lrcheck record`` recorded may have
     ``grad_norms`` (per update, None where not taken) and ``skips`` (per update, the steps a
     GradScaler skipped before it); neither in JSON; a run read from a record folder, its
-    ``command``, its ``windows`` where its process saw the training forwards
-    (``record.taps``), ``unweighed``: why some of their loss weights were not measured, and
-    ``loss_dtype``: the coarsest type a measured loss was computed in."""
+    ``command``, its ``windows`` where its process saw the training forwards (``record.taps``),
+    ``unweighed``: why some of their loss weights were not measured, and ``loss_dtype``: the
+    coarsest type a measured loss was computed in."""
 
     spec: RunSpec | None
     updates: Sequence[UpdateRecord]
@@ -201,8 +209,7 @@ class RunTrace:
                        for r in records] if any("grad_sq" in r for r in records) else None)
         skips = [int(r["skipped"]) for r in records] if all("skipped" in r for r in records) \
             else None
-        keys = (*COUNTS[2:], *NUMBERS)
-        cadence = ([{key: r[key] for key in keys if key in r} for r in records]
+        cadence = ([{key: r[key] for key in (*COUNTS[2:], *NUMBERS) if key in r} for r in records]
                    if all("backward" in r for r in records) else None)
         windows = ([fed_window(r["fed"]) for r in records]
                    if records and all("fed" in r for r in records) else None)
@@ -234,8 +241,8 @@ class RunTrace:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], params: np.ndarray) -> RunTrace:
-        """The inverse of ``to_dict`` for a trained run (``runner.ranks.handoff``), which leaves the
-        parameters out: they come as ``params``."""
+        """The inverse of ``to_dict`` for a trained run (``runner.ranks.handoff``); its
+        parameters, not in JSON, come as ``params``."""
         resumed, skipped = data.get("resumed"), data.get("skipped")
         return cls(
             spec=RunSpec(**data["spec"]) if isinstance(data["spec"], dict) else None,
@@ -258,7 +265,7 @@ class RunTrace:
             lockstep=_maybe(int, data.get("lockstep")),
         )
 
-    def to_dict(self, pinned: Iterable[int] = (), windows: bool = False) -> dict[str, Any]:
+    def to_dict(self, pinned: Iterable[int] = (), windows: bool = False) -> dict[str, object]:
         """The run in ``result.json``. ``pinned``: updates a schedule's thinned ``updates``
         keeps with their neighbours (where the checks found the runs part). ``windows``: with
         the samples behind every update (a worker's hand-off; a report leaves them out)."""
@@ -291,37 +298,13 @@ class RunTrace:
         }
 
 
-DIGEST_BITS = 40
+FLOATS = ("float64", "float32", "float16", "bfloat16")  # the finest first
 
 
-def _coarsest(kinds: Iterable[str | None]) -> str | None:
+def _coarsest(kinds: Iterable[str | None], order: tuple[str, ...] = FLOATS) -> str | None:
     """The coarsest of the floating-point type names given (None: none given)."""
-    order = ("float64", "float32", "float16", "bfloat16")
     found = [k for k in kinds if k]
     return max(found, key=lambda k: order.index(k) if k in order else 1) if found else None
-
-
-def lr_digest(lrs: np.ndarray) -> str:
-    """``sha256:`` of an LR trace (updates x param groups) in a canonical form: the shape, then
-    every value's binary exponent and its mantissa rounded to ``DIGEST_BITS`` bits (about 12
-    significant digits) as little-endian int64, so that last-bit differences of the maths
-    library between machines do not change it."""
-    rows = np.asarray(lrs, dtype=np.float64).reshape(len(lrs), -1)
-    mantissa, exponent = np.frexp(rows)
-    digest = hashlib.sha256(f"{rows.shape[0]}x{rows.shape[1]}\n".encode())
-    digest.update(np.round(mantissa * 2.0 ** DIGEST_BITS).astype("<i8").tobytes())
-    digest.update(exponent.astype("<i8").tobytes())
-    return "sha256:" + digest.hexdigest()
-
-
-def thin_indices(n: int, limit: int, pinned: Iterable[int] = (), around: int = 2) -> np.ndarray:
-    """At most about ``limit`` evenly spaced indices of ``range(n)``, always with the first and
-    the last, plus ``around`` on either side of every index in ``pinned``."""
-    if n <= limit:
-        return np.arange(n)
-    even = np.linspace(0, n - 1, limit).astype(np.int64)
-    near = [np.arange(max(0, p - around), min(n, p + around + 1)) for p in pinned]
-    return np.unique(np.concatenate([even, *near]))
 
 
 class UpdateColumns(Sequence[UpdateRecord]):
@@ -373,11 +356,11 @@ class ScheduleTrace:
     columns: UpdateColumns
     scheduler_steps: int
 
-    def updates_json(self, pinned: Iterable[int] = ()) -> list[dict[str, Any]]:
+    def updates_json(self, pinned: Iterable[int] = ()) -> list[UpdateJson]:
         keep = thin_indices(len(self.columns), MAX_STORED_UPDATES, pinned)
         return [{**self.columns[int(k)].to_dict(), "loss": None} for k in keep]
 
-    def summary(self, pinned: Iterable[int] = ()) -> dict[str, Any]:
+    def summary(self, pinned: Iterable[int] = ()) -> dict[str, object]:
         """``updates_stored`` and ``lr_digest``."""
         n = len(self.columns)
         stored = len(thin_indices(n, MAX_STORED_UPDATES, pinned))

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import Enum
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
     """``1 update``, ``2 updates``; ``nouns`` where the plural is not ``noun + "s"``."""
     return f"{count} {noun if count == 1 else nouns or noun + 's'}"
-
-
-def and_list(items: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 class Word(str, Enum):

@@ -4,6 +4,8 @@ reference and as micro-batches (and ranks) in the candidate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from lrcheck.checks import check_data, run_checks
@@ -120,6 +122,52 @@ def test_padding_of_uneven_ranks_shows_as_samples_seen_twice():
     assert "only in the reference" not in result.detail
     assert "3 samples twice in an epoch where the reference saw them once" in result.detail
     assert "padding of uneven ranks" in result.detail and "never" not in result.detail
+
+
+def test_a_partial_window_carried_into_the_next_update_is_named_not_padding():
+    """A user's loop that leaves an epoch's last, partial window in the gradients (no step,
+    no zero_grad) adds its micro-batches to the next update: that window begins with one
+    micro-batch more on each rank, holding the extra samples."""
+    ref = reference()
+    cand = candidate(8, 2, by_samples)
+    left = (mb(0, [100, 101, 102, 103], 0.1), mb(1, [104, 105, 106, 107], 0.1))
+    cand.windows[1] = (*left, *cand.windows[1])
+    result = check_data(ref, cand)
+    assert result.status == "fail" and result.first_divergence == 1
+    assert "update 1: 8 samples only in the candidate" in result.detail
+    assert ("its window holds 3 micro-batches on each rank where the candidate's others hold 2: "
+            "its first, fed after the update before, made no update of its own") in result.detail
+    assert "neither stepped nor zeroed" in result.detail and "padding" not in result.detail
+    cand.windows[1] = (*cand.windows[1][2:4], *left, *cand.windows[1][4:])  # not first: no
+    assert "neither stepped nor zeroed" not in check_data(ref, cand).detail
+
+
+def test_an_epoch_fed_again_in_the_first_epochs_order_is_named():
+    """A DistributedSampler whose ``set_epoch`` is never called feeds every epoch in the first
+    epoch's order; the reference draws a new one."""
+    ref = reference(epochs=2)
+    second = np.random.default_rng(1).permutation(93)
+    ref.windows[3:] = [(mb(0, second[a:b], 1.0),) for a, b in CUTS]
+    cand = candidate(8, 2, by_samples)
+    cand = run([*cand.windows, *cand.windows], epochs=[0, 0, 0, 1, 1, 1])
+    result = check_data(ref, cand)
+    assert result.status == "fail" and result.first_divergence == 3
+    assert ("from update 3 on the candidate was fed the samples of its updates from 0 on again"
+            in result.detail and "set_epoch is never called" in result.detail)
+    assert "set_epoch" not in check_data(cand, ref).detail  # the reference repeating: not so
+
+
+def test_runs_that_did_not_say_their_epochs_are_counted_as_one_not_as_epoch_0():
+    """A recorded command's updates have no epoch: 'in an epoch (epoch 0: …)' would claim what
+    nobody recorded."""
+    ref = reference()
+    cand = candidate(8, 2, by_samples)
+    cand.windows[2] = micro(np.concatenate([PERM[64:93], PERM[:3]]), 8, 2, lambda n: n / 32)
+    for trace in (ref, cand):
+        trace.updates = [replace(u, epoch=None) for u in trace.updates]
+    detail = check_data(ref, cand).detail
+    assert "3 samples twice where the reference saw them once (ids " in detail
+    assert "epoch" not in detail.split("over the run")[1]
 
 
 def test_drop_last_shows_as_samples_never_seen():

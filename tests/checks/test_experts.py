@@ -49,3 +49,22 @@ def test_other_scalings_are_named_without_the_ranks():
 
 def test_nothing_measured_is_not_judged():
     assert check_experts([{"grad_sq": 1.0}], [REFERENCE], 1e-4) is None
+
+
+def test_the_routers_auxiliary_term_halved_is_named_apart_from_its_routing_term():
+    terms = {"routing": 2.0, "auxiliary": 0.5}
+    reference = {**REFERENCE, "router_terms": terms}
+    halved = {**_candidate(router=0.9), "router_terms": {"routing": 2.0, "auxiliary": 0.125}}
+    ratios = group_ratios(halved, reference)
+    assert ratios is not None and [round(r, 12) for r in ratios] == [1.0, 0.9, 1.0, 1.0, 0.5]
+    check = check_experts([halved], [reference], 1e-4)
+    assert check is not None and check.status == "fail" and check.first_divergence == 0
+    assert check.detail.endswith(
+        "; the router's gradient from the auxiliary term (the router's scores read besides the "
+        "top-k: the load-balancing loss) scaled by 1/2 (divided by the 2 data-parallel ranks "
+        "once more: Megatron-LM PR #3769)"), check.detail
+    assert "routing term" not in check.detail
+    same = {**_candidate(), "router_terms": terms}
+    assert check_experts([same], [reference], 1e-4).status == "pass"
+    assert group_ratios({**_candidate(), "router_terms": {"routing": "x"}}, reference) == \
+        [1.0, 1.0, 1.0]  # not numbers: not compared

@@ -50,3 +50,19 @@ def test_a_wrong_norm_of_another_kind_fails_without_naming_a_count():
 
 def test_nothing_clipped_with_a_known_norm_is_no_check():
     assert check_clip_norm("candidate", [{"grad_sq": 1.0}], 1e-9) is None
+
+
+def test_rank_0_clipping_with_its_own_shards_norm_is_named():
+    # FSDP2 over 2 ranks, each clipping by its own shards' norm: the record's norm is rank
+    # 0's (its own squares 1.0 of the true 4.0), its gradient clipped by its own coefficient.
+    own, other = 1.0, 3.0
+    norm = math.sqrt(own)
+    coef0, coef1 = (min(1.0, MAX_NORM / (math.sqrt(q) + EPS)) for q in (own, other))
+    record = {"clip_grad_norm": 1, "max_norm": MAX_NORM, "clip_norm": norm,
+              "grad_sq": own * coef0 ** 2 + other * coef1 ** 2,
+              "grad_sq_ranks": [own * coef0 ** 2, other * coef1 ** 2]}
+    result = check_clip_norm("candidate", [record], 1e-9)
+    assert result is not None and result.status == "fail" and result.first_divergence == 0
+    assert result.detail.endswith(": rank 0 clipped with the norm of its own shards, not reduced "
+                                  "over the 2 ranks (each rank clips its shards by a coefficient "
+                                  "of its own)"), result.detail

@@ -50,5 +50,28 @@ def test_scaled_by_finds_n_or_none():
     assert scaled_by(0.3, 1e-6) is None and scaled_by(1.0, 1e-6) is None
 
 
+def test_a_stage_without_gradient_in_both_runs_passes_and_in_one_run_fails_without_a_crash():
+    still = {"grad_sqs": [0.0, 0.0, 4.0, 12.0, 0.5]}
+    both = check_stages([{**_candidate(), "grad_sq_stages": [0.0, 16.5]}], [still], 1e-4)
+    assert both is not None and both.status == "pass"
+    one = check_stages([_candidate()], [still], 1e-4)
+    assert one is not None and one.status == "fail" and "stage 0" in one.detail
+    assert scaled_by(math.inf, 1e-6) is None and scaled_by(math.nan, 1e-6) is None
+
+
+def test_a_gap_that_only_grew_is_drift_and_one_that_jumped_or_scales_fails():
+    """Free-running runs part by rounding: from update 0, where both start from the same
+    weights, a gap beyond the bound fails; a gap that grew smoothly past it later warns; one
+    that jumped 100× in an update fails there."""
+    grown = [_candidate(1 + 1e-7 * 3 ** k) for k in range(12)]  # 1e-7 … 1.8e-2: 2.2e-4 at 7
+    drift = check_stages(grown, [REFERENCE] * 12, 1e-4)
+    assert drift is not None and drift.status == "warn" and drift.first_divergence == 7
+    assert "numerical drift, not a failure" in drift.detail
+    jump = check_stages([*grown[:5], _candidate(1.2)], [REFERENCE] * 6, 1e-4)
+    assert jump is not None and jump.status == "fail" and jump.first_divergence == 5
+    first = check_stages([_candidate(1.001)], [REFERENCE], 1e-4)
+    assert first is not None and first.status == "fail" and first.first_divergence == 0
+
+
 def test_nothing_measured_is_not_judged():
     assert check_stages([{"grad_sq": 1.0}], [REFERENCE], 1e-4) is None

@@ -1,9 +1,11 @@
 """Expert parallel recorded unmodified: a user's hand-written EP=2 training of a tiny mixture
 of experts (tests/fixtures/user_ep.py: each rank its 2 of the 4 experts, the router and the
 rest replicated, gloo), its ranks merged by parameter name (``record.experts``), against one
-process holding the 4 experts with the same effective batch, free-running; and the experts'
-gradients not divided by the ranks, named by ``experts (candidate)`` at update 0. Slow: each
-run is a fresh process group; the reference is recorded once for the module."""
+process holding the 4 experts with the same effective batch, free-running; the experts'
+gradients not divided by the ranks, and the auxiliary loss divided by the ranks once more (the
+router's gradient from that term measured on its own: ``record.router``), each named by
+``experts (candidate)`` at update 0. Slow: each run is a fresh process group; the reference is
+recorded once for the module."""
 
 import json
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.record.folder import read_folder
 from lrcheck.spec import Dtype, Tolerances
 from tests.helpers import checks_by_name, merged_gaps
 
@@ -45,6 +48,10 @@ def test_ep_2_matches_one_process_holding_every_expert_merged_by_name(reference,
     names = [json.loads((cand / f"rank{r}.json").read_text())["optimizers"][0]["layout"]
              ["names"] for r in (0, 1)]
     assert "moe.experts.2.w1.weight" in names[1] and "moe.experts.2.w1.weight" not in names[0]
+    # the router's gradient term by term, the ranks' merged, as one process's
+    terms = [[r["router_terms"][t] for r in read_folder(f).records
+              for t in ("routing", "auxiliary")] for f in (reference, cand)]
+    assert all(v > 0 for v in terms[0]) and terms[1] == pytest.approx(terms[0], rel=1e-12)
     norms, sums = merged_gaps(reference, cand)
     groups = checks["experts (candidate)"].max_abs_diff
     print(f"ep 2 vs 1 process: merged gradient norm relative {norms:.3g}, parameters "
@@ -59,4 +66,16 @@ def test_the_experts_gradients_summed_over_the_ranks_fail_at_update_0_named(refe
     assert experts.detail == ("at update 0: the experts' gradients 2× the reference's (expert "
                               "parallel: counted on each of the 2 ranks)"), experts.detail
     assert checks["grad-norm"].status == "fail" and checks["grad-norm"].first_divergence == 0
+    assert checks["lr"].status == "pass" and checks["data"].status == "pass"
+
+
+def test_the_auxiliary_loss_divided_by_the_ranks_again_is_named_apart_at_update_0(
+        reference, tmp_path):
+    checks = _checks(reference, tmp_path / "aux", "--bug", "aux-dp")
+    experts = checks["experts (candidate)"]
+    assert experts.status == "fail" and experts.first_divergence == 0
+    assert ("the router's gradient from the auxiliary term (the router's scores read besides "
+            "the top-k: the load-balancing loss) scaled by 1/2 (divided by the 2 data-parallel "
+            "ranks once more: Megatron-LM PR #3769)") in experts.detail, experts.detail
+    assert "routing term" not in experts.detail and "experts'" not in experts.detail
     assert checks["lr"].status == "pass" and checks["data"].status == "pass"

@@ -83,3 +83,15 @@ def test_names_alike_on_every_rank_merge_as_ddp_did():
     with_names = merge(per_rank, False, False, _layouts(names, names))
     assert with_names == merge(per_rank, False, False, [None, None])
     assert "group_tensors" not in with_names[0][0]
+
+
+def test_the_routers_terms_are_the_ranks_sum_over_the_ranks_squared_else_dropped():
+    # each rank's own tokens' rows; the replicated router's gradient is the ranks' mean
+    lines = [{**_line([(1.0, 1.0)], [1.0]), "router_terms": {"routing": 4.0, "auxiliary": 1.0}},
+             {**_line([(1.0, 1.0)], [1.0]), "router_terms": {"routing": 8.0, "auxiliary": 3.0}}]
+    split = Split.of([["router.w", "experts.0.w"], ["router.w", "experts.1.w"]])
+    merged, _ = split.merge(lines)
+    assert merged["router_terms"] == {"routing": 3.0, "auxiliary": 1.0}
+    lines[1]["router_terms"] = {"routing": 8.0}  # not the same terms: rank 0's not kept
+    assert split.merge(lines)[0]["router_terms"] is None
+    assert "router_terms" not in split.merge([_line([(1.0, 1.0)], [1.0])] * 2)[0]

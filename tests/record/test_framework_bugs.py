@@ -101,6 +101,8 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
         if clip:
             assert "clip_grad_norm_ as often (1 per update)" in checks["cadence"].detail
             _counted_once_per_update(tmp_path / "out", max_norm=0.5)
+        if family == "torchrun":  # the ranks agree (test_launchers.py: a rank-0-only schedule)
+            _ranks_agree(checks["ranks (candidate)"])
         return
     assert not report.ok
     assert grads.status == "fail" and grads.first_divergence == SCALE_AT
@@ -114,6 +116,14 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
     else:  # the zero_grad skipped before update 9 too, each update judged from the same state
         for check in (grads, params):
             assert f"beyond it at 2 updates: {SCALE_AT}, {SKIP_AT}" in check.detail
+
+
+def _ranks_agree(ranks) -> None:
+    """The 2 DDP ranks of the correct torchrun candidate used one LR and made the same calls."""
+    assert ranks.status == "pass", ranks.detail
+    assert ranks.detail.startswith("the 2 ranks used the same LR at all 32 updates and made the "
+                                   "same scheduler.step() calls; every rank made rank 0's calls "
+                                   "per update (backward, clip_grad_norm_")
 
 
 def _counted_once_per_update(out: Path, max_norm: float) -> None:

@@ -106,7 +106,7 @@ def test_a_resume_that_did_not_restore_the_rngs_under_dropout_and_augmentation_f
 
 
 FAKE = ("import os, signal; fd = os.open(os.environ[{env!r}].split(':', 1)[1], os.O_WRONLY); "
-        "os.write(fd, b'0 1\\n'); os.close(fd); signal.pause()")
+        "os.write(fd, b'0 1 %d\\n' % os.getpid()); os.close(fd); signal.pause()")
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 (tests/fixtures/user_tp.py) on a gloo ``(dp, tp)`` mesh, its shards merged by placement
 (``record.placed``), against one process with the same effective batch, free-running; and
 the gradient norm counted over the ranks with the tp-replicated parameters once per rank,
-named by ``clip-norm`` at update 0. Slow: each run is a fresh process group; the reference
-is recorded once for the module."""
+named by ``clip-norm`` at update 0; the run's own log of its gradient norm held against the
+true global norm (``logs.shards``): rank 0's local norm logged is named. Slow: each run is a
+fresh process group; the reference is recorded once for the module."""
 
 import json
 import sys
@@ -34,9 +35,13 @@ def reference(tmp_path_factory):
 
 
 def test_dp_2_by_tp_2_matches_one_process_its_shards_merged_by_placement(reference, tmp_path):
-    cand = tmp_path / "candidate"
-    api.record(_torchrun(4, "--dp", "2", "--tp", "2", "--bs", "2", "--accum", "2"), cand,
-               fingerprint_every=1)
+    cand, log = tmp_path / "candidate", tmp_path / "history.csv"
+    run = api.record(_torchrun(4, "--dp", "2", "--tp", "2", "--bs", "2", "--accum", "2",
+                               "--csv", str(log)), cand, fingerprint_every=1, logs=log)
+    norm = next(f for f in run.logs if f.quantity.value == "grad_norm")
+    assert norm.says.startswith("the logged grad norm is the pre-clip norm"), norm.says
+    assert norm.says.endswith("the true global norm, merged from the 4 ranks' shards, each "
+                              "once"), norm.says
     checks = checks_by_name(api.diff(reference, cand, tolerances=F64))
     for name in ("updates", "lr", "data", "weights", "params", "grad-norm", "ranks (candidate)",
                  "replicas (candidate)", "clip-norm (candidate)"):
@@ -50,11 +55,19 @@ def test_dp_2_by_tp_2_matches_one_process_its_shards_merged_by_placement(referen
     assert norms <= 1e-12 and sums <= 1e-12
 
 
-def test_the_norm_summed_over_every_rank_fails_at_update_0_naming_the_replicated_count(
+def test_the_norm_summed_over_every_rank_and_the_local_norm_logged_are_named_at_update_0(
         reference, tmp_path):
-    cand = tmp_path / "bug"
-    api.record(_torchrun(2, "--tp", "2", "--bs", "8", "--bug", "replicated-norm"), cand,
-               fingerprint_every=1)
+    # Two bugs in one run (one recording): the clip's norm counts the replicated tensors
+    # twice, and the log holds rank 0's local norm (miles_diffusion PR #35); each named apart.
+    cand, log = tmp_path / "bug", tmp_path / "history.csv"
+    run = api.record(_torchrun(2, "--tp", "2", "--bs", "8", "--bug", "replicated-norm",
+                               "--bug", "local-norm-logged", "--csv", str(log)), cand,
+                     fingerprint_every=1, logs=log)
+    logged = next(f for f in run.logs if f.quantity.value == "grad_norm")
+    assert (logged.status.value, logged.first_update) == ("differs", 0), logged
+    assert logged.says.startswith("the logged grad norm is rank 0's local norm before clipping, "
+                                  "of the shards it holds, not reduced over the 2 ranks"), \
+        logged.says
     checks = checks_by_name(api.diff(reference, cand, tolerances=F64))
     norm = checks["clip-norm (candidate)"]
     assert norm.status == "fail" and norm.first_divergence == 0

@@ -40,6 +40,8 @@ def test_tensor_parallel_counts_a_replicated_tensor_once_and_adds_its_shards():
     assert records[0]["grad_sq"] == (1 + 2 + 3 + 4) + (4 + 5) + 9
     assert records[0]["grad_sq_replicated"] == (4 + 5) + 9
     assert records[0]["replicated_ranks"] == 4
+    # Each rank's own: the norm of its shards, replicas included (its local norm).
+    assert records[0]["grad_sq_ranks"] == [sum(q) for q in squares]
     assert gaps is not None and gaps[0].gap == 0.0
 
 

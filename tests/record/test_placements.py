@@ -68,3 +68,20 @@ def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage
         "stage": [0, 1], "names": ["weight", "bias"], "feeds": True}
     assert layout([other], world=1) is None  # a stage holds it: not this one
     assert stage.submod is model
+
+
+def test_a_gradient_not_finite_is_written_as_json_holds_it_and_read_back():
+    """JSON has no NaN: the line would not be written and the recording would stop at the very
+    update that diverged; its string is written, and read back as the number."""
+    import json
+
+    from lrcheck.recorder import _record
+
+    p = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+    p.grad = torch.tensor([float("nan"), 1.0], dtype=torch.float64)
+    keys = grad_keys([p])
+    assert keys == {"grad_sq": "NaN", "grad_sqs": ["NaN"]}
+    line = json.loads(json.dumps({"step": 0, "samples_seen": 1, "lr": [0.1], "loss": None,
+                                  **keys}, allow_nan=False))
+    read = _record(line, "rank0.jsonl:1")
+    assert read["grad_sq"] != read["grad_sq"] and read["grad_sqs"][0] != read["grad_sqs"][0]

@@ -40,3 +40,21 @@ def test_a_reference_that_ended_without_writing_releases_the_wait(tmp_path):
 def test_a_reference_on_several_processes_says_it_wrote_none(tmp_path):
     (tmp_path / "rollout-2.none").touch()  # what its rank 0 leaves in place of its rows
     assert rollouts.replayed(tmp_path, 2, (0, 2, 4), torch.device("cpu")) is None
+
+
+def test_a_one_process_candidate_takes_the_rng_as_the_references_generation_left_it(tmp_path):
+    """TRL shuffles the generation batch (``torch.randperm``) before splitting it into updates:
+    the candidate, which did not generate, shuffles as the reference did; a rank of several
+    keeps its own RNG."""
+    torch.manual_seed(1)
+    rollouts.written(tmp_path, 0, _batch())
+    shuffled = torch.randperm(16).tolist()  # the reference's shuffle, after its generation
+    torch.manual_seed(2)
+    got = rollouts.replayed(tmp_path, 0, (0, 1, 8), torch.device("cpu"))
+    assert got is not None and rollouts.RNG not in got
+    assert torch.randperm(16).tolist() == shuffled
+    torch.manual_seed(2)
+    own = torch.randperm(16).tolist()
+    torch.manual_seed(2)
+    assert rollouts.replayed(tmp_path, 0, (1, 2, 4), torch.device("cpu")) is not None
+    assert torch.randperm(16).tolist() == own != shuffled

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from lrcheck.errors import SpecError
+from lrcheck.plan.digest import lr_digest
 from lrcheck.suite.baseline import baseline_document, load_baseline, record, regressions
 from lrcheck.suite.outcome import PairOutcome
 from lrcheck.suite.spec import SuiteEntry
-from lrcheck.trace import lr_digest
 
 
 def saved(tmp_path, report) -> dict:
@@ -65,6 +65,12 @@ def test_record_holds_what_the_issue_asks(make_report):
      "\"pairs\" is not an object"),
     ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x"}}}',
      "pair 'p' lacks reference_lr_digest, updates, metrics, pair"),
+    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x", '
+     '"reference_lr_digest": "y", "updates": 3, "metrics": {"accuracy": "high"}, "pair": {}}}}',
+     "pair 'p''s 'metrics' is {'accuracy': 'high'}"),
+    ('{"kind": "lrcheck-baseline", "schema_version": 1, "pairs": {"p": {"lr_digest": "x", '
+     '"reference_lr_digest": "y", "updates": "3", "metrics": null, "pair": {}}}}',
+     "pair 'p''s 'updates' is '3'"),
 ])
 def test_bad_baselines_are_bad_input_with_the_reason(tmp_path, content, says):
     path = tmp_path / "baseline.json"

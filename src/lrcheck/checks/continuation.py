@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
+from lrcheck.plan.windows import and_text
 from lrcheck.stepwise import Boundary, ordinal
-from lrcheck.words import and_list, plural
+from lrcheck.words import plural
 
-# The global RNGs fingerprinted at each update's step (``recorder.RNGS``), in words: carried,
+# The global RNGs fingerprinted at each update's step (``record.restore.RNGS``), in words: carried,
 # and not carried.
 STREAMS = {"rng": ("torch's RNG stream", "another torch RNG stream"),
            "rng_numpy": ("NumPy's global RNG stream", "another NumPy RNG stream"),
@@ -96,7 +97,7 @@ def _not_carried(b: Boundary) -> list[str]:
     lost = [words for key, (_, words) in STREAMS.items() if found[key] is False]
     if lost:
         its = "its RNG's state" if len(lost) == 1 else "their states"
-        out.append(f"{who} drew update {k} from {and_list(lost)}: {its} at update {k}'s step "
+        out.append(f"{who} drew update {k} from {and_text(lost)}: {its} at update {k}'s step "
                    f"{'was' if len(lost) == 1 else 'were'} not the one{'s'[:len(lost) - 1]} "
                    f"{prev[:-2]} had there (the RNG's state not restored from the checkpoint: "
                    "dropout's masks, an augmentation's, or other draws, differ from the "

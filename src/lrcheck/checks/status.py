@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from lrcheck.words import Word
 
@@ -33,7 +32,7 @@ class CheckResult:
     detail: str
     max_rel_diff: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "status": self.status.value, "max_abs_diff": self.max_abs_diff,
                 "first_divergence": self.first_divergence, "detail": self.detail,
                 "max_rel_diff": self.max_rel_diff}

@@ -33,10 +33,15 @@ class Raw:
     path: Path
     tags: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     dtype: str = "float64"
-    about: dict[str, Any] = field(default_factory=dict)
+    about: dict[str, object] = field(default_factory=dict)
 
     def add(self, tag: str, step: int, value: float) -> None:
         self.tags.setdefault(tag, []).append((step, value))
+
+    def writers(self) -> list[str]:
+        """The event files not read because they log the steps an earlier one logged."""
+        found = self.about.get("writers")
+        return [str(name) for name in found] if isinstance(found, list) else []
 
 
 def read_tensorboard(path: Path) -> Raw:
@@ -129,13 +134,13 @@ def _merge(raw: Raw, mine: dict[str, list[tuple[int, float]]], file: Path) -> No
     overlap = any(raw.tags.get(tag) and points and points[0][0] <= raw.tags[tag][-1][0]
                   for tag, points in mine.items())
     if overlap:
-        raw.about.setdefault("writers", []).append(file.name)
+        raw.about["writers"] = [*raw.writers(), file.name]
         return
     for tag, points in mine.items():
         raw.tags.setdefault(tag, []).extend(points)
 
 
-def _json(text: bytes | str) -> dict[str, Any]:
+def _json(text: bytes | str) -> dict[str, object]:
     try:
         found = json.loads(text.decode() if isinstance(text, bytes) else text)
     except (ValueError, UnicodeDecodeError):

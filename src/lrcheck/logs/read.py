@@ -286,8 +286,9 @@ def _from_samples(samples: Series | None) -> StepMeaning | None:
 
 def _every(raw: Raw, series: dict[Quantity, Series]) -> int | None:
     """The logging interval in steps, where regular (the Trainer's ``logging_steps``)."""
-    if isinstance(raw.about.get("logging_steps"), int):
-        return int(raw.about["logging_steps"])
+    every = raw.about.get("logging_steps")
+    if isinstance(every, int):
+        return every
     main = series.get(Quantity.LR) or series.get(Quantity.LOSS)
     if main is None or len(set(main.steps)) < 2:
         return None
@@ -322,10 +323,11 @@ def _limits(raw: Raw, run: LoggedRun) -> tuple[str, ...]:
                      f"{run.steps.per_update} micro-batches'")
     if run.steps.how.startswith("assumed"):
         found.append("what a step means is assumed (updates from 0): the log does not say it")
-    if raw.about.get("writers"):
-        found.append(f"{plural(1 + len(raw.about['writers']), 'event file')} log the same "
+    writers = raw.writers()
+    if writers:
+        found.append(f"{plural(1 + len(writers), 'event file')} log the same "
                      "steps (every rank logging into one folder?): the first file's values "
-                     f"read, not {', '.join(raw.about['writers'])}")
+                     f"read, not {', '.join(writers)}")
     found += [f"no {name} logged" for q, name in ((Quantity.LR, "LR"), (Quantity.LOSS, "loss"),
                                                   (Quantity.GRAD_NORM, "gradient norm"))
               if q not in run.series]

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from lrcheck.logs.model import LoggedRun, LossIs, Quantity, Series, StepUnit
+from lrcheck.logs.shards import coefficients, local_words, merged_words, rank_norms
 from lrcheck.logs.steps import candidates, micro_batches
 from lrcheck.logs.steps import samples as samples_after
 from lrcheck.words import Word, plural
@@ -57,7 +58,7 @@ class LogFinding:
         """The quantity's word, or "—" where the log could not be read."""
         return "—" if self.quantity is None else self.quantity.value
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"side": self.side, "quantity": None if self.quantity is None else
                 self.quantity.value, "status": self.status.value, "says": self.says,
                 "first_update": self.first_update, "path": self.path}
@@ -67,7 +68,8 @@ class LogFinding:
 class Truth:
     """Per recorded update (NaN where not measured): the LR the update used (the first param
     group's), the loss it differentiated, each micro-batch's value, the clip's pre-clip norm
-    and max_norm, and the norm of the gradient it stepped on."""
+    and max_norm, and the norm of the gradient it stepped on; in a run of several ranks each
+    rank's local norm after the clip (``ranks``, updates × ranks: ``logs.shards``)."""
 
     lr: np.ndarray
     loss: np.ndarray
@@ -76,6 +78,7 @@ class Truth:
     max_norm: np.ndarray
     stepped: np.ndarray
     scheduler_steps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ranks: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     @classmethod
     def from_records(cls, records: Sequence[dict[str, Any]]) -> Truth:
@@ -94,7 +97,8 @@ class Truth:
                    loss=numbers(lambda r: r.get("loss_backward")), micro=micro,
                    pre_clip=pre, max_norm=top,
                    stepped=np.where(np.isnan(measured), np.where(unclipped, pre, after), measured),
-                   scheduler_steps=numbers(lambda r: r.get("scheduler_steps")))
+                   scheduler_steps=numbers(lambda r: r.get("scheduler_steps")),
+                   ranks=rank_norms(records))
 
 
 def tolerance(series: Series, relative: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -329,18 +333,24 @@ def _grad_norm(ks: np.ndarray, values: np.ndarray, truth: Truth, series: Series)
     close = tolerance(series, 1e-5)
     pre, used, top = truth.pre_clip[ks], truth.stepped[ks], truth.max_norm[ks]
     clipped = ~np.isnan(top) & (pre > top)
+    coef = coefficients(truth.pre_clip, truth.max_norm)
     if close(values, used).all():
+        merged = merged_words(ks, values, used, truth.ranks, close)
         if clipped.any():
             return MATCHES, (f"the logged grad norm is the post-clip norm (the gradient each "
-                             f"update stepped on), at the {_n(ks)} logged"), None
+                             f"update stepped on), at the {_n(ks)} logged{merged}"), None
         return MATCHES, (f"the logged grad norm is the gradient's norm at the {_n(ks)} logged "
-                         "(no clipping changed it)"), None
+                         f"(no clipping changed it){merged}"), None
     if not np.isnan(pre).any() and close(values, pre).all():
         first = _first(~clipped, ks)
         return DIFFERS, (f"the logged grad norm is the pre-clip norm: clipping to max_norm "
                          f"{top[ks == first][0]:g} did happen, at {int(clipped.sum())} of the "
                          f"{_n(ks)} logged (from update {first}), where the update stepped on "
-                         "a gradient of that norm"), first
+                         "a gradient of that norm"
+                         f"{merged_words(ks, values, used / coef[ks], truth.ranks, close)}"), first
+    local = local_words(ks, values, truth.ranks, truth.stepped, coef, close)
+    if local is not None:
+        return DIFFERS, local, int(ks[0])
     counts = {len(truth.micro[k]) for k in ks}
     for name, expected in (("pre-clip norm", pre), ("norm the update stepped on", used)):
         factor = None if np.isnan(expected).any() else _scale(values, expected, close)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from lrcheck.plan.frameworks import FRAMEWORKS
 from lrcheck.words import Word
@@ -108,6 +108,14 @@ class Where(Word):
     IN_GROUP = "inside torchrun"  # lrcheck itself runs inside torchrun: on its ranks
 
 
+# A ``Step`` in JSON (a rank's argv hands its step over).
+class StepJson(TypedDict):
+    role: str
+    keep_states: bool
+    lockstep: bool
+    if_needed: bool
+
+
 @dataclass(frozen=True)
 class Step:
     """One run of a pair's order: ``role``; ``keep_states``: it records its optimizer's state
@@ -120,12 +128,12 @@ class Step:
     lockstep: bool = False
     if_needed: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StepJson:
         return {"role": self.role, "keep_states": self.keep_states, "lockstep": self.lockstep,
                 "if_needed": self.if_needed}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Step:
+    def from_dict(cls, data: StepJson) -> Step:
         return cls(str(data["role"]), bool(data["keep_states"]), bool(data["lockstep"]),
                    bool(data["if_needed"]))
 

@@ -39,7 +39,7 @@ class MicroBatch:
     # weights through that use; None: read in one place, or not measured.
     token_uses: dict[str, tuple[np.ndarray, ...]] | None = None
 
-    def to_json(self) -> list[Any]:
+    def to_json(self) -> list[object]:
         row = [self.rank, self.ids.tolist(), self.weight]
         return row if self.sample_weights is None else [*row, self.sample_weights.tolist()]
 
@@ -90,6 +90,77 @@ def rank_sizes(window: Window) -> dict[int, list[int]]:
     for m in window:
         sizes.setdefault(m.rank, []).append(len(m.ids))
     return dict(sorted(sizes.items()))
+
+
+def repeats_from(windows: Sequence[Window], k: int) -> bool:
+    """Whether the windows from ``k`` on hold the samples of those from 0 on, update by update
+    (an epoch fed again in the order of the first: a sampler never told its epoch)."""
+    count = min(k, len(windows) - k)
+    return k > 0 and count > 0 and all(
+        np.array_equal(np.sort(window_ids(windows[k + j])), np.sort(window_ids(windows[j])))
+        for j in range(count))
+
+
+def leftover(windows: Sequence[Window], k: int, extra: np.ndarray) -> tuple[int, int, int] | None:
+    """Whether window ``k`` holds, on every rank, more micro-batches than ``windows`` usually
+    do, and the ``extra`` sample ids it has (against another run) are exactly those of its
+    first ones: micro-batches fed before it that made no update of their own (an epoch's last,
+    partial window whose gradients were carried on). Its micro-batches, the usual count and
+    how many came first; None where not so."""
+    if not len(extra):
+        return None
+    counts = [len(rank_sizes(w).get(0, ())) for w in windows]
+    usual = int(np.bincount(counts).argmax()) if counts else 0
+    more = {len(s) - usual for s in rank_sizes(windows[k]).values()}
+    if len(more) != 1 or (first := more.pop()) <= 0:
+        return None
+    taken: dict[int, int] = {}
+    fed = []
+    for m in windows[k]:  # in the order fed: each rank's first micro-batches
+        if taken.get(m.rank, 0) < first:
+            fed.append(m.ids)
+            taken[m.rank] = taken.get(m.rank, 0) + 1
+    ids = np.sort(np.concatenate(fed).astype(np.int64))
+    return (usual + first, usual, first) if np.array_equal(ids, np.sort(
+        extra.astype(np.int64))) else None
+
+
+def and_text(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _runs(sizes: Sequence[int]) -> str:
+    """Micro-batch sizes of one rank: ``16 and 13``, ``8, 8 and 5``; ``2 (×15) and 1`` when
+    more than four, repeats counted."""
+    if len(sizes) <= 4:
+        return and_text([str(s) for s in sizes])
+    groups: list[list[int]] = []
+    for s in sizes:
+        if groups and groups[-1][0] == s:
+            groups[-1][1] += 1
+        else:
+            groups.append([s, 1])
+    return and_text([f"{s} (×{count})" if count > 1 else str(s) for s, count in groups])
+
+
+def cut_text(window: Window, lone: str) -> str:
+    """How ``window`` was cut: ``micro-batches of 16 and 13``, ``2 micro-batches of 16``,
+    ``one micro-batch of 13`` (``lone``: ``micro-batch`` or ``batch``); under several ranks
+    ``micro-batches of 8 and 7 on rank 0, 8 and 6 on rank 1``."""
+    sizes = rank_sizes(window)
+    if not sizes:
+        return "no samples"
+    if len(sizes) == 1:
+        (only,) = sizes.values()
+        if len(only) == 1:
+            return f"one {lone} of {only[0]}"
+        if len(set(only)) == 1:
+            return f"{len(only)} micro-batches of {only[0]}"
+        return f"micro-batches of {_runs(only)}"
+    if all(len(s) == 1 for s in sizes.values()):
+        return "one micro-batch per rank: " + ", ".join(
+            f"{s[0]} on rank {r}" for r, s in sizes.items())
+    return "micro-batches of " + ", ".join(f"{_runs(s)} on rank {r}" for r, s in sizes.items())
 
 
 def sample_weights(window: Window) -> tuple[np.ndarray, np.ndarray] | None:
@@ -147,7 +218,7 @@ def with_measured(windows: Sequence[Window],
     return out
 
 
-def windows_to_json(windows: Sequence[Window]) -> list[list[list[Any]]]:
+def windows_to_json(windows: Sequence[Window]) -> list[list[list[object]]]:
     return [[m.to_json() for m in w] for w in windows]
 
 

@@ -149,10 +149,12 @@ class _Counts:
             self.recorder.imported.look()
 
     def backward_starts(self, args: Args, kwargs: Kwargs) -> None:
-        """Before a backward pass: the taps see the loss's graph (``record.uses``)."""
+        """Before a backward pass: the taps and a router's terms see the loss's graph
+        (``record.uses``, ``record.router``)."""
         tensor = args[0] if args else kwargs.get("tensors")
         if isinstance(tensor, torch.Tensor) and tensor.grad_fn is not None:
             self.recorder.taps.backward(tensor.grad_fn)
+            self.recorder.losses.terms.backward(tensor.grad_fn)
 
     def zeroed_module(self, args: Args, kwargs: Kwargs, result: object) -> None:
         self.totals["module_zero_grad"] += 1

@@ -12,7 +12,8 @@ of its names already placed (at the end where none follows), so that ``moe.exper
 The squared gradient norm is the names' sum, and is kept per group (``grad_sq_groups``, with
 the merged tensors of each, ``group_tensors``) for ``checks.experts`` to compare with the
 reference's same tensors: the experts (the names not every rank holds), the router (a
-replicated name with a part ``router`` or ``gate``) and the rest."""
+replicated name with a part ``router`` or ``gate``) and the rest; and the router's gradient
+per term (``router_terms``, ``record.router``), the ranks' rows together."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lrcheck.record.placed import rank_squares
 from lrcheck.record.staged import names_of, stitch
 
 Layout = Mapping[str, object]
@@ -114,7 +116,8 @@ class Split:
             out |= {"grad_sq": float(sum(per)), "group_tensors": groups,
                     "grad_sq_groups": {g: float(sum(per[t] for t in ts))
                                        for g, ts in groups.items()},
-                    "expert_ranks": self.expert_ranks()}
+                    "expert_ranks": self.expert_ranks(), **rank_squares(squares)}
+        out |= router_terms(lines)
         arrays = [np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in prints
                   if p is not None]
         if len(arrays) < len(lines):
@@ -133,6 +136,31 @@ class Split:
                 if worst is None or not found <= worst[0]:  # NaN too
                     worst = (found, rank, owner)
         return worst
+
+
+def router_terms(lines: Sequence[Mapping[str, object]]) -> dict[str, object]:
+    """``router_terms`` of the whole run (``record.router``): each term's squared norm summed
+    over the ranks, each rank's own tokens' rows, divided by the ranks squared (the replicated
+    router's gradient is the ranks' mean); None (rank 0's dropped) unless every rank measured
+    the same terms; none where no rank measured any."""
+    found = [line.get("router_terms") for line in lines]
+    if not any(found):
+        return {}
+    read = [terms_of(f) for f in found]
+    first = read[0]
+    if first is None or not all(f is not None and set(f) == set(first) for f in read):
+        return {"router_terms": None}
+    return {"router_terms": {t: sum(f[t] for f in read if f is not None) / len(lines) ** 2
+                             for t in first}}
+
+
+def terms_of(found: object) -> dict[str, float] | None:
+    """A record's ``router_terms``: a number ≥ 0 per term (None: not recorded, or not so)."""
+    if not isinstance(found, dict) or not found or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for v in found.values()):
+        return None
+    return {str(t): float(v) for t, v in found.items()}
 
 
 def joiner_of(layouts: Sequence[Layout | None], staged: list[int] | None) -> Joiner | None:

@@ -218,7 +218,7 @@ def join(parts: list[tuple[list[dict[str, Any]], dict[str, Any]]]
         restored = restore_point(records[ended - len(earlier[0]):], earlier[1], about,
                                  lines[0] if lines else None)
         del records[ended - len(earlier[0]) + restored.at:]  # trained twice: the resumed's count
-        seen, step = records[-1]["samples_seen"], records[-1]["step"] + 1
+        seen, step = (records[-1]["samples_seen"], records[-1]["step"] + 1) if records else (0, 0)
         boundaries.append(Boundary(len(records), about.get("pid"), order, restored.standing,
                                    restored.start, about.get("lockstep") == CANDIDATE,
                                    ended, (world_of(earlier[1]), world_of(about))))

@@ -7,10 +7,13 @@ timeline per rank (``record.folder``), judged by ``continuation`` at the boundar
 How lrcheck knows update N was made, and where the interrupt lands: the process's own hooks
 tell it. ``ENV_INTERRUPT`` (``N:FIFO``) is set for the candidate's processes; in the optimizer
 step pre-hook of update N (0-based: N updates made, updates 0 to N-1 recorded), each rank
-writes ``"rank world"`` into the FIFO and waits for a signal (``signal.pause``). The driver reads
-the FIFO (a blocking read, no sleep, no polling of files) until every rank has written, then
-sends the signal to the candidate's process group (a session of its own): SIGTERM, then
-SIGKILL after ``grace`` seconds where the group still runs; or SIGKILL at once. The interrupt
+writes ``"rank world pid"`` into the FIFO and waits for SIGTERM (``signal.pause``, again after any
+other signal a handler took: a loader's SIGCHLD). The driver reads the FIFO (a blocking read, no
+sleep, no polling of files) until every rank has written, then sends the signal to the
+candidate's process group (a session of its own) and to each rank's (torchrun starts every rank
+in a session of its own: killing torchrun alone would leave its ranks paused for ever): SIGTERM,
+then SIGKILL after ``grace`` seconds where any still runs; or SIGKILL at once. The resume starts
+once every rank is gone. The interrupt
 thus lands at one known point, after update N-1 and before update N's step (update N's
 backward passes were run, its step was not: a preemption's usual loss), whatever the machine's
 load; a process whose SIGTERM handler lets it carry on (to save a checkpoint) makes the
@@ -36,14 +39,17 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import select
 import shlex
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from lrcheck.record.roles import ENV_RESUMED
@@ -124,14 +130,47 @@ def _stop(recorder: ProcessRecorder, st: _Optimizer, fifo: str) -> None:
         recorder.standing.cut = {"update": st.recorder.step, "backward": made, "fed": ids}
         recorder.describe()  # where it stands now: its description's ``end``
 
+    from lrcheck.record.rollouts import rank_and_world
+
     RECORDING("the note of where the interrupt landed", note)()
-    rank, world = (int(os.environ.get(k, d)) for k, d in (("RANK", "0"), ("WORLD_SIZE", "1")))
-    fd = os.open(fifo, os.O_WRONLY)
+    rank, world = rank_and_world()  # torch.distributed's: mp.spawn sets no RANK
+
+    def tell() -> None:
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            os.write(fd, f"{rank} {world} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+    _until_terminated(tell)
+
+
+def _until_terminated(tell: Callable[[], None]) -> None:
+    """``tell()`` the driver, then wait for its SIGTERM (or die of its SIGKILL), and let the
+    signal do what it would have done: the user's handler runs (one that returns lets the
+    process carry on, to save a checkpoint, say), or the default ends the process. Told once
+    the wait's handler is in place: a SIGTERM right after it is not lost. Another signal a
+    handler took (a loader's SIGCHLD) wakes ``pause`` but not this wait."""
+    got: list[int] = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        got.append(signum)
+        signal.signal(signal.SIGTERM, previous)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGTERM)  # ends the process as the default would
+
     try:
-        os.write(fd, f"{rank} {world}\n".encode())
-    finally:
-        os.close(fd)
-    signal.pause()  # the interrupt; a handler that returns lets the process carry on
+        signal.signal(signal.SIGTERM, on_term)
+    except ValueError:  # not the main thread: the first signal ends the wait
+        tell()
+        signal.pause()
+        return
+    tell()
+    while not got:
+        signal.pause()
 
 
 def carried_gradients(recorder: ProcessRecorder) -> None:
@@ -205,8 +244,9 @@ def _arguments(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> bool:
-    """Whether every rank of ``proc`` reached the interrupt point (False: it exited first)."""
+def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> dict[int, int] | None:
+    """Each rank's pid once every rank of ``proc`` reached the interrupt point (None: it exited
+    first)."""
     def waiter() -> None:
         proc.wait()
         try:  # no reader left (the point was reached; the FIFO gone): nothing to tell
@@ -218,7 +258,7 @@ def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> bool:
         finally:
             os.close(fd)
 
-    seen: set[int] = set()
+    seen: dict[int, int] = {}
     world = 1
     # Read and write: a rank that wrote and closed is no end of the file, the waiter's line is.
     # Opened before the waiter starts: a command that ends at once would otherwise find no
@@ -227,30 +267,56 @@ def _reached(fifo: Path, proc: subprocess.Popen[bytes]) -> bool:
         threading.Thread(target=waiter, daemon=True).start()
         for line in reader:
             if line.strip() == EXITED:
-                return False
-            rank, world = (int(w) for w in line.split())
-            seen.add(rank)
+                return None
+            rank, world, pid = (int(w) for w in line.split())
+            seen[rank] = pid
             if len(seen) >= world:
-                return True
-    return False
+                return seen
+    return None
 
 
-def interrupt(proc: subprocess.Popen[bytes], sig: str, grace: float) -> int | None:
-    """Signal ``proc``'s process group as a preemption does; its exit code (None: unknown)."""
+def interrupt(proc: subprocess.Popen[bytes], sig: str, grace: float,
+              ranks: Iterable[int] = ()) -> int | None:
+    """Signal ``proc``'s process group, and each of the ``ranks``' (pids: under torchrun, each
+    in a session of its own), as a preemption does; wait until all are gone; ``proc``'s exit
+    code (None: unknown)."""
+    pids = {proc.pid, *ranks}
+
     def kill(s: signal.Signals) -> None:
-        try:
-            os.killpg(proc.pid, s)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for pid in pids:
+            try:
+                group = os.getpgid(pid)
+                if group != os.getpgrp():  # never lrcheck's own
+                    os.killpg(group, s)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     kill(signal.SIGKILL if sig == "KILL" else signal.SIGTERM)
     if sig == "TERM":
+        _wait_gone(proc, pids - {proc.pid}, grace)
+    kill(signal.SIGKILL)  # what is left (a loader's workers, a rank past grace)
+    _wait_gone(proc, pids - {proc.pid}, None)
+    return proc.returncode
+
+
+def _wait_gone(proc: subprocess.Popen[bytes], others: set[int], timeout: float | None) -> None:
+    """Until ``proc`` and the processes ``others`` (not its children: a pidfd each) have ended,
+    or ``timeout`` seconds have passed."""
+    end = None if timeout is None else time.monotonic() + timeout
+    for pid in others:
         try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    kill(signal.SIGKILL)  # what is left of the group (a loader's workers) once grace is over
-    return proc.wait()
+            fd = os.pidfd_open(pid)
+        except OSError:  # gone already
+            continue
+        try:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            select.select([fd], [], [], left)  # readable once the process has ended
+        finally:
+            os.close(fd)
+    try:
+        proc.wait(timeout=None if end is None else max(0.0, end - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,12 +335,12 @@ def main(argv: list[str] | None = None) -> int:
         except BaseException:
             interrupt(proc, "KILL", 0)
             raise
-        if not reached:
+        if reached is None:
             print(f"lrcheck: the candidate ended (exit code {proc.returncode}) before "
                   f"{point}: it was not interrupted, the resume command was not run",
                   file=sys.stderr)
             return proc.returncode if proc.returncode > 0 else 3
-        code = interrupt(proc, args.signal, args.grace)
+        code = interrupt(proc, args.signal, args.grace, reached.values())
     print(f"lrcheck: the candidate was interrupted {where} (SIG{args.signal}; exit code "
           f"{code}); resuming: {args.resume}", file=sys.stderr)
     return subprocess.call(shlex.split(args.resume), env={**os.environ, ENV_RESUMED: "1"})

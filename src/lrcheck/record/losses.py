@@ -5,7 +5,8 @@ differentiates is its loss / GA), kept detached on its device and read once, at 
 one transfer. A GradScaler's scale divides it (the scaled loss is what was differentiated, the
 loss is what a log holds); ``zero_grad`` drops the values before it (their gradients are gone).
 The Recorder line gains ``loss_backward``, their sum, and ``loss_micro``, each value in the
-order run (null where a backward was not of a scalar)."""
+order run (null where a backward was not of a scalar); and a router's gradient per term,
+``router_terms`` (``record.router``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from lrcheck.record.router import RouterTerms
 from lrcheck.recorder import _number as json_number
 
 
@@ -21,6 +23,7 @@ class Losses:
 
     def __init__(self) -> None:
         self.values: list[torch.Tensor | None] = []
+        self.terms = RouterTerms()  # hooked before each backward pass (``record.calls``)
 
     def backward(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
         """One outermost ``torch.autograd.backward(tensors, grad_tensors, …)``."""
@@ -33,9 +36,13 @@ class Losses:
 
     def zeroed(self) -> None:
         self.values = []
+        self.terms.zeroed()
 
     def take(self, scale: float) -> dict[str, Any]:
         """The Recorder keys of the values since the last ``take``, divided by ``scale``."""
+        return self.terms.take(scale) | self._values(scale)
+
+    def _values(self, scale: float) -> dict[str, object]:
         values, self.values = self.values, []
         measured = [v for v in values if v is not None]
         if not measured:

@@ -83,11 +83,11 @@ class Placed:
                     gap, worst = found, (rank, owner)
         return rows, gap, *worst
 
-    def squares(self, per_rank: Sequence[Sequence[float]]) -> dict[str, float | int]:
+    def squares(self, per_rank: Sequence[Sequence[float]]) -> dict[str, object]:
         """The ranks' squared gradient norms per tensor as the whole gradient's: ``grad_sq``,
-        each shard once; and, where some tensors are replicated over ranks, their part of it
-        (``grad_sq_replicated``) and how many ranks hold each of their shards
-        (``replicated_ranks``, the most)."""
+        each shard once; each rank's own (``rank_squares``); and, where some tensors are
+        replicated over ranks, their part of it (``grad_sq_replicated``) and how many ranks
+        hold each of their shards (``replicated_ranks``, the most)."""
         total = replicated = 0.0
         most = 1
         for t in range(len(self.keys)):
@@ -95,10 +95,20 @@ class Placed:
             total += part
             if (copies := self.copies(t)) > 1:
                 replicated, most = replicated + part, max(most, copies)
-        out: dict[str, float | int] = {"grad_sq": total}
+        out: dict[str, object] = {"grad_sq": total, **rank_squares(per_rank)}
         if most > 1:
             out |= {"grad_sq_replicated": replicated, "replicated_ranks": most}
         return out
+
+
+def rank_squares(per_rank: Sequence[object]) -> dict[str, object]:
+    """``grad_sq_ranks``: each rank's squared norm of the gradient shards it holds (its
+    replicas' too), per-tensor squares summed: the local norm a rank computes without reducing
+    it over the ranks (``logs.shards``, ``checks.norms`` name it); none for one rank, or where
+    a rank measured none."""
+    if len(per_rank) < 2 or not all(isinstance(q, list) for q in per_rank):
+        return {}
+    return {"grad_sq_ranks": [float(sum(q)) for q in per_rank if isinstance(q, list)]}
 
 
 def placed(layouts: Sequence[Layout | None], prints: Sequence[Sequence[float] | None]

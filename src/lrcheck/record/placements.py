@@ -16,6 +16,7 @@ import torch
 
 from lrcheck.record.optimizers import local_tensor, stored
 from lrcheck.record.pipeline import stage_of
+from lrcheck.recorder import _number as json_number
 
 # Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
 TENSOR_DIMS = ("tp",)
@@ -87,4 +88,5 @@ def grad_keys(params: Sequence[torch.Tensor]) -> dict[str, object]:
     the squared norm of this rank's gradients (of its shards); and ``grad_sqs``, per tensor,
     for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare."""
     squares = grad_squares(params)  # one pass, one transfer
-    return {"grad_sq": float(sum(squares)), "grad_sqs": squares}
+    # A gradient not finite is written as its string ("NaN"): JSON has no such number.
+    return {"grad_sq": json_number(sum(squares)), "grad_sqs": [json_number(s) for s in squares]}

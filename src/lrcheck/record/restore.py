@@ -19,7 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lrcheck.recorder import RNGS
+# The fingerprints of the global RNGs in a Recorder line (``record.stages.rng_prints``).
+RNGS = ("rng", "rng_numpy", "rng_python")
+# A Recorder line, or where a process stood (``record.stages``), as JSON reads it back.
+Line = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Restore:
 
 def drawn(lines: list[dict[str, Any]], at: int, first: dict[str, Any] | None
           ) -> tuple[dict[str, int], dict[str, int]]:
-    """The global RNGs as each side drew them at update ``at`` (``recorder.RNGS``: torch's,
+    """The global RNGs as each side drew them at update ``at`` (``RNGS``: torch's,
     NumPy's, Python's ``random``'s fingerprints, ``record.stages.rng_prints``, read at the
     update's step): the earlier process's (a stream left out where it did not make update
     ``at``, or that stream did not move at each of its updates: a training that draws from it
@@ -132,8 +135,7 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
                        **before}, _rng(later.get("start"), after))
 
 
-def continued(at: int, end: dict[str, Any] | None, start: dict[str, Any],
-              first: dict[str, Any] | None) -> int:
+def continued(at: int, end: Line | None, start: Line, first: Line | None) -> int:
     """Where the earlier process was stopped inside update ``at``'s window (its ``cut``,
     ``record.interrupt``) and the later one (``start``, its first Recorder line ``first``)
     joins there, began with gradients already in its parameters (``carried_gradients``) and fed
@@ -148,7 +150,7 @@ def continued(at: int, end: dict[str, Any] | None, start: dict[str, Any],
     return int(cut.get("backward", len(fed)))
 
 
-def window_continued(lines: list[dict[str, Any]], restored: Restore) -> list[dict[str, Any]]:
+def window_continued(lines: list[Line], restored: Restore) -> list[Line]:
     """The later process's Recorder ``lines``, where it ``continued`` the window the earlier one
     was stopped in: its first update's with the micro-batches the earlier process had fed into
     that window put first (their samples; their weights and losses, which no line of the

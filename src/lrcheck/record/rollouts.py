@@ -12,7 +12,11 @@ the reference's, computed over the whole generation batch, as TRL computes them 
 over the ranks. A reference on several processes writes none (its rows are spread over its
 ranks: ``rollout-{k}.none`` says so). Where the reference wrote no rollout (it ended first, or
 ran on several processes), or its rows do not divide into the candidate's (another generation
-batch), the candidate generates its own and ``data`` says whether they differ. Each candidate
+batch), the candidate generates its own and ``data`` says whether they differ. A one-process
+candidate also takes the torch RNG's state as the reference's generation left it (``RNG``):
+TRL shuffles the generation batch before splitting it into updates, so where one generation
+serves several updates (``steps_per_generation`` above the accumulation) the rows each update
+gets are the reference's. Each candidate
 rank keeps its count of both in its record folder (``rollouts-rank{R}.json``, ``HELD``), for
 the verdict to say what was held equal (``record.tokens.read_held``)."""
 
@@ -32,6 +36,8 @@ from lrcheck.record.roles import CANDIDATE, ENV_DIR, ENV_EXCHANGE, ENV_ROLE, REF
 from lrcheck.record.tokens import HELD
 
 GRPO = "trl.trainer.grpo_trainer"
+# The key of the torch RNG's state, as the reference's generation left it, in a rollout file.
+RNG = "lrcheck.rng_state"
 _patched: list[bool] = []
 
 
@@ -90,8 +96,8 @@ def written(folder: Path, k: int, out: dict[str, object]) -> None:
     """Call ``k``'s rollouts, its tensors on the CPU, written whole into ``folder``."""
     path = folder / f"rollout-{k}.pt"
     part = path.with_name(path.name + ".part")
-    torch.save({key: v.detach().cpu() for key, v in out.items() if isinstance(v, torch.Tensor)},
-               part)
+    kept = {key: v.detach().cpu() for key, v in out.items() if isinstance(v, torch.Tensor)}
+    torch.save({**kept, RNG: torch.get_rng_state()}, part)
     os.replace(part, path)
 
 
@@ -99,15 +105,19 @@ def replayed(folder: Path, k: int, share: tuple[int, int, int],
              device: torch.device) -> dict[str, torch.Tensor] | None:
     """The reference's call ``k`` for rank R of W that generates ``rows`` rows (``share``):
     its R-th of W slices of every per-row tensor, the others whole; None where the reference
-    wrote none, or its rows are not W × ``rows``."""
+    wrote none, or its rows are not W × ``rows``. On one process (W 1), the torch RNG is left
+    as the reference's generation left it (``RNG``)."""
     rank, world, rows = share
     path, none = folder / f"rollout-{k}.pt", folder / f"rollout-{k}.none"
     if not exchange.wait(lambda: path.exists() or none.exists(), ended(folder, REFERENCE),
                          f"the reference's rollout {k}", started=k > 0) or not path.exists():
         return None
     data = torch.load(path, weights_only=True)
+    rng = data.pop(RNG, None)
     total = data["prompt_ids"].shape[0]
     if total != rows * world:
         return None
+    if world == 1 and rng is not None:
+        torch.set_rng_state(rng)
     return {key: (v[rank * rows:(rank + 1) * rows] if v.dim() and v.shape[0] == total else v)
             .to(device) for key, v in data.items()}

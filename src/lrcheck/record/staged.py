@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from lrcheck.record.placed import rank_squares
+
 Layout = Mapping[str, object]
 
 
@@ -78,6 +80,7 @@ def stitch(stages: Sequence[int], lines: Sequence[Mapping[str, object]],
     if len(squares) == len(first):  # every stage's per tensor: its kept tensors' sum
         stage_sq = [float(sum(q[t] for t in kept[s])) for q, s in zip(squares, first, strict=True)]
         out["grad_sq_stages"], out["grad_sq"] = stage_sq, float(sum(stage_sq))
+        out |= rank_squares([line.get("grad_sqs") for line in lines])
     return out, _replicas(stages, first, arrays)
 
 

@@ -66,7 +66,7 @@ def _numpy_print(numpy: ModuleType) -> int | None:
 
 def rng_prints() -> dict[str, int]:
     """The fingerprints of the global random number generators a training draws from
-    (``recorder.RNGS``): torch's (``rng_print``), NumPy's global one (``np.random``'s, where
+    (``record.restore.RNGS``): torch's (``rng_print``), NumPy's global one (``np.random``'s, where
     NumPy was imported) and Python's ``random``. Read in the pre-hook of each update
     (``record.process``), after the window's forward passes drew from them (a dropout's masks,
     an augmentation's draws), they tell whether a resumed process drew from the streams the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -43,6 +43,26 @@ if TYPE_CHECKING:
     from lrcheck.trace import EpochMetrics
 
 # The plots that are interactive, by PNG: (id, y-axis label).
+class LivePlot(TypedDict):
+    """A chart the page's script draws from packed series."""
+
+    id: str
+    ylabel: str
+    series: tuple[np.ndarray, np.ndarray, np.ndarray]  # reference, candidate, difference
+    divergence: int | None
+    diff_label: str
+
+
+class Figure(TypedDict):
+    """One figure of the page: its PNG, else its table, and the live chart where it has one."""
+
+    png: Path | None
+    id: str
+    caption: str
+    table: Html | None
+    live: LivePlot | None
+
+
 LIVE = {"lr.png": ("lr", "learning rate (group 0)"), "loss.png": ("loss", "training loss")}
 CAPTIONS = {
     "lr.png": "The LR each optimizer update used (param group 0), every update of both runs. "
@@ -64,7 +84,7 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
     kind = kind_of(report)
     subject = kind.subject(report)
     drawn = {picture.name: picture for picture in pictures}
-    figures = []
+    figures: list[Figure] = []
     for name in plots_of(report):
         picture = drawn.get(name)
         live = LIVE.get(name)
@@ -74,13 +94,13 @@ def report_page(report: Report, path: Path, pictures: list[Path]) -> Plot:
         if picture is None and live is None and name != "metrics.png":
             continue  # no PNG, and nothing else to show it by
         check = "loss" if name == "loss.png" else "lr"
+        chart: LivePlot | None = None if live is None or series is None else {
+            "id": live[0], "ylabel": live[1], "series": series,
+            "divergence": _first(report, check), "diff_label": "cand − ref"}
         figures.append({"png": picture, "id": live[0] if live else name.removesuffix(".png"),
                         "caption": CAPTIONS[name],
                         "table": _epochs(report) if picture is None and live is None else None,
-                        "live": None if live is None else {
-                            "id": live[0], "ylabel": live[1], "series": series,
-                            "divergence": _first(report, check),
-                            "diff_label": "cand − ref"}})
+                        "live": chart})
     before = join([_verdict(report, kind.heading(report), kind.title(report, subject)),
                    _checks(report), logs_html(report)])
     after = join([*(tag("p", why, class_="left-out")
@@ -219,7 +239,7 @@ def _environment(environment: dict[str, object]) -> Html:
 
 
 def write_page(path: Path, *, title: str, before: Html, after: Html,
-               figures: list[dict[str, Any]], footer: Html) -> None:
+               figures: list[Figure], footer: Html) -> None:
     """Write report.html: inline each figure's PNG, pack its traces (after the PNGs are
     drawn: in the plot helper, when there is one)."""
     from lrcheck.reports.atomic import atomic_path

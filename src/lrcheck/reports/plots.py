@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lrcheck.trace import METRICS, thin_indices
+from lrcheck.plan.digest import thin_indices
+from lrcheck.trace import METRICS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,7 +41,7 @@ class Plot:
 
     path: Path
     draw_fn: Callable[..., None]
-    args: dict[str, Any]
+    args: dict[str, object]
     weight: float = 1.0
 
     def draw(self) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -39,7 +39,17 @@ def _pack(ints: np.ndarray, order: int) -> bytes:
     return zlib.compress(np.ascontiguousarray(planes).tobytes(), LEVEL)
 
 
-def pack(values: np.ndarray, base: np.ndarray | None = None) -> dict[str, Any]:
+class Packed(TypedDict):
+    """A series packed for report.js: ``n`` values, differenced ``order`` times, on the
+    reference's values where ``base``, as base64 of the zlib of their zigzag bytes."""
+
+    n: int
+    order: int
+    base: bool
+    data: str
+
+
+def pack(values: np.ndarray, base: np.ndarray | None = None) -> Packed:
     """``values`` (1-D, NaN allowed) as ``{"n", "order", "base", "data"}`` for report.js;
     ``base``: the reference's values of the same length, tried as a starting point (the only
     way tried when the two are the same)."""
@@ -55,7 +65,7 @@ def pack(values: np.ndarray, base: np.ndarray | None = None) -> dict[str, Any]:
             "data": base64.b64encode(data).decode("ascii")}
 
 
-def unpack(packed: dict[str, Any], base: np.ndarray | None = None) -> np.ndarray:
+def unpack(packed: Packed, base: np.ndarray | None = None) -> np.ndarray:
     """The float32 values ``pack`` packed: what report.js computes, here for the tests."""
     n = packed["n"]
     raw = np.frombuffer(zlib.decompress(base64.b64decode(packed["data"])), np.uint8)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -91,7 +90,7 @@ def save(folder: Path, parts: Parts, progress: LoopPosition, rank: int) -> Path:
     """Write the checkpoint of rank ``rank``'s ``parts`` at ``progress`` into ``folder``; its
     path."""
     window = progress.window
-    state: dict[str, Any] = {
+    state: dict[str, object] = {
         "model": parts.net.state_dict(),
         "optimizer": parts.optimizer.state_dict(),
         "scheduler": parts.scheduler.state_dict(),

@@ -12,19 +12,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from lrcheck.errors import SpecError
+from lrcheck.plan.digest import lr_digest
 from lrcheck.result import Report
 from lrcheck.suite.outcome import PairOutcome, Regression
-from lrcheck.trace import METRICS, lr_digest, metric_values
+from lrcheck.trace import METRICS, metric_values
 
 SCHEMA_VERSION = 1
 KIND = "lrcheck-baseline"
 RECORD_KEYS = ("lr_digest", "reference_lr_digest", "updates", "metrics", "pair")
 
 
-def record(report: Report) -> dict[str, Any]:
+class _Kept(TypedDict):
+    lr_digest: str
+    reference_lr_digest: str
+    updates: int
+    metrics: dict[str, float] | None
+    pair: dict[str, object]
+
+
+class BaselineRecord(_Kept, total=False):
+    """What a baseline file keeps of one pair's report (``final_lr``: not in older files)."""
+
+    final_lr: float | None
+
+
+def record(report: Report) -> BaselineRecord:
     """The baseline record of one pair's report."""
     cand = report.candidate
     return {
@@ -37,7 +52,7 @@ def record(report: Report) -> dict[str, Any]:
     }
 
 
-def baseline_document(outcomes: list[PairOutcome], suite_path: str) -> dict[str, Any]:
+def baseline_document(outcomes: list[PairOutcome], suite_path: str) -> dict[str, object]:
     """The baseline file's content: a record for every pair that has a report."""
     from lrcheck.version import __version__
 
@@ -46,7 +61,7 @@ def baseline_document(outcomes: list[PairOutcome], suite_path: str) -> dict[str,
             "pairs": {o.entry.name: record(o.report) for o in outcomes if o.report is not None}}
 
 
-def load_baseline(path: str | Path) -> dict[str, dict[str, Any]]:
+def load_baseline(path: str | Path) -> dict[str, BaselineRecord]:
     """The records of the baseline file at ``path``, by pair name. A missing, unreadable or
     corrupt file, or one of another schema version, is bad input (``SpecError``)."""
     where = f"--baseline {str(path)!r}"
@@ -71,19 +86,38 @@ def load_baseline(path: str | Path) -> dict[str, dict[str, Any]]:
         missing = [k for k in RECORD_KEYS if not isinstance(rec, dict) or k not in rec]
         if missing:
             raise SpecError(f"{where} is corrupt: pair {name!r} lacks {', '.join(missing)}; {fix}")
+        wrong = _wrong_types(rec)
+        if wrong:
+            raise SpecError(f"{where} is corrupt: pair {name!r}'s {wrong}; {fix}")
     return pairs
 
 
-def regressions(report: Report, rec: dict[str, Any]) -> list[Regression]:
+def _wrong_types(rec: dict[str, object]) -> str | None:
+    """What in a baseline record read from a file is not of its type, in words; None: all is."""
+    metrics = rec["metrics"]
+    for key, fits in (("lr_digest", isinstance(rec["lr_digest"], str)),
+                      ("reference_lr_digest", isinstance(rec["reference_lr_digest"], str)),
+                      ("updates", isinstance(rec["updates"], int)),
+                      ("final_lr", rec.get("final_lr") is None
+                       or isinstance(rec.get("final_lr"), int | float)),
+                      ("metrics", metrics is None or isinstance(metrics, dict) and all(
+                          isinstance(v, int | float) for v in metrics.values())),
+                      ("pair", isinstance(rec["pair"], dict))):
+        if not fits:
+            return f"{key!r} is {rec.get(key)!r}"
+    return None
+
+
+def regressions(report: Report, rec: BaselineRecord) -> list[Regression]:
     """What changed for the worse against the baseline record ``rec`` of the same pair."""
     found = []
     changed = _changed_settings(rec["pair"], report.pair.to_dict())
     because = f"; settings changed: {changed}" if changed else ""
     cand = report.candidate
-    moved = [who for who, trace, key in (("candidate's", cand, "lr_digest"),
-                                         ("reference's", report.reference,
-                                          "reference_lr_digest"))
-             if lr_digest(trace.lrs()) != rec[key]]
+    moved = [who for who, trace, digest in (("candidate's", cand, rec["lr_digest"]),
+                                            ("reference's", report.reference,
+                                             rec["reference_lr_digest"]))
+             if lr_digest(trace.lrs()) != digest]
     if moved:
         final = cand.updates[-1].lr[0] if len(cand.updates) else None
         found.append(Regression(
@@ -99,7 +133,7 @@ def regressions(report: Report, rec: dict[str, Any]) -> list[Regression]:
     return found
 
 
-def _changed_settings(before: dict[str, Any], after: dict[str, Any]) -> str:
+def _changed_settings(before: dict[str, object], after: dict[str, object]) -> str:
     """``scheduler 'cosine' → 'linear'`` for every setting of the pair that differs."""
     changes = []
     for side, prefix in (("candidate", ""), ("reference", "ref_"), ("tolerances", "tol_")):

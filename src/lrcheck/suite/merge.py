@@ -24,7 +24,7 @@ from lrcheck.errors import SpecError
 from lrcheck.plan.judging import Judging
 from lrcheck.result import Kind, Report
 from lrcheck.spec import CommandPair, FilePair, Note, PairSpec, RunSpec, Tolerances
-from lrcheck.suite.baseline import regressions
+from lrcheck.suite.baseline import BaselineRecord, regressions
 from lrcheck.suite.outcome import ERROR, INCOMPLETE, NOT_RUN, PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.trace import RunTrace
@@ -92,7 +92,7 @@ def check_shards(shards: list[ShardRun]) -> None:
 
 
 def merge_shards(shards: list[ShardRun], *,
-                 baseline: dict[str, dict[str, Any]] | None = None,
+                 baseline: dict[str, BaselineRecord] | None = None,
                  baseline_path: str | None = None) -> SuiteResult:
     """One result of the suite the ``shards`` (``check_shards`` first) are parts of, in the
     suite file's order, compared with ``baseline`` when given."""

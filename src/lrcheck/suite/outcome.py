@@ -8,7 +8,6 @@ beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from lrcheck.checks import FAIL
 from lrcheck.environment import Environment
@@ -151,7 +150,7 @@ class PairOutcome:
         diff = {k: cand[k] - ref[k] if k in ref and k in cand else None for k, _ in METRICS}
         return {"max_abs_dlr": self.report.check("lr").max_abs_diff, **diff}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.entry.name,
             "origin": self.entry.origin,
@@ -217,7 +216,7 @@ class SuiteResult:
         statuses = [o.status for o in self.outcomes]
         return {"pairs": len(statuses), **{s.value: statuses.count(s) for s in STATUSES}}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": "lrcheck-suite",

@@ -46,6 +46,7 @@ from lrcheck.suite.run import OnDone, OnProgress, PairFiles
 from lrcheck.suite.spec import Suite, SuiteEntry
 
 if TYPE_CHECKING:
+    from lrcheck.suite.baseline import BaselineRecord
     from lrcheck.trace import RunTrace
 
 SUITE_WORKER_ENV = "LRCHECK_SUITE_WORKER"
@@ -119,7 +120,7 @@ class WorkerFiles(PairFiles, Protocol):
 
 def run_parallel(suite: Suite, out: Path, jobs: int, *, files: WorkerFiles,
                  draw: Callable[[Sequence[object]], None],
-                 baseline: dict[str, dict[str, object]] | None,
+                 baseline: dict[str, BaselineRecord] | None,
                  on_progress: OnProgress | None = None,
                  on_done: OnDone | None = None) -> tuple[list[PairOutcome], str | None]:
     """Every pair of ``suite`` in ``jobs`` workers: the outcomes in the suite's order, and why
@@ -249,7 +250,7 @@ def _collect(workers: Workers, running: dict[int, int], suite: Suite, done: _Don
 
 
 def _work(number: int, pipe: Pipe, suite: Suite, out: Path, files: WorkerFiles,
-          baseline: dict[str, dict[str, object]] | None) -> None:
+          baseline: dict[str, BaselineRecord] | None) -> None:
     """A worker (``runner.workers``' target): run each pair it is given (``run.run_pairs`` of
     that pair, with the runs it is given already trained), sending its progress, what it trains
     that other pairs need, and its outcome, until it is given None or stopped."""
@@ -262,7 +263,7 @@ def _work(number: int, pipe: Pipe, suite: Suite, out: Path, files: WorkerFiles,
 
 
 def _pairs(suite: Suite, out: Path, files: WorkerFiles,
-           baseline: dict[str, dict[str, object]] | None, pipe: Pipe) -> None:
+           baseline: dict[str, BaselineRecord] | None, pipe: Pipe) -> None:
     from lrcheck.suite.run import run_pairs
 
     while isinstance(task := pipe.recv(), Task):  # None: leave

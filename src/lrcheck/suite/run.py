@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from lrcheck.errors import Interrupted, LrcheckError, Recorded, SpecError, stop_
 from lrcheck.result import Report
 from lrcheck.runner.startup import release
 from lrcheck.spec import PairSpec, RunSpec
-from lrcheck.suite.baseline import regressions
+from lrcheck.suite.baseline import BaselineRecord, regressions
 from lrcheck.suite.outcome import PairOutcome, SuiteResult
 from lrcheck.suite.spec import Suite, SuiteEntry
 from lrcheck.trace import RunTrace
@@ -70,7 +70,7 @@ def prepare(suite: Suite, out: Path) -> None:
 
 
 def run_pairs(suite: Suite, out: Path, *, files: PairFiles,
-              baseline: dict[str, dict[str, Any]] | None = None, baseline_path: str | None = None,
+              baseline: dict[str, BaselineRecord] | None = None, baseline_path: str | None = None,
               on_progress: OnProgress | None = None, on_done: OnDone | None = None,
               references: dict[RunSpec, RunTrace] | None = None) -> SuiteResult:
     """Every pair of ``suite``, compared with ``baseline`` (records by pair name) when given.
@@ -113,7 +113,7 @@ def run_pairs(suite: Suite, out: Path, *, files: PairFiles,
 
 
 def suite_result(suite: Suite, outcomes: list[PairOutcome], started: float,
-                 baseline: dict[str, dict[str, Any]] | None, baseline_path: str | None,
+                 baseline: dict[str, BaselineRecord] | None, baseline_path: str | None,
                  stopped: str | None) -> SuiteResult:
     """The suite's result for its pairs' ``outcomes`` (one per entry, in order), begun at
     ``started`` (``time.perf_counter``). Its environment is the first trained pair's, without
@@ -138,7 +138,7 @@ def suite_result(suite: Suite, outcomes: list[PairOutcome], started: float,
 
 def _run_pair(entry: SuiteEntry, out: Path, references: dict[RunSpec, RunTrace],
               progress: Progress | None, files: PairFiles,
-              baseline: dict[str, dict[str, Any]] | None) -> PairOutcome:
+              baseline: dict[str, BaselineRecord] | None) -> PairOutcome:
     """One pair, compared and saved into ``out/<name>``. A pair that crashes, is bad input or
     whose report cannot be saved gets its error; one stopped by Ctrl-C is ``interrupted``."""
     from lrcheck.comparison import compare_pair

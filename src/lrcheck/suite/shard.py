@@ -21,7 +21,6 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from lrcheck.errors import SpecError
 from lrcheck.plan.judging import Judging
@@ -62,7 +61,7 @@ class ShardInfo:
     entries: tuple[SuiteEntry, ...]
     plan: tuple[int, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"index": self.index, "count": self.count, "suite_digest": self.suite,
                 "plan": [{"name": e.name, "shard": shard, "origin": e.origin,
                           "expect": e.expect, "noise_floor": e.pair.noise_floor,

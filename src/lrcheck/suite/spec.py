@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
 
 from lrcheck.errors import SpecError
 from lrcheck.plan.frameworks import FRAMEWORKS
@@ -130,7 +129,7 @@ def deterministic_suite(suite: Suite) -> Suite:
     return replace(suite, entries=tuple(replace(e, pair=on(e.pair)) for e in suite.entries))
 
 
-def parse_suite(data: dict[str, Any], source: str) -> Suite:
+def parse_suite(data: dict[str, object], source: str) -> Suite:
     """The suite ``data`` (a parsed TOML document from ``source``) describes."""
     for table in data:
         if table not in TABLES:
@@ -169,19 +168,21 @@ def parse_suite(data: dict[str, Any], source: str) -> Suite:
     return Suite(source, tuple(entries))
 
 
-def _expand(source: str, origin: str, defaults: dict[str, Any],
-            grid: dict[str, Any]) -> list[SuiteEntry]:
+def _expand(source: str, origin: str, defaults: dict[str, object],
+            grid: dict[str, object]) -> list[SuiteEntry]:
     """One entry per combination of the grid's list-valued keys, first key slowest."""
-    axes = {k: v for k, v in grid.items() if _is_axis(k, v)}
+    axes = {k: v for k, v in grid.items() if isinstance(v, list) and _is_axis(k, v)}
     entries = []
     for combo in itertools.product(*axes.values()):
         chosen = dict(zip(axes, combo, strict=True))
         where = f"{origin} ({', '.join(f'{k}={v!r}' for k, v in chosen.items())})"
-        entries.append(_entry(source, where, {**defaults, **grid, **chosen}, grid.get("name")))
+        entries.append(_entry(source, where, {**defaults, **grid, **chosen},
+                              str(grid["name"]) if "name" in grid else None))
     return entries
 
 
-def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | None) -> SuiteEntry:
+def _entry(source: str, where: str, values: dict[str, object], grid_name: str | None
+           ) -> SuiteEntry:
     """The entry for the merged ``values`` (each already checked on its own) of one pair."""
     run = {RUN_KEYS[k]: _run_value(k, v) for k, v in values.items() if k in RUN_KEYS}
     tol = {k.removeprefix("tol_"): v for k, v in values.items() if k in TOLERANCE_KEYS}
@@ -193,11 +194,11 @@ def _entry(source: str, where: str, values: dict[str, Any], grid_name: str | Non
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
     name = _name(source, where, values, grid_name, pair)
-    return SuiteEntry(name, pair, values.get("expect", "pass"), where)
+    return SuiteEntry(name, pair, str(values.get("expect", "pass")), where)
 
 
-def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
-                   item: dict[str, Any]) -> SuiteEntry:
+def _command_entry(source: str, where: str, kind: str, defaults: dict[str, object],
+                   item: dict[str, object]) -> SuiteEntry:
     """The entry of a [[pair]] of two commands. The run keys of [defaults] do not apply to it
     (lrcheck does not train it), but for ``deterministic``; its tolerances, ``expect`` and the
     defaults' tolerances do."""
@@ -220,20 +221,20 @@ def _command_entry(source: str, where: str, kind: str, defaults: dict[str, Any],
         pair = command_pair({**item, "deterministic": values.get("deterministic", False)}, tol)
     except SpecError as exc:
         raise SpecError(f"{source}: {where}: {_in_suite_words(str(exc))}") from None
-    name = item.get("name", "commands")
+    name = str(item.get("name", "commands"))
     if not NAME.fullmatch(name):
         raise SpecError(f"{source}: {where}, key 'name': {name!r} cannot name a report folder; "
                         "use letters, digits, '.', '_' and '-' (at most 120)")
-    return SuiteEntry(name, pair, values.get("expect", "pass"), where)
+    return SuiteEntry(name, pair, str(values.get("expect", "pass")), where)
 
 
-def _name(source: str, where: str, values: dict[str, Any], grid_name: str | None,
+def _name(source: str, where: str, values: dict[str, object], grid_name: str | None,
           pair: PairSpec) -> str:
     """A grid's ``name`` is a template (``"sched-{scheduler}-a{accum}"``) or a prefix to the
     pair's own name; without one, the pair's own name."""
     name: str
     if grid_name is None:
-        name = values.get("name", pair.name)
+        name = str(values.get("name", pair.name))
     elif "{" in grid_name:
         fill = {**values, **{k: getattr(pair.candidate, field) for k, field in RUN_KEYS.items()},
                 "ref_bs": pair.reference.bs, "ref_nproc": pair.reference.world}
@@ -251,12 +252,12 @@ def _name(source: str, where: str, values: dict[str, Any], grid_name: str | None
     return name
 
 
-def _check_keys(source: str, where: str, table: dict[str, Any], *, lists: bool) -> None:
+def _check_keys(source: str, where: str, table: dict[str, object], *, lists: bool) -> None:
     for key, value in table.items():
         if key not in KEYS:
             raise SpecError(f"{source}: {where}: unknown key {key!r}{_hint(key, KEYS)}; "
                             f"known keys: {', '.join(KEYS)}")
-        if _is_axis(key, value):
+        if isinstance(value, list) and _is_axis(key, value):
             if not lists:
                 raise SpecError(f"{source}: {where}, key {key!r}: lists expand only in "
                                 f"[[grid]], got {value!r}")

@@ -93,7 +93,7 @@ def _engine_environment(rank: int) -> Iterator[None]:
             os.environ.pop("LOCAL_RANK", None)
 
 
-def config(spec: RunSpec) -> dict[str, Any]:
+def config(spec: RunSpec) -> dict[str, object]:
     """The engine's config for ``spec``."""
     return {"train_micro_batch_size_per_gpu": spec.bs,
             "gradient_accumulation_steps": spec.accum,
@@ -136,6 +136,20 @@ def _whole(parts: Parts, stage: int) -> Callable[[], list[torch.Tensor]] | None:
     return whole
 
 
+def _without_shm_comm() -> None:
+    """DeepSpeed's shared-memory all-reduce (its op ``deepspeed_shm_comm``) not built: its
+    ``TorchBackend`` JIT-builds it on the CPU accelerator at every engine's start (comm/torch.py
+    ``build_shm_op``; a minute of C++ in each new environment, whose path its build flags hold)
+    and maps 69 MB per rank in ``/dev/shm`` that it never unlinks, for ``inference_all_reduce``
+    alone, which no training step calls: the engine's gradients go through
+    ``torch.distributed`` (gloo here) either way. Marked not compatible, as on a platform
+    without it, the op is left out (``deepspeed.ops.__compatible_ops__``, the one dict DeepSpeed
+    probes once and keeps)."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def _check_bf16() -> None:
     """``--amp bf16`` where DeepSpeed's accelerator has it, else bad input with DeepSpeed's
     reason (engine.py ``_do_sanity_check``; its CPU accelerator says yes on every CPU)."""
@@ -157,7 +171,8 @@ def _train(spec: RunSpec, data: Dataset, device: str, rank: int, on_update: OnUp
     recording = run.recording
     parts = build(spec, data, run.ctx, device)
     counted = _Counted(parts.scheduler)
-    with contextlib.redirect_stdout(io.StringIO()):  # the JIT build's "built successfully"
+    _without_shm_comm()
+    with contextlib.redirect_stdout(io.StringIO()):  # whatever the engine prints as it starts
         engine, _, _, _ = deepspeed.initialize(model=parts.net, optimizer=parts.optimizer,
                                                lr_scheduler=parts.scheduler, config=config(spec))
     run.check_processes("DeepSpeed", engine.world_size, engine.global_rank, rank)

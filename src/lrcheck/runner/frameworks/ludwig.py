@@ -56,7 +56,7 @@ def feature_names(data: Dataset) -> list[str]:
     return [f"x{i}" for i in range(data.num_features)]
 
 
-def ludwig_config(spec: RunSpec, data: Dataset) -> dict[str, Any]:
+def ludwig_config(spec: RunSpec, data: Dataset) -> dict[str, object]:
     """The Ludwig config for ``spec``: number features (lrcheck has standardised them already)
     into a concat combiner with one fully connected layer of the task's width (BatchNorm for a
     ``batch_norm`` task), a category output; the trainer with ``spec``'s batch size,

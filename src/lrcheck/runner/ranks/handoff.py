@@ -29,14 +29,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from lrcheck.environment import Environment
 from lrcheck.plan.judging import Step
 from lrcheck.spec import RunSpec
-from lrcheck.trace import RunTrace, UpdateRecord
+from lrcheck.trace import RunTrace, UpdateJson, UpdateRecord
 
 if TYPE_CHECKING:  # the parent of a launch imports no torch
     from lrcheck.runner.lockstep import Lockstep
@@ -94,17 +94,29 @@ def read_spec(folder: Path) -> JobSpec:
                    tuple(Step.from_dict(step) for step in data["order"]))
 
 
-def append_line(folder: Path, entry: dict[str, Any]) -> None:
+class _Event(TypedDict):
+    event: str
+    role: str
+
+
+class HandoffLine(_Event, total=False):
+    """A line of ``updates.jsonl``: a run ``started``, or made an ``update`` (of ``total``)."""
+
+    total: int
+    update: UpdateJson
+
+
+def append_line(folder: Path, entry: HandoffLine) -> None:
     """One JSON line, written with a single ``write`` so that a reader sees all of it or none."""
     with open(folder / UPDATES, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
 
 
-def started_line(role: str) -> dict[str, Any]:
+def started_line(role: str) -> HandoffLine:
     return {"event": "started", "role": role}
 
 
-def update_line(record: UpdateRecord, total: int, role: str) -> dict[str, Any]:
+def update_line(record: UpdateRecord, total: int, role: str) -> HandoffLine:
     return {"event": "update", "role": role, "total": total, "update": record.to_dict()}
 
 
@@ -116,7 +128,7 @@ class LineReader:
     offset: int = 0
     pending: str = field(default="", repr=False)
 
-    def new(self) -> list[dict[str, Any]]:
+    def new(self) -> list[HandoffLine]:
         path = self.folder / UPDATES
         if not path.exists():
             return []
