@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from lrcheck.record.placements import data_world, grad_keys, layout  # noqa: E402
+from lrcheck.record.probes import probe  # noqa: E402
 
 
 @pytest.fixture
@@ -43,7 +44,9 @@ def test_a_dtensor_s_placements_and_this_rank_s_coordinate_are_described(mesh):
                                     [Replicate(), Shard(0)])
     keys = grad_keys([placed, plain])
     assert keys == {"grad_sq": pytest.approx(72.0, rel=1e-15),  # 8 elements of 3²
-                    "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0]}  # and no gradient
+                    "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0],  # and no gradient
+                    # the gradient dotted with its probe's slice (record.probes): here all of it
+                    "grad_dots": [pytest.approx(3 * float(probe((4, 2)).sum()), rel=1e-14), 0.0]}
 
 
 def test_a_mesh_dimension_named_tp_divides_the_data_world(mesh):

@@ -16,6 +16,7 @@ import torch
 
 from lrcheck.record.optimizers import local_tensor, stored
 from lrcheck.record.pipeline import stage_of
+from lrcheck.record.probes import grad_dots
 
 # Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
 TENSOR_DIMS = ("tp",)
@@ -84,7 +85,9 @@ def grad_squares(params: Sequence[torch.Tensor]) -> list[float]:
 
 def grad_keys(params: Sequence[torch.Tensor]) -> dict[str, object]:
     """What a fingerprinted update records of the gradient the optimizer steps on: ``grad_sq``,
-    the squared norm of this rank's gradients (of its shards); and ``grad_sqs``, per tensor,
-    for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare."""
+    the squared norm of this rank's gradients (of its shards); ``grad_sqs``, per tensor,
+    for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare;
+    and ``grad_dots``, per tensor, its gradient shard dotted with a fixed random tensor's same
+    slice (``record.probes``), merged alike and compared by ``checks.probes``."""
     squares = grad_squares(params)  # one pass, one transfer
-    return {"grad_sq": float(sum(squares)), "grad_sqs": squares}
+    return {"grad_sq": float(sum(squares)), "grad_sqs": squares, "grad_dots": grad_dots(params)}
