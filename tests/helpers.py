@@ -150,10 +150,11 @@ def checks_by_name(report: Any) -> dict[str, Any]:
     return {c.name: c for c in report.checks}
 
 
-def merged_gaps(reference: Path, candidate: Path) -> tuple[float, float]:
+def merged_gaps(reference: Path, candidate: Path) -> tuple[float, float, float]:
     """A one-process reference's recording against a record folder's merged records: the
-    largest relative gap of the gradient norm and of the parameters' sums (``|Δsum| / max|p|``)
-    over the updates; asserts that both fingerprinted the same tensors."""
+    largest relative gap of the gradient norm, of the parameters' sums (``|Δsum| / max|p|``)
+    and of each tensor's gradient dotted with its probe (``|Δdot| / ‖g‖``, ``record.probes``)
+    over the updates; asserts that both fingerprinted and probed the same tensors, each."""
     import numpy as np
 
     from lrcheck.record.folder import read_folder
@@ -166,4 +167,9 @@ def merged_gaps(reference: Path, candidate: Path) -> tuple[float, float]:
     pb = np.array([r["fingerprint"] for r in merged]).reshape(len(merged), -1, 2)
     assert pa.shape == pb.shape, (pa.shape, pb.shape)
     sums = (np.abs(pb[..., 0] - pa[..., 0]).max(axis=1) / pa[..., 1].max(axis=1)).max()
-    return float(np.max(np.abs(b - a) / a)), float(sums)
+    da = np.array([r["grad_dots"] for r in whole], dtype=np.float64)  # None: NaN, fails
+    db = np.array([r["grad_dots"] for r in merged], dtype=np.float64)
+    assert da.shape == db.shape == pa.shape[:2], (da.shape, db.shape)
+    dots = np.abs(db - da) / np.sqrt([r["grad_sqs"] for r in whole])
+    assert np.all(np.isfinite(dots)), dots
+    return float(np.max(np.abs(b - a) / a)), float(sums), float(dots.max())

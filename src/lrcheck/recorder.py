@@ -280,7 +280,7 @@ def _record(item: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:
     """A line's losses differentiated (``record.losses``): ``loss_backward``, a number, and
-    ``loss_micro``, a list of numbers or nulls; ``router_terms`` as is (``record.router``)."""
+    ``loss_micro`` (``grad_dots``: record.probes), lists of numbers or nulls; router_terms."""
     terms = item.get("router_terms")
     out: dict[str, Any] = {"router_terms": terms} if isinstance(terms, dict) else {}
     if "loss_backward" in item:
@@ -289,15 +289,15 @@ def _losses(item: dict[str, Any], where: str) -> dict[str, Any]:
             raise SpecError(f"{where}: 'loss_backward' must be a number, got "
                             f"{item['loss_backward']!r}")
         out["loss_backward"] = value
-    if "loss_micro" in item:
-        micro = item["loss_micro"]
+    for key in (k for k in ("loss_micro", "grad_dots") if k in item):
+        micro = item[key]
         read = ([None if v is None else _read_number(v) for v in micro]
                 if isinstance(micro, list) else None)
         if read is None or any(v is not None and r is None
                                for v, r in zip(micro, read, strict=True)):
-            raise SpecError(f"{where}: 'loss_micro' must be a list of numbers or nulls, got "
+            raise SpecError(f"{where}: {key!r} must be a list of numbers or nulls, got "
                             f"{micro!r}")
-        out["loss_micro"] = read
+        out[key] = read
     return out
 
 

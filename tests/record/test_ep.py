@@ -43,7 +43,7 @@ def test_ep_2_matches_one_process_holding_every_expert_merged_by_name(reference,
     cand = tmp_path / "candidate"
     checks = _checks(reference, cand)
     for name in ("updates", "lr", "data", "params", "grad-norm", "ranks (candidate)",
-                 "replicas (candidate)", "experts (candidate)"):
+                 "replicas (candidate)", "experts (candidate)", "gradient (candidate)"):
         assert checks[name].status == "pass", (name, checks[name].detail)
     names = [json.loads((cand / f"rank{r}.json").read_text())["optimizers"][0]["layout"]
              ["names"] for r in (0, 1)]
@@ -52,11 +52,12 @@ def test_ep_2_matches_one_process_holding_every_expert_merged_by_name(reference,
     terms = [[r["router_terms"][t] for r in read_folder(f).records
               for t in ("routing", "auxiliary")] for f in (reference, cand)]
     assert all(v > 0 for v in terms[0]) and terms[1] == pytest.approx(terms[0], rel=1e-12)
-    norms, sums = merged_gaps(reference, cand)
+    norms, sums, dots = merged_gaps(reference, cand)
     groups = checks["experts (candidate)"].max_abs_diff
     print(f"ep 2 vs 1 process: merged gradient norm relative {norms:.3g}, parameters "
-          f"|Δsum|/max|p| {sums:.3g}, the groups' norms relative {groups:.3g}")
-    assert norms <= 1e-12 and sums <= 1e-12
+          f"|Δsum|/max|p| {sums:.3g}, the groups' norms relative {groups:.3g}, per element "
+          f"|Δdot|/‖g‖ {dots:.3g}")
+    assert norms <= 1e-12 and sums <= 1e-12 and dots <= 1e-12
 
 
 def test_the_experts_gradients_summed_over_the_ranks_fail_at_update_0_named(reference, tmp_path):

@@ -59,7 +59,8 @@ def test_ep_2_merges_each_name_once_and_checks_the_replicas():
     record = records[0]
     assert record["fingerprint"] == [1.0, 1.0, 2.0, 2.0, 10.0, 3.0, 11.0, 3.0, 12.0, 3.0,
                                      13.0, 3.0, 5.0, 4.0]
-    assert record["grad_sq"] == 1 + 2 + 3 + 4 + 6 + 7 + 5 and "grad_sqs" not in record
+    assert record["grad_sq"] == 1 + 2 + 3 + 4 + 6 + 7 + 5
+    assert record["grad_sqs"] == [1.0, 2.0, 3.0, 4.0, 6.0, 7.0, 5.0]  # each name once, no rank's
     assert record["grad_sq_groups"] == {"experts": 20.0, "router": 2.0, "rest": 6.0}
     assert record["group_tensors"]["experts"] == [2, 3, 4, 5] and record["expert_ranks"] == 2
     assert gaps is not None and [g.row for g in gaps] == [(0.0, 0, 1, 0)]

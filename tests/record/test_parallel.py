@@ -1,6 +1,7 @@
 """Tensor parallel recorded unmodified: a user's torchtitan-style training of a tiny Llama
-(tests/fixtures/user_tp.py) on a gloo ``(dp, tp)`` mesh, its shards merged by placement
-(``record.placed``), against one process with the same effective batch, free-running; and
+(tests/fixtures/user_tp.py) on a gloo ``(dp, tp)`` mesh, and HSDP (a ``(replicate, shard)``
+mesh), its shards merged by placement (``record.placed``), against one process with the same
+effective batch, free-running, the gradient per element too (``record.probes``); and
 the gradient norm counted over the ranks with the tp-replicated parameters once per rank,
 named by ``clip-norm`` at update 0; the run's own log of its gradient norm held against the
 true global norm (``logs.shards``): rank 0's local norm logged is named. Slow: each run is a
@@ -34,9 +35,18 @@ def reference(tmp_path_factory):
     return out
 
 
-def test_dp_2_by_tp_2_matches_one_process_its_shards_merged_by_placement(reference, tmp_path):
+# (the 4 ranks' arguments, rank 3's placements of a sharded tensor, whether rank 3 feeds rows)
+# Each the reference's 8 rows per update: dp 2 x 2 rows x 2 micro-batches; dp 4 x 1 x 2.
+PAIRS = {"dp 2 x tp 2": (["--dp", "2", "--tp", "2", "--bs", "2"], ["S", "S"], False),  # colwise
+         "hsdp (2, 2)": (["--dp", "4", "--hsdp", "--bs", "1"], ["R", "S"], True)}  # under FSDP2
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_4_ranks_on_a_2_d_mesh_match_one_process_their_shards_merged_by_placement(
+        pair, reference, tmp_path):
+    args, placements, feeds = PAIRS[pair]
     cand, log = tmp_path / "candidate", tmp_path / "history.csv"
-    run = api.record(_torchrun(4, "--dp", "2", "--tp", "2", "--bs", "2", "--accum", "2",
+    run = api.record(_torchrun(4, *args, "--accum", "2",
                                "--csv", str(log)), cand, fingerprint_every=1, logs=log)
     norm = next(f for f in run.logs if f.quantity.value == "grad_norm")
     assert norm.says.startswith("the logged grad norm is the pre-clip norm"), norm.says
@@ -44,15 +54,15 @@ def test_dp_2_by_tp_2_matches_one_process_its_shards_merged_by_placement(referen
                               "once"), norm.says
     checks = checks_by_name(api.diff(reference, cand, tolerances=F64))
     for name in ("updates", "lr", "data", "weights", "params", "grad-norm", "ranks (candidate)",
-                 "replicas (candidate)", "clip-norm (candidate)"):
+                 "replicas (candidate)", "clip-norm (candidate)", "gradient (candidate)"):
         assert checks[name].status == "pass", (name, checks[name].detail)
     about = json.loads((cand / "rank3.json").read_text())["optimizers"][0]["layout"]
-    assert about["meshes"][-1]["coord"] == [1, 1] and about["feeds"] is False
-    assert ["S", "S"] in [t[1:] for t in about["tensors"]]  # colwise / rowwise under FSDP2
-    norms, sums = merged_gaps(reference, cand)
-    print(f"dp 2 x tp 2 vs 1 process: merged gradient norm relative "
-          f"{norms:.3g}, parameters |Δsum|/max|p| {sums:.3g}")
-    assert norms <= 1e-12 and sums <= 1e-12
+    assert about["meshes"][-1]["coord"] == [1, 1] and about["feeds"] is feeds
+    assert placements in [t[1:] for t in about["tensors"]]
+    norms, sums, dots = merged_gaps(reference, cand)
+    print(f"{pair} vs 1 process: merged gradient norm relative {norms:.3g}, parameters "
+          f"|Δsum|/max|p| {sums:.3g}, per element |Δdot|/‖g‖ {dots:.3g}")
+    assert norms <= 1e-12 and sums <= 1e-12 and dots <= 1e-12
 
 
 def test_the_norm_summed_over_every_rank_and_the_local_norm_logged_are_named_at_update_0(

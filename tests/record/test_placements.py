@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from lrcheck.record.placements import data_world, grad_keys, layout  # noqa: E402
+from lrcheck.record.probes import probe  # noqa: E402
 
 
 @pytest.fixture
@@ -43,7 +44,9 @@ def test_a_dtensor_s_placements_and_this_rank_s_coordinate_are_described(mesh):
                                     [Replicate(), Shard(0)])
     keys = grad_keys([placed, plain])
     assert keys == {"grad_sq": pytest.approx(72.0, rel=1e-15),  # 8 elements of 3²
-                    "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0]}  # and no gradient
+                    "grad_sqs": [pytest.approx(72.0, rel=1e-15), 0.0],  # and no gradient
+                    # the gradient dotted with its probe's slice (record.probes): here all of it
+                    "grad_dots": [pytest.approx(3 * float(probe((4, 2)).sum()), rel=1e-14), 0.0]}
 
 
 def test_a_mesh_dimension_named_tp_divides_the_data_world(mesh):
@@ -80,8 +83,9 @@ def test_a_gradient_not_finite_is_written_as_json_holds_it_and_read_back():
     p = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
     p.grad = torch.tensor([float("nan"), 1.0], dtype=torch.float64)
     keys = grad_keys([p])
-    assert keys == {"grad_sq": "NaN", "grad_sqs": ["NaN"]}
+    assert keys == {"grad_sq": "NaN", "grad_sqs": ["NaN"], "grad_dots": ["NaN"]}
     line = json.loads(json.dumps({"step": 0, "samples_seen": 1, "lr": [0.1], "loss": None,
                                   **keys}, allow_nan=False))
     read = _record(line, "rank0.jsonl:1")
     assert read["grad_sq"] != read["grad_sq"] and read["grad_sqs"][0] != read["grad_sqs"][0]
+    assert read["grad_dots"][0] != read["grad_dots"][0]

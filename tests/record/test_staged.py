@@ -41,11 +41,11 @@ def test_a_name_two_stages_hold_is_the_first_stage_s_and_counted_once():
     assert by_position["stage_tensors"] == [2, 2] and by_position["grad_sq"] == 7.0
 
 
-def test_merge_feeds_stage_0_only_and_keeps_no_rank_s_per_tensor_squares():
+def test_merge_feeds_stage_0_only_and_keeps_the_stitched_per_tensor_squares():
     layouts = [{"stage": [0, 2], "feeds": True}, {"stage": [1, 2], "feeds": False}]
     lines = [[_line([1.0, 2.0], [2.0], fed=[["a", "b"]])],
              [_line([5.0, 6.0], [3.0], fed=[["hidden"]])]]
     records, gaps = merge(lines, False, False, layouts)
     assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and gaps is None
     assert [row[0] for row in records[0]["fed"]] == [0]  # rank 1's activations are not data
-    assert "grad_sqs" not in records[0] and records[0]["grad_sq"] == 5.0
+    assert records[0]["grad_sqs"] == [2.0, 3.0] and records[0]["grad_sq"] == 5.0  # no rank's

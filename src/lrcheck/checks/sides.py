@@ -15,6 +15,7 @@ from lrcheck.checks.continuation import check_continuation, shifted_data
 from lrcheck.checks.experts import check_experts
 from lrcheck.checks.norms import check_clip_norm
 from lrcheck.checks.optimizer import check_optimizer
+from lrcheck.checks.probes import check_probes
 from lrcheck.checks.recorded import align
 from lrcheck.checks.stages import check_stages
 from lrcheck.checks.status import CheckResult
@@ -66,4 +67,5 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
     if name == "candidate" and reference.run is not None:  # pipeline stages (record.staged)
         found.append(check_stages(run.records, reference.run.records, tol))
         found.append(check_experts(run.records, reference.run.records, tol))  # record.experts
+        found.append(check_probes(run.records, reference.run.records, tol))  # record.probes
     return [check for check in found if check is not None]

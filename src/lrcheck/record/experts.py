@@ -102,8 +102,9 @@ class Split:
     def merge(self, lines: Sequence[Mapping[str, object]]
               ) -> tuple[dict[str, object], tuple[float, int, int] | None]:
         """One update's records (one per rank, in order) as the whole model's:
-        ``fingerprint``; ``grad_sq``, ``grad_sq_groups``, ``group_tensors`` and
-        ``expert_ranks`` where every rank measured its tensors'; and the replicas' largest gap
+        ``fingerprint``; ``grad_sq`` (``grad_sqs`` per tensor), ``grad_sq_groups``,
+        ``group_tensors``, ``expert_ranks`` and ``grad_dots`` where every rank measured its
+        tensors'; and the replicas' largest gap
         ``(|Δsum| / max|p|, rank, its owner)`` (None: no replica)."""
         prints = [_per_tensor(line.get("fingerprint"), 2 * n)
                   for line, n in zip(lines, self.counts, strict=True)]
@@ -113,10 +114,14 @@ class Split:
         if len(squares) == len(lines):
             per = [float(squares[r][i]) for (r, i), *_ in self.holders]
             groups = self.groups()
-            out |= {"grad_sq": float(sum(per)), "group_tensors": groups,
+            out |= {"grad_sq": float(sum(per)), "grad_sqs": per, "group_tensors": groups,
                     "grad_sq_groups": {g: float(sum(per[t] for t in ts))
                                        for g, ts in groups.items()},
                     "expert_ranks": self.expert_ranks(), **rank_squares(squares)}
+        dots = [d for line, n in zip(lines, self.counts, strict=True)
+                if (d := _per_tensor(line.get("grad_dots"), n)) is not None]
+        if len(dots) == len(lines):  # record.probes: each name once, from its owner
+            out["grad_dots"] = [dots[r][i] for (r, i), *_ in self.holders]
         out |= router_terms(lines)
         arrays = [np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in prints
                   if p is not None]

@@ -248,10 +248,10 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
         prints = [line.get("fingerprint") for line in lines]
         if joiner is not None:  # pipeline stages, or experts by name
             joined, gap = joiner(lines)
-            record.pop("grad_sqs", None), record.update(joined)
+            record.pop("grad_sqs", None), record.pop("grad_dots", None), record.update(joined)
             gaps.extend([] if gap is None else [ReplicaGap(gap[0], k, gap[1], gap[2])])
         elif where is not None:
-            record.pop("grad_sqs", None)
+            record.pop("grad_sqs", None), record.pop("grad_dots", None)
             record.update(_placed(where, lines, k, gaps))
         elif all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
             arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
@@ -264,7 +264,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
             else:
                 gaps.append(_replica_gap(arrays, k))
         if sharded and where is None and all("grad_sq" in line for line in lines):
-            record.pop("grad_sqs", None)
+            record.pop("grad_sqs", None), record.pop("grad_dots", None)  # flat shards
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
         record.update(rank_mean_losses(lines))
         record.pop("fed", None), record.pop("fed_weights", None), record.pop("fed_tokens", None)
@@ -291,7 +291,7 @@ def _placed(where: Placed, lines: list[dict[str, Any]], k: int, gaps: list[Repli
             if rank >= 0:
                 gaps.append(ReplicaGap(gap, k, rank, owner))
     if where.keys and all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
-        out.update(where.squares([line["grad_sqs"] for line in lines]))
+        out |= where.squares([x["grad_sqs"] for x in lines]) | where.dots(lines)
     elif all("grad_sq" in line for line in lines):  # not per tensor: the shards' sum
         out["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
     return out

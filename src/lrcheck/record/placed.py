@@ -85,20 +85,39 @@ class Placed:
 
     def squares(self, per_rank: Sequence[Sequence[float]]) -> dict[str, object]:
         """The ranks' squared gradient norms per tensor as the whole gradient's: ``grad_sq``,
-        each shard once; each rank's own (``rank_squares``); and, where some tensors are
+        each shard once, and per tensor (``grad_sqs``); each rank's own (``rank_squares``);
+        and, where some tensors are
         replicated over ranks, their part of it (``grad_sq_replicated``) and how many ranks
         hold each of their shards (``replicated_ranks``, the most)."""
-        total = replicated = 0.0
-        most = 1
-        for t in range(len(self.keys)):
-            part = float(sum(per_rank[r][t] for r in self.owners(t)))
-            total += part
+        replicated, most = 0.0, 1
+        parts = [float(sum(per_rank[r][t] for r in self.owners(t))) for t in range(len(self.keys))]
+        for t, part in enumerate(parts):
             if (copies := self.copies(t)) > 1:
                 replicated, most = replicated + part, max(most, copies)
-        out: dict[str, object] = {"grad_sq": total, **rank_squares(per_rank)}
+        out: dict[str, object] = {"grad_sq": float(sum(parts)), "grad_sqs": parts,
+                                  **rank_squares(per_rank)}
         if most > 1:
             out |= {"grad_sq_replicated": replicated, "replicated_ranks": most}
         return out
+
+
+    def dots(self, lines: Sequence[Mapping[str, object]]) -> dict[str, object]:
+        """``grad_dots`` of the whole gradient (``record.probes``) from the ranks' records of
+        one update: per tensor its shards' dot products summed, each shard once (None where
+        one is not known); none unless every rank recorded one per tensor."""
+        rows = [d for line in lines if isinstance(d := line.get("grad_dots"), list)
+                and len(d) == len(self.keys)]
+        if len(rows) < len(lines):
+            return {}
+        return {"grad_dots": [summed([rows[r][t] for r in self.owners(t)])
+                              for t in range(len(self.keys))]}
+
+
+def summed(parts: Sequence[object]) -> float | None:
+    """The shards' dot products of one tensor summed (None: one is not a number)."""
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in parts):
+        return None
+    return float(sum(x for x in parts if isinstance(x, (int, float))))
 
 
 def rank_squares(per_rank: Sequence[object]) -> dict[str, object]:

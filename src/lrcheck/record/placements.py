@@ -16,6 +16,7 @@ import torch
 
 from lrcheck.record.optimizers import local_tensor, stored
 from lrcheck.record.pipeline import stage_of
+from lrcheck.record.probes import grad_dots
 from lrcheck.recorder import _number as json_number
 
 # Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
@@ -85,8 +86,12 @@ def grad_squares(params: Sequence[torch.Tensor]) -> list[float]:
 
 def grad_keys(params: Sequence[torch.Tensor]) -> dict[str, object]:
     """What a fingerprinted update records of the gradient the optimizer steps on: ``grad_sq``,
-    the squared norm of this rank's gradients (of its shards); and ``grad_sqs``, per tensor,
-    for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare."""
+    the squared norm of this rank's gradients (of its shards); ``grad_sqs``, per tensor,
+    for ``record.placed`` and ``record.staged`` to merge and ``checks.stages`` to compare;
+    and ``grad_dots``, per tensor, its gradient shard dotted with a fixed random tensor's same
+    slice (``record.probes``), merged alike and compared by ``checks.probes``."""
     squares = grad_squares(params)  # one pass, one transfer
-    # A gradient not finite is written as its string ("NaN"): JSON has no such number.
-    return {"grad_sq": json_number(sum(squares)), "grad_sqs": [json_number(s) for s in squares]}
+    # Not finite: written as its string ("NaN"), JSON having no such number.
+    dots = [None if d is None else json_number(d) for d in grad_dots(params)]
+    return {"grad_sq": json_number(sum(squares)), "grad_sqs": [json_number(s) for s in squares],
+            "grad_dots": dots}

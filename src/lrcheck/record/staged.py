@@ -63,7 +63,8 @@ def stitch(stages: Sequence[int], lines: Sequence[Mapping[str, object]],
            ) -> tuple[dict[str, object], tuple[float, int, int] | None]:
     """One update's records (one per rank, ranks in order, ``stages`` their stage indices,
     ``names`` their tensors' names) as the whole model's: ``fingerprint``, ``stage_tensors``,
-    ``grad_sq_stages`` and ``grad_sq`` where every rank measured them; and the replicas'
+    ``grad_sq_stages``, ``grad_sq``, ``grad_sqs`` and ``grad_dots`` where every rank measured
+    them; and the replicas'
     largest gap ``(|Δsum| / max|p|, rank, the rank it is a replica of)`` (None: none)."""
     first = {s: stages.index(s) for s in sorted(set(stages))}
     prints = [line.get("fingerprint") for line in lines]
@@ -80,7 +81,12 @@ def stitch(stages: Sequence[int], lines: Sequence[Mapping[str, object]],
     if len(squares) == len(first):  # every stage's per tensor: its kept tensors' sum
         stage_sq = [float(sum(q[t] for t in kept[s])) for q, s in zip(squares, first, strict=True)]
         out["grad_sq_stages"], out["grad_sq"] = stage_sq, float(sum(stage_sq))
+        out["grad_sqs"] = [q[t] for q, s in zip(squares, first, strict=True) for t in kept[s]]
         out |= rank_squares([line.get("grad_sqs") for line in lines])
+    dots = [d for r in first.values() if isinstance(d := lines[r].get("grad_dots"), list)
+            and len(d) == len(arrays[r])]
+    if len(dots) == len(first):  # record.probes: each stage's kept tensors', in order
+        out["grad_dots"] = [d[t] for d, s in zip(dots, first, strict=True) for t in kept[s]]
     return out, _replicas(stages, first, arrays)
 
 
