@@ -41,6 +41,18 @@ def test_a_resume_that_did_not_carry_one_thing_fails_at_the_first_update_after_i
     assert found.detail.count("pid 4242") == 1  # only what was not carried is named
 
 
+def test_the_resume_command_lrcheck_started_is_judged_as_a_resume_whatever_it_carried():
+    """``lrcheck run --interrupt-at N --resume CMD``: CMD's processes are resumes by
+    definition; one that carried nothing fails, naming what it lost, where another later
+    process would pass as a new training."""
+    boundary = Boundary(12, 7, 1, END, {**FRESH, "resumed": True})
+    assert is_resume(boundary)
+    found = check_continuation("candidate", [boundary])
+    assert found is not None and found.status == "fail" and found.first_divergence == 12
+    assert "restarted the schedule at update 12" in found.detail
+    assert "lost the optimizer's state" in found.detail and "new training" not in found.detail
+
+
 def test_a_fresh_optimizer_and_schedule_is_a_new_training_not_a_failed_resume():
     boundary = Boundary(12, 7, 1, END, FRESH)
     assert not is_resume(boundary)

@@ -43,6 +43,23 @@ def test_the_schedule_places_a_resume_whose_optimizer_state_was_lost():
     assert restored.at == 8 and restored.standing == _standing(8)
 
 
+def test_a_schedule_that_stands_still_over_an_epoch_places_the_resume_by_its_weights():
+    """SGD keeps no step counter and StepLR steps once an epoch (of 8 updates here): every
+    update of an epoch ends at the same position; the weights the resume began with (or else
+    the data its first update trains again) tell which update it restored."""
+    lines = _lines(MADE)
+    for k, line in enumerate(lines):
+        line.update(opt_step=None, scheduler_steps=int(k == 8))  # StepLR's step after update 7
+    earlier = {"start": {**_standing(0, epoch=0), "opt_step": None}, "end": None}
+    start = {"opt_step": None, "sched_epoch": 1, "fingerprint": [12.0, 1.0]}  # after update 11
+    assert positions(lines, earlier["start"], None)[7:13] == [1] * 6
+    assert restore_point(lines, earlier, {"start": start}).at == 12
+    unknown = {**start, "fingerprint": None}
+    first = {**lines[10], "fed": [[5, 6]]}
+    lines[10]["fed"] = [[5, 6]]
+    assert restore_point(lines, earlier, {"start": unknown}, first).at == 10
+
+
 def test_a_resume_from_where_the_process_stopped_or_from_nowhere_joins_at_its_end():
     for start in (_standing(MADE), _standing(0, epoch=0), _standing(30), None):
         assert restore_point(_lines(MADE), EARLIER, {"start": start}).at == MADE

@@ -61,6 +61,8 @@ def is_resume(b: Boundary) -> bool:
     found = carried(b)
     if found["opt_step"] or found["sched_epoch"] or b.twice:  # twice: it restored a position
         return True
+    if (b.after or {}).get("resumed"):  # the command lrcheck run --resume started: a resume
+        return True
     return (found["opt_step"] is None and found["sched_epoch"] is None
             and bool(found["fingerprint"]))
 

@@ -123,6 +123,8 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
     elif isinstance(after.get("sched_epoch"), int):
         places, wanted = at, after["sched_epoch"]
     found = [k + 1 for k, value in enumerate(places) if value == wanted]
+    if len(found) > 1:  # the position repeats (a schedule stepped once an epoch)
+        found = _tie(lines, found, after, first)
     if not found:  # neither restored: the data position, where it was
         found = [k for k in [_by_data(lines, first)] if k is not None]
     if not found or (found[-1] == len(lines) and end is not None):
@@ -133,6 +135,17 @@ def restore_point(lines: list[dict[str, Any]], earlier: dict[str, Any],
     return Restore(k, {"opt_step": lines[k - 1].get("opt_step"), "sched_epoch": at[k - 1],
                        "fingerprint": lines[k - 1].get("fingerprint") if free else None,
                        **before}, _rng(later.get("start"), after))
+
+
+def _tie(lines: list[Line], found: list[int], start: Line, first: Line | None) -> list[int]:
+    """Of the updates ``found`` after which the position restored stood (a scheduler stepped
+    once an epoch stands still over the epoch's updates), those whose weights the later
+    process began with (``start``'s fingerprint); else the one whose data its first update
+    trains again; else all of them."""
+    prints = start.get("fingerprint")
+    same = [k for k in found if prints is not None and lines[k - 1].get("fingerprint") == prints]
+    by_data = _by_data(lines, first)
+    return same or ([by_data] if by_data in found else found)
 
 
 def continued(at: int, end: Line | None, start: Line, first: Line | None) -> int:

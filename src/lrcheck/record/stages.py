@@ -9,6 +9,7 @@ these whether each later process carried on where the one before it ended."""
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from lrcheck.record.optimizers import local_tensor, params, scale, state_step, torch_optimizer
+from lrcheck.record.roles import ENV_RESUMED
 from lrcheck.recorder import fingerprint
 
 
@@ -118,4 +120,6 @@ class Standing:
                 self.end = {**now, "cut": self.cut}
         if self.start is not None and self.carried is not None:
             self.start = {**self.start, "carried_gradients": self.carried}
+        if self.start is not None and os.environ.get(ENV_RESUMED):  # the --resume command's
+            self.start = {**self.start, "resumed": True}
         return {"started": self.started, "start": self.start, "end": self.end}

@@ -176,7 +176,9 @@ def _process() -> Schema:
                                   "into it, the samples fed (row hashes)"),
         "carried_gradients": {**INTEGER, "description": "start, of a resumed process: the "
                                                         "tensors with a gradient before its "
-                                                        "first backward pass"}},
+                                                        "first backward pass"},
+        "resumed": {"type": "boolean", "description": "start, of a process of the command "
+                                                      "lrcheck run --resume started"}},
                       description="where the first optimizer's training stood before the "
                                   "process's first update (start) or at its end "
                                   "(record.stages)")
