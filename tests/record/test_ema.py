@@ -1,8 +1,9 @@
 """``record.ema`` and the calls ``record.calls`` counts once their modules are imported, in
 process: the EMA model fingerprinted after each update it folded in (torch's AveragedModel, and
 timm's and diffusers' EMAs, here stand-ins under their modules' names: neither package is a
-dependency), DeepSpeed's clipping in its engine counted as clip_grad_norm, and a clip that
-clips nothing (an infinite max_norm) not counted."""
+dependency), DeepSpeed's clipping in its engine counted as clip_grad_norm (ZeRO 3's once per
+update), ZeRO 3's clear inside its step no zero_grad, and a clip that clips nothing (an infinite
+max_norm) not counted."""
 
 import json
 import sys
@@ -16,6 +17,7 @@ from lrcheck.errors import SpecError
 from lrcheck.record.calls import count_calls
 from lrcheck.record.folder import read_ema
 from lrcheck.record.process import ProcessRecorder
+from lrcheck.record.taps import tap
 from lrcheck.recorder import fingerprint, read_records
 
 
@@ -275,3 +277,58 @@ def test_deepspeeds_own_clearing_of_the_gradients_bounds_the_passes_that_reach_a
     recorder.close()
     records = read_records(tmp_path / "rank0.jsonl")
     assert [(r["backward"], r["reached"]) for r in records] == [(2, 2)] * 4
+
+
+def test_zero3s_clear_inside_its_step_keeps_the_update_and_its_sub_groups_clip_once(
+        monkeypatch, tmp_path):
+    # ZeRO 3's step clears the model's gradients (already moved into its partitions) before it
+    # steps the optimizer, and clips each sub-group with the one global norm; the engine clears
+    # after the step. That in-step clear was read as erasing the update's gradients (every
+    # micro-batch weighed 0, `reached` 0) and the clip was not counted.
+    class DeepSpeedZeroOptimizer_Stage3:
+        clip_grad, loss_scale, overflow = 1.5, 1.0, False
+
+        def zero_grad(self, set_to_none=True):
+            for param in model.parameters():
+                param.grad = None
+
+        def unscale_and_clip_grads(self, sub_group_id, total_norm):
+            pass
+
+        def step(self):
+            norm = torch.tensor(3.0)
+            if self.overflow:  # a skipped step: the gradients are erased
+                self.zero_grad()
+                return
+            # its partitions take the gradients
+            for flat, param in zip(partition, model.parameters(), strict=True):
+                flat.grad = param.grad.clone()
+            self.zero_grad()
+            for sub_group in range(2):
+                self.unscale_and_clip_grads(sub_group, norm)
+            _step(recorder, optimizer)
+
+    _module(monkeypatch, "deepspeed.runtime.zero.stage3",
+            DeepSpeedZeroOptimizer_Stage3=DeepSpeedZeroOptimizer_Stage3)
+    recorder = ProcessRecorder(tmp_path, samples=None, every=1)
+    undo = count_calls(recorder)
+    untap = tap(recorder.taps)
+    model = _model()
+    partition = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+    optimizer, zero = torch.optim.SGD(partition, lr=0.1), DeepSpeedZeroOptimizer_Stage3()
+    x, y = torch.ones(4, 3), torch.zeros(4, dtype=torch.long)
+    try:
+        for k in range(3):
+            zero.overflow = k == 1
+            for m in range(2):
+                (torch.nn.functional.cross_entropy(model(x[2 * m:2 * m + 2]), y[:2]) / 2).backward()
+            zero.step()
+            zero.zero_grad()  # the engine's, after the step
+    finally:
+        untap()
+        undo()
+    recorder.close()
+    records = _lines(tmp_path / "rank0.jsonl")
+    assert [(r["reached"], r["clip_grad_norm"]) for r in records] == [(2, 1), (2, 1)]
+    assert records[0]["fed_weights"] == [0.25, 0.25]
+    assert records[1]["clip_norm"] == 3.0

@@ -40,11 +40,20 @@ Kwargs = dict[str, object]
 # ``zero_grad`` (``param.grad = None``), with ZeRO or bf16 in its optimizer's: these count as a
 # module's ``zero_grad``, so that ``reached`` counts the backward passes since the last clear,
 # not since the process began (a resumed process's first update against the uninterrupted).
+# ZeRO 3 clips in ``DeepSpeedZeroOptimizer_Stage3.unscale_and_clip_grads`` once per sub-group,
+# all with the one global norm (one clip). Its ``step`` calls its own ``zero_grad`` before
+# stepping the optimizer (stage3.py's "The epilogue has copied all gradients into the
+# partition buffers. Clear the model gradients once"): those gradients are the update's, not
+# erased; that call is no clear (``zero3_stepping``). The engine's clear follows the step
+# (``_take_model_step``: ``self.optimizer.zero_grad()``), as does one after an overflow.
+ZERO3 = ("deepspeed.runtime.zero.stage3", "DeepSpeedZeroOptimizer_Stage3")
 IMPORTED = (*((module, cls, call) for (module, cls), (_, call) in KINDS.items()
               if module != "torch.optim.swa_utils"),
             ("deepspeed.runtime.engine", None, "clip_grad_norm_"),
             ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer",
              "unscale_and_clip_grads"),
+            (*ZERO3, "unscale_and_clip_grads"),
+            (*ZERO3, "step"),
             ("deepspeed.runtime.bf16_optimizer", None, "clip_tensors_by_global_norm"),
             ("deepspeed.runtime.engine", "DeepSpeedEngine", "zero_grad"),
             ("deepspeed.runtime.zero.stage_1_and_2", "DeepSpeedZeroOptimizer", "zero_grad"),
@@ -195,17 +204,27 @@ class _Counts:
         return count
 
     def zero_clipped(self, args: Args, kwargs: Kwargs, result: object) -> None:
-        """ZeRO 1/2's clipping of a flat partition (where ``clip_grad`` > 0: else it unscales
-        only), its pre-clip norm the one given, unscaled."""
+        """ZeRO's clipping of a flat partition (where ``clip_grad`` > 0: else it unscales
+        only), its pre-clip norm the one given, unscaled; the calls that follow with the same
+        norm tensor (the other param groups or sub-groups) are part of it."""
         optimizer = args[0]
         max_norm = getattr(optimizer, "clip_grad", 0.0)
-        if not (isinstance(max_norm, (int, float)) and max_norm > 0):
+        norm = kwargs.get("total_norm", args[2] if len(args) > 2 else None)
+        if not (isinstance(max_norm, (int, float)) and max_norm > 0) or (
+                norm is not None and norm is self.total_norm):
             return
+        self.total_norm = norm
         self.totals["clip_grad_norm"] += 1
         self.recorder.clip["max_norm"] = max_norm
-        norm = kwargs.get("total_norm", args[2] if len(args) > 2 else None)
         self.recorder.clip["norm"] = (norm / getattr(optimizer, "loss_scale", 1.0)
                                       if isinstance(norm, torch.Tensor) else None)
+
+    def zero3_zeroed(self, args: Args, kwargs: Kwargs, result: object) -> None:
+        """ZeRO 3's ``zero_grad``: a clear, except the one its ``step`` makes before stepping
+        without an overflow (the gradients are in its partitions then)."""
+        optimizer = args[0] if args else None
+        if not (zero3_stepping() and getattr(optimizer, "overflow", True) is False):
+            self.zeroed_module(args, kwargs, result)
 
     def imported(self, module: str, cls: str | None, name: str) -> Callable[..., None]:
         """The counter of one call of ``IMPORTED``."""
@@ -213,6 +232,10 @@ class _Counts:
             return self.ema(KINDS[module, cls])
         if name == "unscale_and_clip_grads":
             return self.zero_clipped
+        if (module, cls) == ZERO3 and name == "step":
+            return lambda args, kwargs, result: None  # counted for its depth: ``zero3_stepping``
+        if (module, cls) == ZERO3 and name == "zero_grad":
+            return self.zero3_zeroed
         if name == "zero_grad":
             return self.zeroed_module
         return self.clipped("clip_grad_norm", "max_norm")
@@ -261,6 +284,13 @@ def count_calls(recorder: Counter) -> Callable[[], None]:
             step()
 
     return restore
+
+
+def zero3_stepping() -> bool:
+    """Whether this thread is inside ZeRO 3's optimizer's ``step`` (``counting``'s depth of
+    the class ``Imported`` wrapped it on)."""
+    owner = getattr(sys.modules.get(ZERO3[0]), ZERO3[1], None)
+    return owner is not None and getattr(_local, f"depth_{id(owner)}_step", 0) > 0
 
 
 def pre_clip_norm(norm: object) -> float | None:
