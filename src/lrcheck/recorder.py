@@ -105,10 +105,10 @@ class Recorder:
             return
         self.samples_seen += count
         line: dict[str, object] = {"step": self.step, "samples_seen": self.samples_seen,
-                "lr": [_number(v) for v in lr],
-                "loss": None if loss is None else _number(loss)}
+                "lr": [json_number(v) for v in lr],
+                "loss": None if loss is None else json_number(loss)}
         if fingerprint is not None:
-            line["fingerprint"] = [_number(v) for v in fingerprint]
+            line["fingerprint"] = [json_number(v) for v in fingerprint]
         line.update(extra or {})
         self._file.write(json.dumps(line, allow_nan=False) + "\n")
         self._file.flush()
@@ -158,7 +158,7 @@ def _samples(samples: Any) -> int:
     return count
 
 
-def _number(value: SupportsFloat) -> float | str:
+def json_number(value: SupportsFloat) -> float | str:
     """``float(value)`` as JSON holds it: a number, or a ``NOT_FINITE`` string."""
     number = float(value)
     if math.isfinite(number):

@@ -27,8 +27,7 @@ from typing import IO, Any
 import torch
 
 from lrcheck.record.optimizers import local_tensor
-from lrcheck.recorder import _number as json_number
-from lrcheck.recorder import fingerprint
+from lrcheck.recorder import fingerprint, json_number
 
 FILE = "ema-{stem}.jsonl"
 # What updates an EMA, by the module and class that define it: the class's name in the details,

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from lrcheck.record.router import RouterTerms
-from lrcheck.recorder import _number as json_number
+from lrcheck.recorder import json_number
 
 
 class Losses:

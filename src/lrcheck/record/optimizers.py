@@ -15,7 +15,7 @@ from typing import Any, SupportsFloat
 import torch
 
 from lrcheck.hparams import CLASS, SETTINGS, STATE, counts
-from lrcheck.recorder import _number as json_number
+from lrcheck.recorder import json_number
 
 
 def state_step(optimizer: torch.optim.Optimizer, synced: bool) -> float | None:

@@ -17,7 +17,7 @@ import torch
 from lrcheck.record.optimizers import local_tensor, stored
 from lrcheck.record.pipeline import stage_of
 from lrcheck.record.probes import grad_dots
-from lrcheck.recorder import _number as json_number
+from lrcheck.recorder import json_number
 
 # Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
 TENSOR_DIMS = ("tp",)
