@@ -5,6 +5,7 @@ writes validated against its schema (tests/schema_files.py)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from lrcheck.checks import run_checks
 from lrcheck.environment import Environment
+from lrcheck.experiments.cache import CACHE_ENV
 from lrcheck.plan.order import micro_batches, rank_share
 from lrcheck.plan.windows import MicroBatch, Window
 from lrcheck.result import Report
@@ -22,6 +24,10 @@ from lrcheck.trace import EpochMetrics, RunTrace, UpdateRecord
 from tests import schema_files
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+# The data sets every process a test starts loads, kept beside the test run's other caches
+# rather than in the user's home (experiments/cache.py); the processes inherit the setting.
+os.environ.setdefault(CACHE_ENV, str(Path(__file__).parents[1] / ".pytest_cache" / "lrcheck-data"))
 
 # tests/ludwig/ trains through Ludwig, installed only in its own environment (make venv-ludwig;
 # make test-ludwig runs it there): an environment without Ludwig leaves the folder out rather

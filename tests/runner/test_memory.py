@@ -48,7 +48,7 @@ def test_check_fits_names_both_amounts_and_the_fix(monkeypatch):
 
 
 def test_the_recording_estimate_is_the_snapshots_a_run_keeps():
-    from lrcheck.experiments.tasks import load_data
+    from lrcheck.experiments.cache import load_data
     from lrcheck.runner.plain import train
     from lrcheck.runner.recording import recording_bytes
     from lrcheck.spec import RunSpec
@@ -60,7 +60,7 @@ def test_the_recording_estimate_is_the_snapshots_a_run_keeps():
 
 
 def test_a_reference_that_keeps_its_optimizer_state_is_estimated_with_it():
-    from lrcheck.experiments.tasks import load_data
+    from lrcheck.experiments.cache import load_data
     from lrcheck.runner.plain import train
     from lrcheck.runner.recording import recording_bytes
     from lrcheck.spec import RunSpec

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lrcheck.experiments.tasks import load_data  # noqa: E402
+from lrcheck.experiments.cache import load_data  # noqa: E402
 from lrcheck.plan.steps import plan_steps, schedule_context  # noqa: E402
 from lrcheck.runner import resume  # noqa: E402
 from lrcheck.runner.build import build  # noqa: E402

@@ -44,7 +44,7 @@ def test_a_run_once_built_lets_the_held_collector_go():
     assert run(
         "import gc\n"
         "from lrcheck.runner.startup import hold\n"
-        "from lrcheck.experiments.tasks import load_data\n"
+        "from lrcheck.experiments.cache import load_data\n"
         "from lrcheck.runner import plain\n"
         "from lrcheck.spec import RunSpec\n"
         "hold()\n"

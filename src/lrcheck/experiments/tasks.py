@@ -7,7 +7,6 @@ choices, the generated docs table (docs/reference/registries.md) and the tests a
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,13 +112,6 @@ class Task:
             layers.append(nn.BatchNorm1d(self.hidden))
         layers += [nn.ReLU(), nn.Linear(self.hidden, data.num_classes)]
         return nn.Sequential(*layers)
-
-
-@functools.lru_cache(maxsize=8)
-def load_data(task: str, seed: int, samples: int | None) -> Dataset:
-    """``TASKS[task].load(seed, samples)``, loaded once per process: the check before training,
-    the reference, the candidate and a suite's pairs share it (callers do not modify it)."""
-    return TASKS[task].load(seed, samples)
 
 
 def _bundled(loader_name: str) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:

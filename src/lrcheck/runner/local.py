@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from lrcheck.environment import Environment
 from lrcheck.errors import Interrupted, LrcheckError, RunError
-from lrcheck.experiments.tasks import load_data
+from lrcheck.experiments.cache import load_data
 from lrcheck.plan.frameworks import PLAIN
 from lrcheck.procs.determinism import applied
 from lrcheck.runner import plain

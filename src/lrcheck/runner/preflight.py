@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from lrcheck.environment import Environment
 from lrcheck.errors import SpecError
+from lrcheck.experiments.cache import load_data
 from lrcheck.experiments.schedulers import check_warmup
-from lrcheck.experiments.tasks import Dataset, load_data
+from lrcheck.experiments.tasks import Dataset
 from lrcheck.plan.frameworks import require_framework
 from lrcheck.plan.judging import Step
 from lrcheck.plan.steps import plan_steps, schedule_context

@@ -30,6 +30,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from lrcheck.experiments.scores import accuracy, macro_f1
 from lrcheck.experiments.tasks import IGNORE_INDEX, TASKS, Dataset
 from lrcheck.plan.steps import ScheduleContext, StepPlan, plan_steps, schedule_context
 from lrcheck.plan.windows import Window, by_items
@@ -51,15 +52,13 @@ def batch_dependent_layers(net: torch.nn.Module) -> tuple[str, ...]:
 
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray) -> tuple[float, float]:
     """Accuracy and macro-F1 on the test split, over samples or over (non-padding) tokens."""
-    from sklearn.metrics import accuracy_score, f1_score
-
     model.eval()
     with torch.no_grad():
         pred = model(x).argmax(dim=-1).cpu().numpy()
     model.train()
     keep = y != IGNORE_INDEX
     y, pred = y[keep], pred[keep]
-    return float(accuracy_score(y, pred)), float(f1_score(y, pred, average="macro"))
+    return accuracy(y, pred), macro_f1(y, pred)
 
 
 class Steps(Protocol):

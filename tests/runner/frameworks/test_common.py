@@ -6,7 +6,7 @@ import os
 import pytest
 
 from lrcheck.errors import RunError, SpecError
-from lrcheck.experiments.tasks import load_data
+from lrcheck.experiments.cache import load_data
 from lrcheck.plan.order import global_batches
 from lrcheck.runner.frameworks.accelerate import _same_batch_counts, batch_counts
 from lrcheck.runner.frameworks.common import FrameworkRun, alone

@@ -196,7 +196,7 @@ def test_ctrl_c_comes_through_lightning():
     lets the KeyboardInterrupt through and restores the handler."""
     import signal
 
-    from lrcheck.experiments.tasks import load_data
+    from lrcheck.experiments.cache import load_data
     from lrcheck.runner.frameworks.lightning import train
 
     def stop(record, total):
