@@ -118,6 +118,28 @@ def test_accelerate_on_two_processes_resumed_with_another_accumulation_passes(
     assert checks["ranks (candidate)"].status == "pass"
 
 
+def test_accelerate_resumed_with_another_accumulation_and_a_schedule_sized_for_the_old_fails_lr(
+        reference, tmp_path):
+    """Accelerate on 1 process resumed from checkpoint-10 with ``--bs 8 --accum 4`` (as above)
+    but its schedule's length computed from the old accumulation (``--sched-accum 2``: 32
+    updates instead of 16): ``lr`` fails at update 11 (update 10 ran at the restored
+    optimizer's LR), naming the accumulations, from what was recorded (each process's
+    micro-batches per update, the LR against the reference's on a schedule scaled by their
+    ratio; 2.4 %: the warmup of 3 updates against 1, rounded)."""
+    _, checks = _resumed(reference, tmp_path, "accelerate", 11, "checkpoint-10",
+                         "--bs", "8", "--accum", "4", "--sched-accum", "2")
+    lr = checks["lr"]
+    assert lr.status == "fail" and lr.first_divergence == 11, lr.detail
+    assert ("; the schedule is sized for accumulation 2, the run accumulates 4: the second "
+            "process (pid ") in lr.detail
+    assert (") resumed at update 10 with 4 micro-batches per update, 2 before it, and from "
+            "update 11 its LR at update u is the reference's at u × 2/4 (within 2.4 % of the "
+            "peak LR, over updates 11-15): its schedule runs 2× too slow") in lr.detail
+    joined = checks["continuation (candidate)"]
+    assert joined.status == "pass" and "resumed with another accumulation" in joined.detail
+    assert checks["data"].status == "pass"
+
+
 def test_lightning_on_two_processes_at_the_epochs_edge_passes(reference, tmp_path):
     """Lightning's ``fit(ckpt_path=...)`` on 2 processes (its DDP strategy under torchrun,
     gloo) from the checkpoint at the first epoch's end (update 8), interrupted before update
