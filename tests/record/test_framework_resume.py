@@ -5,11 +5,12 @@ reference serves every pair): tests/fixtures/user_checkpoints.py in float64, ``-
 an epoch, 16 in all; the three frameworks train alike). Each correct resume passes, the
 updates trained twice said; each injected resume bug fails at the first resumed update with
 its cause named. Slow: each pair is the framework imported in two processes (each rank's), so
-the pairs are few and all on 2 processes (``torchrun``, gloo; the 1-process resume is the
-same code in one process, run by hand): one per framework's correct resume (Accelerate's with
+the pairs are few and on 2 processes (``torchrun``, gloo; the 1-process resume is the same
+code in one process, run by hand): one per framework's correct resume (Accelerate's with
 another accumulation at once), and the bugs carried together by one pair of the cheapest
-framework (Accelerate). The rows of docs/resume.md not here (the Trainer's and Lightning's
-bugs on 1 and 2 processes among them) were run by hand."""
+framework (Accelerate); and, on 1 process, Accelerate resumed with another accumulation whose
+schedule is sized for the old one, named by ``lr``. The rows of docs/resume.md not here (the
+Trainer's and Lightning's bugs on 1 and 2 processes among them) were run by hand."""
 
 import re
 import shlex
