@@ -65,9 +65,11 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
                         f"{candidate} are recordings, not logs")
     sides = read_sides(Path(reference), Path(candidate))
     more, incomplete = side_checks(*sides, pair.tolerances.params, pair.tolerances.lr)
+    facts = read_facts(Path(reference), Path(candidate), twin)
+    if sides[1].run is not None:  # where the candidate's later processes joined (lr's causes)
+        facts = replace(facts, resumes=sides[1].run.boundaries)
     checks = recorded_checks(sides[0].trace, sides[1].trace, pair.tolerances, more, incomplete,
-                             read_facts(Path(reference), Path(candidate), twin),
-                             read_emas(Path(reference), Path(candidate), twin))
+                             facts, read_emas(Path(reference), Path(candidate), twin))
     if strict:
         checks = strictly(checks)
     environment = replace(environment, deterministic=_deterministic(Path(candidate)))

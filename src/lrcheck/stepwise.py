@@ -112,7 +112,8 @@ class RecordedFacts:
     the floor of a free-running pair's drift);
     ``other_ranks``: the lockstep gaps of the candidate's ranks 1, 2, … (each rank loads the
     reference's state and compares its own update); ``held``: what the candidate held equal
-    to the reference's beyond the data, in words (``record.tokens.read_held``)."""
+    to the reference's beyond the data, in words (``record.tokens.read_held``); ``resumes``:
+    where the candidate's later processes joined its timeline (``record.folder``)."""
 
     lockstep: StepGaps | None = None
     judging: RecordedJudging = RecordedJudging(Recorded.FREE)
@@ -121,6 +122,7 @@ class RecordedFacts:
     twin: RunTrace | None = None
     other_ranks: tuple[StepGaps, ...] = ()
     held: str | None = None  # what was held equal beyond the data (GRPO's rollouts replayed)
+    resumes: tuple[Boundary, ...] = ()  # where the candidate's later processes joined
 
 
 ORDINALS = ("first", "second", "third", "fourth", "fifth")

@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 from lrcheck.checks import lr_offset, offset_text, run_checks, schedule_pace
+from lrcheck.checks.lr import check_lr, lr_resized
+from lrcheck.plan.windows import MicroBatch
 from lrcheck.spec import RunSpec, Tolerances
+from lrcheck.stepwise import Boundary
 from lrcheck.trace import RunTrace, UpdateRecord
 
 
@@ -122,3 +125,63 @@ def test_pace_is_not_claimed_where_the_crossings_coincide_or_cannot_be_timed():
     # The warmup half an update ahead, the same pace: no "too fast" with equal numbers.
     ahead = 0.05 * np.minimum((np.arange(16) + 1.4) / 10, 1.0)
     assert schedule_pace(0.05 * np.minimum((np.arange(16) + 1) / 10, 1.0), ahead) is None
+
+
+def _factor(s: int, total: int) -> float:
+    """tests/fixtures/user_checkpoints.py's schedule: a warmup of total // 10 updates, then a
+    linear decay to 0 at update ``total``."""
+    warmup = max(1, total // 10)
+    return min((s + 1) / warmup, max(0.0, (total - s) / (total - warmup)))
+
+
+def _cosine(s: int, total: int) -> float:
+    return 0.5 * (1 + np.cos(np.pi * min(s, total) / total))
+
+
+def _lr(accum: tuple[int, int], total: int, n: int = 16, factor=_factor) -> str:
+    """The ``lr`` detail of a candidate whose second process joins at update 10 with rank 0's
+    accumulation ``accum[1]`` (``accum[0]`` before it), the LR it restored at update 10 then a
+    schedule over ``total`` updates from its position, against a reference whose schedule
+    spans its ``n`` updates."""
+    def traced(lrs, micro):
+        updates = [UpdateRecord(k, (float(lr),), None, 32 * (k + 1), None, None)
+                   for k, lr in enumerate(lrs)]
+        windows = [tuple(MicroBatch(0, np.arange(2), None) for _ in range(m)) for m in micro]
+        return RunTrace(None, updates, [], np.empty((0, 0)), n, None, windows=windows)
+
+    ref_lrs = [3e-3 * factor(s, n) for s in range(n)]
+    ref = traced(ref_lrs, [1] * n)
+    cand = traced(ref_lrs[:11] + [3e-3 * factor(s, total) for s in range(11, n)],
+                  [accum[0]] * 10 + [accum[1]] * (n - 10))
+    pairs = (np.arange(n), np.arange(n))
+    found = lr_resized(check_lr(ref, cand, 1e-12, pairs), ref, cand,
+                       [Boundary(10, 4242, 1, {"opt_step": 10}, {"opt_step": 10})], pairs)
+    assert found.status == "fail" and found.first_divergence == 11
+    return found.detail
+
+
+def test_a_schedule_sized_for_the_accumulation_before_a_resume_is_named_in_lr():
+    # --bs 16 --accum 2 resumed at update 10 with --bs 8 --accum 4, its schedule's length
+    # computed from accumulation 2: 32 updates instead of 16 (user_checkpoints.py --sched-accum).
+    assert ("; the schedule is sized for accumulation 2, the run accumulates 4: the second "
+            "process (pid 4242) resumed at update 10 with 4 micro-batches per update, 2 before "
+            "it, and from update 11 its LR at update u is the reference's at u × 2/4 (within "
+            "2.4 % of the peak LR, over updates 11-15): its schedule runs 2× too slow, its "
+            "length (2× the reference's) computed from 2 micro-batches per update"
+            ) in _lr((2, 4), 32)
+    # --accum 4 resumed with --accum 2, the schedule sized for 4: half the updates.
+    fast = _lr((4, 2), 16, 32)
+    assert ("sized for accumulation 4, the run accumulates 2" in fast and "its LR at update u "
+            "is the reference's at u × 4/2 (within 1.1 % of the peak LR, over updates 11-15): "
+            "its schedule runs 2× too fast, its length (0.5× the reference's)" in fast), fast
+    # A cosine over twice the updates, no warmup: the same LR at u × 2/4, but for the linear
+    # interpolation between the reference's updates.
+    assert ("the reference's at u × 2/4 (within 0.11 % of the peak LR, over updates 11-15): its "
+            "schedule runs 2× too slow") in _lr((2, 4), 32, factor=_cosine)
+
+
+@pytest.mark.parametrize(("accum", "total"), [((2, 2), 32), ((2, 4), 48), ((2, 4), 17)])
+def test_a_schedule_not_sized_for_the_accumulation_before_the_resume_is_not_named(accum, total):
+    # The same accumulation before and after; another length than the accumulations' ratio
+    # says (3×, for 2 → 4); nearly the reference's length.
+    assert "sized for accumulation" not in _lr(accum, total)

@@ -5,11 +5,12 @@ reference serves every pair): tests/fixtures/user_checkpoints.py in float64, ``-
 an epoch, 16 in all; the three frameworks train alike). Each correct resume passes, the
 updates trained twice said; each injected resume bug fails at the first resumed update with
 its cause named. Slow: each pair is the framework imported in two processes (each rank's), so
-the pairs are few and all on 2 processes (``torchrun``, gloo; the 1-process resume is the
-same code in one process, run by hand): one per framework's correct resume (Accelerate's with
+the pairs are few and on 2 processes (``torchrun``, gloo; the 1-process resume is the same
+code in one process, run by hand): one per framework's correct resume (Accelerate's with
 another accumulation at once), and the bugs carried together by one pair of the cheapest
-framework (Accelerate). The rows of docs/resume.md not here (the Trainer's and Lightning's
-bugs on 1 and 2 processes among them) were run by hand."""
+framework (Accelerate); and, on 1 process, Accelerate resumed with another accumulation whose
+schedule is sized for the old one, named by ``lr``. The rows of docs/resume.md not here (the
+Trainer's and Lightning's bugs on 1 and 2 processes among them) were run by hand."""
 
 import re
 import shlex
@@ -116,6 +117,28 @@ def test_accelerate_on_two_processes_resumed_with_another_accumulation_passes(
     assert ("resumed with another accumulation: 4 micro-batches per update from update 10, 2 "
             "before it") in checks["continuation (candidate)"].detail
     assert checks["ranks (candidate)"].status == "pass"
+
+
+def test_accelerate_resumed_with_another_accumulation_and_a_schedule_sized_for_the_old_fails_lr(
+        reference, tmp_path):
+    """Accelerate on 1 process resumed from checkpoint-10 with ``--bs 8 --accum 4`` (as above)
+    but its schedule's length computed from the old accumulation (``--sched-accum 2``: 32
+    updates instead of 16): ``lr`` fails at update 11 (update 10 ran at the restored
+    optimizer's LR), naming the accumulations, from what was recorded (each process's
+    micro-batches per update, the LR against the reference's on a schedule scaled by their
+    ratio; 2.4 %: the warmup of 3 updates against 1, rounded)."""
+    _, checks = _resumed(reference, tmp_path, "accelerate", 11, "checkpoint-10",
+                         "--bs", "8", "--accum", "4", "--sched-accum", "2")
+    lr = checks["lr"]
+    assert lr.status == "fail" and lr.first_divergence == 11, lr.detail
+    assert ("; the schedule is sized for accumulation 2, the run accumulates 4: the second "
+            "process (pid ") in lr.detail
+    assert (") resumed at update 10 with 4 micro-batches per update, 2 before it, and from "
+            "update 11 its LR at update u is the reference's at u × 2/4 (within 2.4 % of the "
+            "peak LR, over updates 11-15): its schedule runs 2× too slow") in lr.detail
+    joined = checks["continuation (candidate)"]
+    assert joined.status == "pass" and "resumed with another accumulation" in joined.detail
+    assert checks["data"].status == "pass"
 
 
 def test_lightning_on_two_processes_at_the_epochs_edge_passes(reference, tmp_path):

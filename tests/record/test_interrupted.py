@@ -4,9 +4,10 @@ command, and held against the uninterrupted reference as one run. Between two ch
 (SIGTERM in the middle of update 14's window) the correct resume passes in float64, the updates
 12-13 it trained twice said; at a checkpoint (SIGKILL before update 16's step) a resume whose
 data restarted fails at update 16, the repeated updates named; a checkpoint saved inside a
-window, with its gradients, whose resume feeds the window again fails at that update, the
-micro-batches counted twice named; a resume under dropout and an augmentation that did not
-restore torch's, NumPy's and Python's RNGs fails at the first update trained twice, named.
+window, with its gradients, whose resume continues the window passes, and whose resume feeds
+the window again fails at that update, the micro-batches counted twice named; a resume under
+dropout and an augmentation that did not restore torch's, NumPy's and Python's RNGs fails at
+the first update trained twice, named.
 And the driver on its own (no torch): the resume runs once every rank reached the point; a
 candidate that ends first is said. Slow: each pair is four processes importing torch (the
 options' checks are not)."""
@@ -21,6 +22,7 @@ import pytest
 from lrcheck import api
 from lrcheck.errors import SpecError
 from lrcheck.record import interrupt
+from lrcheck.spec import Tolerances
 from lrcheck.spec.interrupt import Interrupt
 from tests.helpers import checks_by_name
 
@@ -70,20 +72,53 @@ def test_a_resume_at_a_checkpoint_whose_data_restarted_fails_there_named(tmp_pat
     assert checks["data"].first_divergence == 16 and checks["lr"].status == "pass"
 
 
+# 8 updates: the pairs cut in update 5's window share one reference, recorded once.
+SHORT = [*RUN[:3], "8", *RUN[4:]]
+
+
+@pytest.fixture(scope="module")
+def short_reference(tmp_path_factory) -> Path:
+    """``--bs 16`` over 8 updates, float64, a fingerprint every update."""
+    out = tmp_path_factory.mktemp("short") / "reference"
+    api.record([*SHORT, "--bs", "16"], out, fingerprint_every=1)
+    return out
+
+
 @pytest.mark.slow
-def test_a_window_cut_whose_gradients_the_resume_loaded_and_fed_again_fails_named(tmp_path):
+@pytest.mark.parametrize("how", [["--continue-window"], ["--bug", "window-twice"]])
+def test_a_window_cut_whose_gradients_the_resume_loaded_is_continued_or_fed_twice(
+        short_reference, tmp_path, how):
     # SIGTERM after 2 of update 5's 4 backward passes: the script's handler saves where it
-    # stands, the window's gradients so far too; the resume loads them into .grad and feeds
-    # update 5's window again from its start.
-    report, checks = _pair(tmp_path, 5, "TERM", "--bug", "window-twice", micro=2,
-                           run=(*RUN[:3], "8", *RUN[4:]), save=("--save-on-term",))
+    # stands, the window's gradients so far too; the resume loads them into .grad and either
+    # continues the window from its micro-batch 2 (correct) or feeds it again from its start
+    # (the bug: micro-batches 0-1 counted twice). Recorded one after the other (free-running),
+    # so that params and grad-norm judge the resumed updates too, then diffed.
+    saved = str(tmp_path / "c.pt")
+    cand = [*SHORT, "--bs", "4", "--accum", "4", "--save-on-term", "--save", saved]
+    resume = shlex.join([*cand, "--resume", saved, *how])
+    api.record(Interrupt.given(5, resume, "TERM", 60, micro=2).command(cand), tmp_path / "cand",
+               fingerprint_every=1)
+    report = api.diff(short_reference, tmp_path / "cand",
+                      tolerances=Tolerances.for_dtype("float64"))
+    checks = checks_by_name(report)
     joined = checks["continuation (candidate)"]
+    assert "trained twice" not in joined.detail
+    assert checks["data"].status == "pass" and checks["lr"].status == "pass"
+    assert checks["cadence"].status == "pass"  # the same backward passes reach each update
+    if how == ["--continue-window"]:
+        assert report.ok, [c.name for c in report.checks if c.status == "fail"]
+        assert ("resumed: the weights, the optimizer's state (step counter 5), the schedule "
+                "(step 5), update 5's window, continued (the gradients of the 2 backward "
+                "passes made into it before the interrupt, in 4 tensors' .grad) carried"
+                ) in joined.detail
+        assert checks["data"].detail.startswith("the same samples behind all 8 updates")
+        return
     assert not report.ok and joined.status == "fail" and joined.first_divergence == 5
     assert joined.detail.startswith(
         "update 5's window was fed twice: micro-batches 0-1 counted twice (6 of 4 backward "
         "passes): the second process (pid ")
-    assert "trained twice" not in joined.detail
-    assert checks["data"].status == "pass" and checks["lr"].status == "pass"
+    # Free-running, the weights show it from that update on.
+    assert checks["params"].status == "fail" and checks["params"].first_divergence == 5
 
 
 @pytest.mark.slow

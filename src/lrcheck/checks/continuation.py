@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
-from lrcheck.plan.windows import and_text
+from lrcheck.plan.windows import Window, and_text
 from lrcheck.stepwise import Boundary, ordinal
 from lrcheck.words import plural
 
@@ -170,18 +170,27 @@ def _per_update(windows: Sequence[Any], count: Callable[[Any], int]) -> int:
     return Counter(count(w) for w in windows).most_common(1)[0][0]
 
 
-def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
-    """Where the process that joins at update ``at`` accumulates another number of rank 0's
-    micro-batches per update than the processes before it (each side's most common count): a
-    resume with another accumulation, which a framework may allow (the samples per update are
-    ``data``'s to judge, a schedule sized for the old accumulation ``lr``'s), in words; empty
-    where the same, or unknown."""
+def accumulations(windows: Sequence[Window] | None, at: int) -> tuple[int, int] | None:
+    """Rank 0's micro-batches per update before update ``at`` and from it (each side's most
+    common count), where they differ: a process joined at ``at`` with another accumulation;
+    None where the same, or unknown."""
     if windows is None or not 0 < at < len(windows):
-        return ""
+        return None
     before, after = (_per_update(part, lambda w: sum(1 for micro in w if micro.rank == 0))
                      for part in (windows[:at], windows[at:]))
-    if before == after or not before or not after:
+    return None if before == after or not before or not after else (before, after)
+
+
+def reaccumulated(windows: Sequence[Any] | None, at: int) -> str:
+    """Where the process that joins at update ``at`` accumulates another number of rank 0's
+    micro-batches per update than the processes before it (``accumulations``): a resume with
+    another accumulation, which a framework may allow (the samples per update are ``data``'s
+    to judge, a schedule sized for the old accumulation ``lr``'s: ``checks.lr.lr_resized``),
+    in words; empty where the same, or unknown."""
+    found = accumulations(windows, at)
+    if found is None:
         return ""
+    before, after = found
     return (f" with another accumulation: {after} micro-batches per update from update {at}, "
             f"{before} before it (a schedule sized for the old accumulation shows in lr)")
 

@@ -1,16 +1,20 @@
 """The ``lr`` check and what a failed one says about the candidate's schedule: an offset of a
-fraction of an update, how much faster or slower it runs, a resume that restarted it, or
-schedules that stepped differently."""
+fraction of an update, how much faster or slower it runs, a resume that restarted it, a resume
+with another accumulation whose schedule is sized for the old one, or schedules that stepped
+differently."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from lrcheck.checks.causes import skipped_updates
+from lrcheck.checks.continuation import accumulations
 from lrcheck.checks.status import FAIL, PASS, SKIP, CheckResult
 from lrcheck.plan.windows import fraction_text, window_ids
+from lrcheck.stepwise import Boundary, ordinal
 from lrcheck.trace import RunTrace
 from lrcheck.words import plural
 
@@ -288,3 +292,67 @@ def lr_with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace,
     d = lr_offset(a, b)
     why = offset_text(d) if d is not None else schedule_pace(a, b)
     return replace(lr, detail=f"{lr.detail}; {why}") if why else lr
+
+
+# A schedule sized for the accumulation before a resume: the candidate's LR at update u, from
+# the first update where the LRs part, is the reference's at u × (before / after) (the schedule's
+# length scaled by the accumulations' ratio), interpolated between updates, within this share
+# of the reference's peak LR (its length and its warmup are whole updates, rounded:
+# tests/fixtures/user_checkpoints.py's 32 updates with 3 of warmup against 16 with 1 leave
+# 2.4 %), and that explains the candidate's LR this many times better than the reference's at
+# u itself.
+SIZED_RTOL, SIZED_GAIN = 0.05, 4.0
+
+
+def _scaled(ref: np.ndarray, cand: np.ndarray, at: np.ndarray,
+            ratio: float) -> tuple[float, np.ndarray] | None:
+    """The largest gap between the candidate's LR at the updates ``at`` (``cand``, indexed as
+    ``at``) and the reference's at ``at × ratio`` (interpolated between updates), and the
+    updates compared (those whose ``at × ratio`` is inside the reference), where the gap is
+    within ``SIZED_RTOL`` of the reference's peak LR and ``SIZED_GAIN`` times below the gap to
+    the reference's at ``at``; None otherwise, or where fewer than 2 updates compare."""
+    inside = at * ratio <= len(ref) - 1
+    if inside.sum() < 2:
+        return None
+    x, lrs = at[inside], cand[inside]
+    scaled = float(np.abs(lrs - np.interp(x * ratio, np.arange(len(ref)), ref)).max())
+    plain = float(np.abs(lrs - ref[x]).max())
+    peak = float(np.abs(ref).max())
+    if not (scaled <= SIZED_RTOL * peak and scaled * SIZED_GAIN <= plain):
+        return None
+    return scaled / peak, x
+
+
+def lr_resized(lr: CheckResult, ref: RunTrace, cand: RunTrace, resumes: Sequence[Boundary],
+               pairs: tuple[np.ndarray, np.ndarray]) -> CheckResult:
+    """A failed ``lr`` check (updates named by the reference's index in ``pairs``) whose first
+    differing update follows a resume with another accumulation (``resumes``: where the
+    candidate's later processes joined; ``continuation.accumulations``), with that cause named
+    where the candidate's LR from there, up to the next resume, is the reference's on a
+    schedule whose length is scaled by the accumulations' ratio (``_scaled``): a schedule
+    whose length was computed from the accumulation before the resume."""
+    ref_at, cand_at = pairs
+    found = np.flatnonzero(ref_at == lr.first_divergence)
+    if lr.status != FAIL or not len(found):
+        return lr
+    k = int(cand_at[found[0]])
+    joined = [b for b in resumes if b.update <= k]
+    change = accumulations(cand.windows, joined[-1].update) if joined else None
+    end = min((b.update for b in resumes if b.update > k), default=len(cand.updates))
+    span = np.flatnonzero((cand_at >= k) & (cand_at < end))
+    fit = None if change is None else _scaled(ref.lrs()[:, 0], cand.lrs()[cand_at[span], 0],
+                                              ref_at[span], change[0] / change[1])
+    if change is None or fit is None:
+        return lr
+    (before, after), b, (gap, at) = change, joined[-1], fit
+    who = f"the {ordinal(b.order)} process" + ("" if b.pid is None else f" (pid {b.pid})")
+    speed = (f"{after / before:.3g}× too slow" if after > before
+             else f"{before / after:.3g}× too fast")
+    return replace(lr, detail=(
+        f"{lr.detail}; the schedule is sized for accumulation {before}, the run accumulates "
+        f"{after}: {who} resumed at update {b.update} with {after} micro-batches per update, "
+        f"{before} before it, and from update {lr.first_divergence} its LR at update u is the "
+        f"reference's at u × {before}/{after} (within {100 * gap:.2g} % of the peak LR, over "
+        f"updates {int(at[0])}-{int(at[-1])}): its schedule runs {speed}, its length "
+        f"({after / before:.3g}× the reference's) computed from {before} micro-batches per "
+        "update"))

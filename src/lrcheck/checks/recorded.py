@@ -14,7 +14,7 @@ from lrcheck.checks.commands import check_grad_norm, check_skips
 from lrcheck.checks.effects import TWIN_COMMAND, against_twin, jump_or_drift, loss_scale, relative
 from lrcheck.checks.ema import check_ema
 from lrcheck.checks.lockstep import check_grads, check_updates, every_rank, moved
-from lrcheck.checks.lr import check_lr, lr_with_cause, lr_with_pace
+from lrcheck.checks.lr import check_lr, lr_resized, lr_with_cause, lr_with_pace
 from lrcheck.checks.status import CHECK_NAMES, FAIL, JUDGED_UP_TO, PASS, SKIP, WARN, CheckResult
 from lrcheck.checks.tokens import check_token_weights
 from lrcheck.plan.judging import Recorded, RecordedJudging
@@ -177,8 +177,8 @@ def recorded_checks(ref: RunTrace, cand: RunTrace, tol: Tolerances,
     pairs = align(ref, cand)
     ref_at, cand_at = pairs
     loss = _loss(ref, cand, pairs, tol.loss)
-    lr = lr_with_pace(lr_with_cause(check_lr(ref, cand, tol.lr, pairs), ref, cand), ref, cand,
-                      ref_at, cand_at)
+    lr = lr_resized(lr_with_pace(lr_with_cause(check_lr(ref, cand, tol.lr, pairs), ref, cand),
+                                 ref, cand, ref_at, cand_at), ref, cand, facts.resumes, pairs)
     skipped = {name: CheckResult(name, SKIP, None, None, "not recorded in a Recorder file")
                for name in ("data", "weights", "params", "metrics")}
     if ref.windows is not None and cand.windows is not None:  # lrcheck record saw the forwards
