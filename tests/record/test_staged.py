@@ -49,3 +49,19 @@ def test_merge_feeds_stage_0_only_and_keeps_the_stitched_per_tensor_squares():
     assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and gaps is None
     assert [row[0] for row in records[0]["fed"]] == [0]  # rank 1's activations are not data
     assert records[0]["grad_sqs"] == [2.0, 3.0] and records[0]["grad_sq"] == 5.0  # no rank's
+
+
+def test_a_stage_without_its_fingerprint_leaves_the_whole_model_s_absent():
+    """Finding 11: stage 0's fingerprint and norm are a part of the model's, never the whole."""
+    layouts = [{"stage": [0, 2], "feeds": True}, {"stage": [1, 2], "feeds": False}]
+    lost = {k: v for k, v in _line([5.0, 6.0], [3.0]).items() if k != "fingerprint"}
+    records, _ = merge([[_line([1.0, 2.0], [2.0])], [lost]], False, False, layouts)
+    assert not {"fingerprint", "grad_sq", "grad_sqs"} & set(records[0])  # not stage 0's
+    assert records[0]["unmerged"] == ("the ranks' parameter fingerprints and gradient norms "
+                                      "could not be merged: rank 1 recorded no parameter "
+                                      "fingerprints")
+    no_squares = {k: v for k, v in _line([5.0, 6.0], [3.0]).items() if k != "grad_sqs"}
+    records, _ = merge([[_line([1.0, 2.0], [2.0])], [no_squares]], False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and "grad_sq" not in records[0]
+    assert records[0]["unmerged"] == ("the ranks' gradient norms could not be merged: they do "
+                                      "not fit together (not as many tensors on every rank)")
