@@ -73,6 +73,22 @@ def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage
     assert stage.submod is model
 
 
+def test_a_stage_pipeline_split_off_says_its_names_are_the_whole_model_s_paths():
+    """Finding 6: ``pipeline()``'s stages (``_PipelineStage``, with its ``pipe_info``) keep
+    each parameter under its path in the model traced; a ``PipelineStage`` of the user's
+    module does not say so (above)."""
+    from torch.distributed.pipelining.stage import _PipelineStage
+
+    model = torch.nn.Linear(2, 2)
+    built = object.__new__(_PipelineStage)  # as build_stage leaves it, without a process group
+    for key, value in {"submod": model, "stage_index": 1, "num_stages": 2,
+                       "pipe_info": object()}.items():
+        object.__setattr__(built, key, value)
+    assert layout(list(model.parameters()), world=2) == {
+        "stage": [1, 2], "names": ["weight", "bias"], "paths": "model", "feeds": False}
+    del built
+
+
 def test_a_gradient_not_finite_is_written_as_json_holds_it_and_read_back():
     """JSON has no NaN: the line would not be written and the recording would stop at the very
     update that diverged; its string is written, and read back as the number."""

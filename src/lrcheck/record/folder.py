@@ -238,7 +238,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
     merged: list[dict[str, Any]] = []
     gaps: list[ReplicaGap] = []
     staged = None if partitioned or layouts is None else stages_of(layouts)
-    joiner = None if partitioned or layouts is None else joiner_of(layouts, staged)
+    joiner = None if partitioned or layouts is None else joiner_of(layouts, staged, per_rank)
     where = None if joiner or partitioned or layouts is None or len(per_rank) < 2 \
         else placed(layouts, [line.get("fingerprint") for line in per_rank[0]])
     feeds = where.feeds if where else None if staged is None else [s == 0 for s in staged]

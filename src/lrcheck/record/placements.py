@@ -85,7 +85,8 @@ def _placement(placement: object) -> str:
 def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
     """The layout of ``params`` on their device meshes (see the module's docstring); where a
     pipeline stage holds them (``record.pipeline``), its ``stage`` (``[index, stages]``: only
-    stage 0 feeds rows of its own) and their ``names`` in its module; None where neither."""
+    stage 0 feeds rows of its own), their ``names`` in its module and, where those are the
+    whole model's paths (``pipeline()``'s stages), ``paths``; None where neither."""
     meshes: list[dict[str, object]] = []
     tensors: list[list[object] | None] = []
     dims: dict[DimKey, Dim] = {}
@@ -103,7 +104,8 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
         tensors.append([meshes.index(entry), *(_placement(x) for x in placements)])
         _dims(dims, mesh, placements)
     found = stage_of(params)
-    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2]}
+    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2],
+                                      **({"paths": "model"} if found[3] else {})}
     if not meshes:
         return None if found is None else {**stage, "feeds": found[0] == 0}
     tensor = [(len(line), dim.at) for (_, line), dim in dims.items() if tensor_parallel(dim)]
