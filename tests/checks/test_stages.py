@@ -75,3 +75,15 @@ def test_a_gap_that_only_grew_is_drift_and_one_that_jumped_or_scales_fails():
 
 def test_nothing_measured_is_not_judged():
     assert check_stages([{"grad_sq": 1.0}], [REFERENCE], 1e-4) is None
+
+
+def test_what_the_stitch_took_where_it_could_not_tell_is_said_and_never_silently():
+    """Finding 6: names two stages hold, told apart by their fingerprints, are said."""
+    told = {"stage_names": "2 names (a, b) held by several stages taken for …"}
+    check = check_stages([{**_candidate(), **told}], [REFERENCE], 1e-4)
+    assert check is not None and check.status == "pass"
+    assert check.detail.endswith("; 2 names (a, b) held by several stages taken for …")
+    unmatched = {**_candidate(), "stage_tensors": [2, 2], **told}  # not the reference's count
+    check = check_stages([unmatched], [REFERENCE], 1e-4)
+    assert check is not None and check.status == "skip" and "held by several" in check.detail
+    assert check_stages([{**_candidate(), "stage_tensors": [2, 2]}], [REFERENCE], 1e-4) is None

@@ -217,6 +217,10 @@ def test_a_sharded_ema_is_merged_over_the_ranks_and_a_broken_file_is_named(tmp_p
             + json.dumps({"after": 0, "fingerprint": [s, m]}) + "\n")
     found = read_ema(tmp_path)
     assert np.array_equal(found.prints[0], [[3.0, 5.0]])
+    for rank in range(3):  # finding 11: rank 2's shards lost, rank 0's part is not the EMA
+        (tmp_path / f"rank{rank}.jsonl").write_text("")
+    assert read_ema(tmp_path).prints == {}
+    (tmp_path / "rank2.jsonl").unlink()
     (tmp_path / "ema-rank0.jsonl").write_text('{"after": 0}\n')
     with pytest.raises(SpecError, match="ema-rank0.jsonl: not the EMA file lrcheck record"):
         read_ema(tmp_path)

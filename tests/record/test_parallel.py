@@ -56,8 +56,10 @@ def test_4_ranks_on_a_2_d_mesh_match_one_process_their_shards_merged_by_placemen
     for name in ("updates", "lr", "data", "weights", "params", "grad-norm", "ranks (candidate)",
                  "replicas (candidate)", "clip-norm (candidate)", "gradient (candidate)"):
         assert checks[name].status == "pass", (name, checks[name].detail)
+    assert "shards (candidate)" not in checks  # every update's shards merged
     about = json.loads((cand / "rank3.json").read_text())["optimizers"][0]["layout"]
     assert about["meshes"][-1]["coord"] == [1, 1] and about["feeds"] is feeds
+    assert about["data_world"] == (4 if feeds else 2)  # tp told by its placements too
     assert placements in [t[1:] for t in about["tensors"]]
     norms, sums, dots = merged_gaps(reference, cand)
     print(f"{pair} vs 1 process: merged gradient norm relative {norms:.3g}, parameters "

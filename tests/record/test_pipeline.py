@@ -46,6 +46,8 @@ def test_dp_2_by_gpipe_over_2_stages_matches_one_process_its_stages_stitched(ref
                  "stages (candidate)", "cadence", "gradient (candidate)", "replicas (candidate)"):
         assert checks[name].status == "pass", (name, checks[name].detail)
     assert checks["weights"].status == "skip"  # the loss is on stage 1, its rows activations
+    assert "shards (candidate)" not in checks  # every update's stages stitched
+    assert "held by several stages" not in checks["stages (candidate)"].detail  # paths kept
     assert "a pipeline stage: the loss is computed on the last stage" in checks["weights"].detail
     about = [json.loads((cand / f"rank{r}.json").read_text())["optimizers"][0]["layout"]
              for r in (0, 1)]

@@ -5,7 +5,7 @@ HSDP's replicated dimension and tensor parallel's replicated tensors counted onc
 import numpy as np
 import pytest
 
-from lrcheck.checks.commands import check_replicas
+from lrcheck.checks.commands import check_merged, check_replicas
 from lrcheck.record.folder import merge
 from lrcheck.record.placed import placed
 
@@ -99,3 +99,37 @@ def test_ranks_without_per_tensor_squares_add_their_shards_norms_as_before():
     per_rank = [[{**_line(0, [(1.0, 1.0)], [s]), "grad_sqs": []}] for s in (2.0, 3.0)]
     records, _ = merge(per_rank, True, False, layouts)
     assert records[0]["grad_sq"] == 5.0 and "grad_sqs" not in records[0]
+
+
+def _lost(line, *keys):
+    return {k: v for k, v in line.items() if k not in keys}
+
+
+@pytest.mark.parametrize("layouts", [None, [_layout((2,), (r,), [("S",)], names=("dp",))
+                                             for r in (0, 1)]], ids=["sharded", "placed"])
+def test_a_rank_without_its_shards_leaves_the_merged_values_absent_not_rank_0_s(layouts):
+    """Finding 11: rank 0's fingerprint and norm are a part of the model's, never the whole."""
+    per_rank = [[_line(0, [(1.0, 2.0)], [1.0]), _line(1, [(1.5, 2.0)], [1.0])],
+                [_line(0, [(4.0, 3.0)], [2.0]),
+                 _lost(_line(1, [(4.5, 3.0)], [2.0]), "fingerprint", "grad_sq", "grad_sqs")]]
+    records, _ = merge(per_rank, True, False, layouts)
+    assert records[0]["fingerprint"] == [5.0, 3.0] and records[0]["grad_sq"] == 3.0
+    assert "unmerged" not in records[0]
+    assert not {"fingerprint", "grad_sq", "grad_sqs"} & set(records[1])
+    assert records[1]["unmerged"] == ("the ranks' parameter fingerprints and gradient norms "
+                                      "could not be merged: rank 1 recorded no parameter "
+                                      "fingerprints and no gradient norms")
+    found = check_merged("candidate", records)
+    assert found is not None and found.status == "skip" and found.name == "shards (candidate)"
+    assert found.detail.startswith("not judged at 1 update of the candidate, from update 1: "
+                                   "the ranks' parameter fingerprints and gradient norms")
+    assert check_merged("candidate", records[:1]) is None
+
+
+def test_a_replica_without_its_fingerprint_keeps_rank_0_s_whole_model():
+    """DDP: rank 0's fingerprint is the whole model's; nothing is summed, nothing lost."""
+    per_rank = [[_line(0, [(1.0, 2.0)], [1.0])], [_lost(_line(0, [(1.0, 2.0)], [1.0]),
+                                                        "fingerprint")]]
+    records, gaps = merge(per_rank, False, False, None)
+    assert records[0]["fingerprint"] == [1.0, 2.0] and "unmerged" not in records[0]
+    assert gaps is None

@@ -73,6 +73,22 @@ def test_a_pipeline_stage_holding_the_parameters_is_described_and_feeds_at_stage
     assert stage.submod is model
 
 
+def test_a_stage_pipeline_split_off_says_its_names_are_the_whole_model_s_paths():
+    """Finding 6: ``pipeline()``'s stages (``_PipelineStage``, with its ``pipe_info``) keep
+    each parameter under its path in the model traced; a ``PipelineStage`` of the user's
+    module does not say so (above)."""
+    from torch.distributed.pipelining.stage import _PipelineStage
+
+    model = torch.nn.Linear(2, 2)
+    built = object.__new__(_PipelineStage)  # as build_stage leaves it, without a process group
+    for key, value in {"submod": model, "stage_index": 1, "num_stages": 2,
+                       "pipe_info": object()}.items():
+        object.__setattr__(built, key, value)
+    assert layout(list(model.parameters()), world=2) == {
+        "stage": [1, 2], "names": ["weight", "bias"], "paths": "model", "feeds": False}
+    del built
+
+
 def test_a_gradient_not_finite_is_written_as_json_holds_it_and_read_back():
     """JSON has no NaN: the line would not be written and the recording would stop at the very
     update that diverged; its string is written, and read back as the number."""
@@ -89,3 +105,53 @@ def test_a_gradient_not_finite_is_written_as_json_holds_it_and_read_back():
     read = _record(line, "rank0.jsonl:1")
     assert read["grad_sq"] != read["grad_sq"] and read["grad_sqs"][0] != read["grad_sqs"][0]
     assert read["grad_dots"][0] != read["grad_dots"][0]
+
+
+class _Mesh:
+    """A device mesh as ``layout`` reads it (no process group): its ranks, names and this
+    rank's coordinate."""
+
+    def __init__(self, ranks, coord, names=None):
+        self.mesh, self.mesh_dim_names = torch.tensor(ranks), names
+        self.shape, self._coord = tuple(self.mesh.shape), list(coord)
+
+    def get_coordinate(self):
+        return self._coord
+
+
+class _Placed:
+    def __init__(self, mesh, *placements):
+        self.device_mesh, self.placements = mesh, placements
+
+
+def test_tensor_parallel_is_told_by_its_placements_whatever_the_dimension_s_name():
+    from lrcheck.record.placements import Dim, tensor_parallel
+
+    assert tensor_parallel(Dim(None, 0, {"S0", "S1"}))  # colwise and rowwise
+    assert tensor_parallel(Dim("model", 0, {"S0", "R"}))  # a sharded weight, a replicated bias
+    assert tensor_parallel(Dim(None, 0, {"P"})) and tensor_parallel(Dim("tp", 0, {"S0"}))
+    assert not tensor_parallel(Dim(None, 0, {"S0"}))  # FSDP2: every tensor along its first
+    assert not tensor_parallel(Dim(None, 0, {"R"}))  # HSDP's replicating dimension
+    assert not tensor_parallel(Dim("dp_shard", 0, {"S1"}))  # named data parallel's
+    assert not tensor_parallel(Dim("ep", 0, {"S0", "R"}))
+
+
+@pytest.mark.parametrize("names", [None, ("data", "model"), ("dp", "mp"), ("dp", "tensor")])
+def test_a_tensor_parallel_dimension_not_named_tp_divides_the_data_world(names):
+    """Finding 7: DP x TP on a (2, 2) mesh, this rank (1) at (0, 1): FSDP2 on the first
+    dimension, colwise and rowwise on the second; a norm on the first dimension's sub-mesh."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    mesh = _Mesh([[0, 1], [2, 3]], (0, 1), names)
+    dp = _Mesh([1, 3], (0,), None if names is None else names[:1])
+    params = [_Placed(mesh, _StridedShard(0, split_factor=2), Shard(0)),
+              _Placed(mesh, Shard(0), Shard(1)), _Placed(dp, Shard(0))]
+    found = layout(params, world=4)
+    assert found is not None and (found["data_world"], found["feeds"]) == (2, False)
+    assert found["tensors"] == [[0, "S", "S"], [0, "S", "S"], [1, "S"]]
+    first = layout([_Placed(_Mesh([[0, 1], [2, 3]], (1, 0), names), Shard(0), Shard(1))], 4)
+    assert first is not None and (first["data_world"], first["feeds"]) == (2, True)
+    hsdp = layout([_Placed(mesh, Replicate(), Shard(0)), _Placed(mesh, Replicate(), Shard(0))],
+                  world=4)
+    assert hsdp is not None and (hsdp["data_world"], hsdp["feeds"]) == (4, True)

@@ -46,6 +46,7 @@ def test_fsdp2_on_2_ranks_matches_one_unsharded_process_to_float64_rounding(tmp_
                                     resume=[*cand, "--resume", tmp_path / "dcp"]))
     assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
                                                   "data", "weights", "ranks (candidate)"))
+    assert "shards (candidate)" not in good  # every update's shards merged
     assert ("updates 8-9 were trained twice: the resume restored the checkpoint of update 7"
             in good["continuation (candidate)"].detail)
     assert ("resumed: the optimizer's state (step counter 8), the schedule (step 8) carried"

@@ -49,3 +49,57 @@ def test_merge_feeds_stage_0_only_and_keeps_the_stitched_per_tensor_squares():
     assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and gaps is None
     assert [row[0] for row in records[0]["fed"]] == [0]  # rank 1's activations are not data
     assert records[0]["grad_sqs"] == [2.0, 3.0] and records[0]["grad_sq"] == 5.0  # no rank's
+
+
+def test_a_stage_without_its_fingerprint_leaves_the_whole_model_s_absent():
+    """Finding 11: stage 0's fingerprint and norm are a part of the model's, never the whole."""
+    layouts = [{"stage": [0, 2], "feeds": True}, {"stage": [1, 2], "feeds": False}]
+    lost = {k: v for k, v in _line([5.0, 6.0], [3.0]).items() if k != "fingerprint"}
+    records, _ = merge([[_line([1.0, 2.0], [2.0])], [lost]], False, False, layouts)
+    assert not {"fingerprint", "grad_sq", "grad_sqs"} & set(records[0])  # not stage 0's
+    assert records[0]["unmerged"] == ("the ranks' parameter fingerprints and gradient norms "
+                                      "could not be merged: rank 1 recorded no parameter "
+                                      "fingerprints")
+    no_squares = {k: v for k, v in _line([5.0, 6.0], [3.0]).items() if k != "grad_sqs"}
+    records, _ = merge([[_line([1.0, 2.0], [2.0])], [no_squares]], False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 5.0, 6.0] and "grad_sq" not in records[0]
+    assert records[0]["unmerged"] == ("the ranks' gradient norms could not be merged: they do "
+                                      "not fit together (not as many tensors on every rank)")
+
+
+def _staged(names, paths=None):
+    return [{"stage": [s, len(names)], "feeds": s == 0, "names": list(n),
+             **({"paths": paths} if paths else {})} for s, n in enumerate(names)]
+
+
+def test_stages_built_as_separate_modules_naming_parameters_alike_count_each():
+    """Finding 6: stage 1's ``layers.0.weight`` is not stage 0's: a module of its own."""
+    layouts = _staged([("layers.0.weight", "layers.0.bias")] * 2)
+    per_rank = [[_line([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]), _line([1.5, 2.0, 3.0, 4.0], [2.0, 1.0])],
+                [_line([5.0, 6.0, 3.0, 4.0], [3.0, 4.0]), _line([5.5, 6.0, 3.0, 4.0], [3.0, 4.0])]]
+    records, _ = merge(per_rank, False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 3.0, 4.0]
+    assert records[0]["stage_tensors"] == [2, 2] and records[0]["grad_sq"] == 10.0
+    assert records[1]["stage_tensors"] == [2, 2]  # every update alike: decided once
+    told = records[0]["stage_names"]
+    assert told.startswith("2 names (layers.0.weight, layers.0.bias) held by several stages "
+                           "taken for parameters of each stage's own, counted in each "
+                           "(layers.0.weight's fingerprints differ from update 0: the names are "
+                           "the stage modules' own): the stages' modules do not say")
+
+
+def test_a_weight_tied_across_stages_counts_once_and_what_was_taken_is_said():
+    layouts = _staged([("embed.weight", "layers.0.w"), ("embed.weight", "head.w")])
+    per_rank = [[_line([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]), _line([1.5, 2.0, 3.5, 4.0], [2.0, 1.0])],
+                [_line([1.0, 2.0, 5.0, 6.0], [2.0, 3.0]), _line([1.5, 2.0, 5.5, 6.0], [2.0, 3.0])]]
+    records, _ = merge(per_rank, False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    assert records[0]["stage_tensors"] == [2, 1] and records[0]["grad_sq"] == 6.0
+    assert records[0]["stage_names"].startswith(
+        "1 name (embed.weight) held by several stages taken for weights tied across them, "
+        "each counted once (the same fingerprint at each of the 2 updates fingerprinted)")
+    # pipeline()'s stages keep the whole model's paths: a name two hold is one, nothing to say
+    by_path, _ = merge([per_rank[0], [_line([9.0, 2.0, 5.0, 6.0], [2.0, 3.0])]], False, False,
+                       _staged([("embed.weight", "layers.0.w"), ("embed.weight", "head.w")],
+                               paths="model"))
+    assert by_path[0]["stage_tensors"] == [2, 1] and "stage_names" not in by_path[0]

@@ -4,7 +4,7 @@ rank 0's LR and made its calls per update."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -93,6 +93,22 @@ def check_replicas(name: str, gaps: Sequence[tuple[float, ...]] | None, ranks: i
     return CheckResult(f"replicas ({name})", PASS, worst[0], None,
                        f"the {ranks} ranks' parameters agree with {whom} "
                        f"(|Δsum|/max|p| ≤ {worst[0]:.3g})")
+
+
+def check_merged(name: str, records: Sequence[Mapping[str, object]]) -> CheckResult | None:
+    """``shards``: not judged (a skip) where the ranks' records of an update could not be
+    merged into the whole model's (``record.placed.unmerged``: its fingerprint and gradient
+    norm left absent, so ``params`` and ``grad-norm`` hold the other updates only, and a check
+    judging nothing else skips too); None where every update merged."""
+    failed = [(k, why) for k, r in enumerate(records) if isinstance(why := r.get("unmerged"), str)]
+    if not failed:
+        return None
+    k, why = failed[0]
+    return CheckResult(f"shards ({name})", SKIP, None, None,
+                       f"not judged at {plural(len(failed), 'update')} of the {name}, from "
+                       f"update {k}: {why}, so the whole model's parameters and gradient norm "
+                       "there are unknown (params, grad-norm and the checks of the merged "
+                       "gradient leave those updates out, rank 0's part never taken for them)")
 
 
 def check_ranks(name: str, lrs: Sequence[np.ndarray], steps: Sequence[np.ndarray | None],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lrcheck.checks.commands import check_ranks, check_recording, check_replicas
+from lrcheck.checks.commands import check_merged, check_ranks, check_recording, check_replicas
 from lrcheck.checks.continuation import check_continuation, shifted_data
 from lrcheck.checks.experts import check_experts
 from lrcheck.checks.norms import check_clip_norm
@@ -62,6 +62,7 @@ def _folder_checks(name: str, run: FolderRun, reference: Side, candidate: Side, 
     if run.replicas is not None:
         found.append(check_replicas(name, [g.row for g in run.replicas],
                                     run.ranks, tol))
+    found.append(check_merged(name, run.records))  # record.placed.unmerged
     if run.ranks > 1 and run.sharded and not run.partitioned:  # DTensors: merged by placement
         found.append(check_clip_norm(name, run.records, tol))
     if name == "candidate" and reference.run is not None:  # pipeline stages (record.staged)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from lrcheck.checks.effects import JUMP_FACTOR
-from lrcheck.checks.status import FAIL, PASS, TINY, WARN, CheckResult
+from lrcheck.checks.status import FAIL, PASS, SKIP, TINY, WARN, CheckResult
 from lrcheck.words import plural
 
 Record = Mapping[str, object]
@@ -120,7 +121,15 @@ def check_stages(candidate: Sequence[Record], reference: Sequence[Record], tol: 
     """``stages (candidate)``: at every update both measured, each stage's gradient norm within
     ``tol`` (relative) of the reference's same tensors'; a failure at the first update beyond
     it, naming the stages and their scaling. None where no update has both."""
-    return check_parts("stages (candidate)", candidate, reference, tol, stage_ratios,
-                       lambda ratios, mine: named(ratios, mine.get("backward"), tol),
-                       "each pipeline stage's gradient norm is the reference's over the same "
-                       "tensors at {updates} (relative ≤ {worst})")
+    result = check_parts("stages (candidate)", candidate, reference, tol, stage_ratios,
+                         lambda ratios, mine: named(ratios, mine.get("backward"), tol),
+                         "each pipeline stage's gradient norm is the reference's over the same "
+                         "tensors at {updates} (relative ≤ {worst})")
+    told = next((t for r in candidate if isinstance(t := r.get("stage_names"), str)), None)
+    if told is None:  # record.staged.shared_of: what the stitch took, where it could not tell
+        return result
+    if result is None:
+        return CheckResult("stages (candidate)", SKIP, None, None,
+                           "not compared at any update (the stitched model's tensors not the "
+                           f"reference's in number, or no gradient norm per tensor); {told}")
+    return replace(result, detail=f"{result.detail}; {told}")

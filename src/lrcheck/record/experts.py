@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lrcheck.record.placed import rank_squares
-from lrcheck.record.staged import names_of, stitch
+from lrcheck.record.staged import names_of, shared_of, stitch
 
 Layout = Mapping[str, object]
 # A replicated tensor whose name has one of these parts is the router's (torchtitan's
@@ -168,12 +168,15 @@ def terms_of(found: object) -> dict[str, float] | None:
     return {str(t): float(v) for t, v in found.items()}
 
 
-def joiner_of(layouts: Sequence[Layout | None], staged: list[int] | None) -> Joiner | None:
+def joiner_of(layouts: Sequence[Layout | None], staged: list[int] | None,
+              per_rank: Sequence[Sequence[Mapping[str, object]]] = ()) -> Joiner | None:
     """How the ranks' records of one update are joined into the whole model's: pipeline
-    stages stitched (``record.staged``, ``staged`` their stage indices), else expert parallel
+    stages stitched (``record.staged``, ``staged`` their stage indices; the names several
+    stages hold told apart from ``per_rank``, every rank's records), else expert parallel
     merged by name (``Split``); None: neither (merged by placement, or as DDP's)."""
     if staged is not None:
-        return functools.partial(stitch, staged, names=names_of(layouts))
+        return functools.partial(stitch, staged, names=names_of(layouts),
+                                 shared=shared_of(staged, layouts, per_rank))
     names = split_of(layouts)
     return None if names is None else Split.of(names).merge
 

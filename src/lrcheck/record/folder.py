@@ -37,7 +37,7 @@ import numpy as np
 
 from lrcheck.errors import SpecError
 from lrcheck.record.experts import joiner_of
-from lrcheck.record.placed import Layout, Placed, placed
+from lrcheck.record.placed import Layout, Placed, bare, placed, unmerged
 from lrcheck.record.restore import restore_point, window_continued
 from lrcheck.record.roles import CANDIDATE
 from lrcheck.record.staged import stages_of
@@ -238,20 +238,20 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
     merged: list[dict[str, Any]] = []
     gaps: list[ReplicaGap] = []
     staged = None if partitioned or layouts is None else stages_of(layouts)
-    joiner = None if partitioned or layouts is None else joiner_of(layouts, staged)
+    joiner = None if partitioned or layouts is None else joiner_of(layouts, staged, per_rank)
     where = None if joiner or partitioned or layouts is None or len(per_rank) < 2 \
         else placed(layouts, [line.get("fingerprint") for line in per_rank[0]])
     feeds = where.feeds if where else None if staged is None else [s == 0 for s in staged]
+    summed = partitioned or len(per_rank) > 1 and bool(joiner or where or sharded)
     for k in range(count):
         lines = [r[k] for r in per_rank]
-        record = dict(lines[0])
+        record = bare(lines[0]) if summed else dict(lines[0])  # never a part
         prints = [line.get("fingerprint") for line in lines]
         if joiner is not None:  # pipeline stages, or experts by name
             joined, gap = joiner(lines)
-            record.pop("grad_sqs", None), record.pop("grad_dots", None), record.update(joined)
+            record.update(joined)
             gaps.extend([] if gap is None else [ReplicaGap(gap[0], k, gap[1], gap[2])])
         elif where is not None:
-            record.pop("grad_sqs", None), record.pop("grad_dots", None)
             record.update(_placed(where, lines, k, gaps))
         elif all(p is not None for p in prints) and (len(lines) > 1 or partitioned):
             arrays = [np.asarray(p).reshape(-1, 2) for p in prints]
@@ -266,7 +266,7 @@ def merge(per_rank: list[list[dict[str, Any]]], sharded: bool,
         if sharded and where is None and all("grad_sq" in line for line in lines):
             record.pop("grad_sqs", None), record.pop("grad_dots", None)  # flat shards
             record["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
-        record.update(rank_mean_losses(lines))
+        record.update(rank_mean_losses(lines), **unmerged(record, lines) if summed else {})
         record.pop("fed", None), record.pop("fed_weights", None), record.pop("fed_tokens", None)
         feeding = [x for x, f in zip(lines, feeds, strict=True) if f] if feeds else lines
         if all("fed" in line for line in feeding):
@@ -367,17 +367,17 @@ def _replica_gap(arrays: list[np.ndarray], k: int) -> ReplicaGap:
 
 
 def read_ema(folder: Path) -> EmaPrints | None:
-    """The EMA model the folder's processes fingerprinted (``record.ema``): rank 0's, or, where
-    its tensors are sharded (FSDP2's DTensors), every rank's shards merged as the model's are;
-    None where no EMA was updated."""
+    """The EMA model the folder's processes fingerprinted (``record.ema``; None: none updated):
+    rank 0's, or, sharded (FSDP2's), every rank's shards merged (none where a rank's is lost)."""
     files = {int(found[1]): path for path in folder.iterdir()
              if (found := _EMA_FILE.match(path.name))}
     if not files:
         return None
     read = [_ema_file(files[rank]) for rank in sorted(files)]
     header, prints = read[0]
-    if header.get("sharded") and len(read) > 1:
-        common = set.intersection(*(set(p) for _, p in read))
+    ranks = set(files) | {int(f[1]) for p in folder.iterdir() if (f := _RANK_FILE.match(p.name))}
+    if header.get("sharded") and len(ranks) > 1:  # a rank's file missing: no update, no part
+        common = set.intersection(*(set(p) for _, p in read)) if len(read) == len(ranks) else ()
         prints = {k: np.column_stack([sum(p[k][:, 0] for _, p in read),
                                       np.max([p[k][:, 1] for _, p in read], axis=0)])
                   for k in sorted(common)}

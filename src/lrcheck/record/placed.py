@@ -15,11 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 Layout = Mapping[str, object]
 Key = tuple[int, ...]
+V = TypeVar("V")
+# What the ranks' records of one update add up to (rank 0's alone is a part of it), and in words.
+SUMMED = ("fingerprint", "grad_sq", "grad_sqs", "grad_dots")
+_WORDS = {"fingerprint": "parameter fingerprints", "grad_sq": "gradient norms"}
 
 
 def _key(found: Layout | None, tensor: int) -> Key:
@@ -128,6 +133,28 @@ def rank_squares(per_rank: Sequence[object]) -> dict[str, object]:
     if len(per_rank) < 2 or not all(isinstance(q, list) for q in per_rank):
         return {}
     return {"grad_sq_ranks": [float(sum(q)) for q in per_rank if isinstance(q, list)]}
+
+
+def bare(line: Mapping[str, V]) -> dict[str, V]:
+    """Rank 0's record of one update without what the ranks' records add up to (``SUMMED``):
+    what the merge cannot give stays absent, never rank 0's part taken for the whole."""
+    return {key: value for key, value in line.items() if key not in SUMMED}
+
+
+def unmerged(record: Mapping[str, object], lines: Sequence[Mapping[str, object]]
+             ) -> dict[str, object]:
+    """``unmerged``, why the merged ``record`` of one update lacks the fingerprint or gradient
+    norm rank 0 recorded (a rank recorded none, or the ranks' do not fit together): the checks
+    say those are not judged (``checks.commands.check_merged``); none where nothing lacks."""
+    lost = [key for key in _WORDS if lines[0].get(key) is not None and key not in record]
+    if not lost:
+        return {}
+    lacking = next(((r, none) for r, line in enumerate(lines)
+                    if (none := [_WORDS[k] for k in lost if line.get(k) is None])), None)
+    why = (f"rank {lacking[0]} recorded no {' and no '.join(lacking[1])}" if lacking else
+           "they do not fit together (not as many tensors on every rank)")
+    return {"unmerged": f"the ranks' {' and '.join(_WORDS[k] for k in lost)} could not be "
+                        f"merged: {why}"}
 
 
 def placed(layouts: Sequence[Layout | None], prints: Sequence[Sequence[float] | None]

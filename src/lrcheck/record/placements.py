@@ -4,13 +4,16 @@ the ranks' shard fingerprints by placement: per mesh its shape, its dimensions' 
 rank's coordinate; per tensor its mesh and its placement on each of the mesh's dimensions
 (``S``: sharded, ``_StridedShard`` too; ``R``: replicated; ``P``: partial), or None for a plain
 tensor (replicated over every rank). And which of the process's ranks feed data of their own:
-the ranks of a tensor-parallel dimension (``TENSOR_DIMS``, by the mesh's names) all feed the
-same rows, so the one at coordinate 0 is taken as theirs and the loss weights are divided by
-the data-parallel ranks only (``data_world``)."""
+the ranks of a tensor-parallel dimension (``tensor_parallel``: by its tensors' placements on it,
+whatever its name) all feed the same rows, so the one at coordinate 0 is taken as theirs and the
+loss weights are divided by the data-parallel ranks only (``data_world``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,9 +22,58 @@ from lrcheck.record.pipeline import stage_of
 from lrcheck.record.probes import grad_dots
 from lrcheck.recorder import json_number
 
-# Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names).
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+# Mesh dimensions, by name, whose ranks feed the same data (torchtitan's, Accelerate's names),
+# and names no tensor-parallel dimension has (data parallel's ``dp*``, FSDP's, the experts',
+# the pipeline's): the others are told by their tensors' placements (``tensor_parallel``).
 TENSOR_DIMS = ("tp",)
+NOT_TENSOR_DIMS = ("fsdp", "hsdp", "ddp", "data", "replicate", "shard", "ep", "pp")
 Layout = dict[str, object]
+DimKey = tuple[str | None, tuple[int, ...]]  # a mesh dimension's name, the ranks along it
+
+
+@dataclass
+class Dim:
+    """A mesh dimension through this rank: its name (None: not named), this rank's place along
+    it, and the placements on it of the tensors on it (``R``, ``P``, ``S{d}``: sharded along
+    the tensor's dimension ``d``)."""
+
+    name: str | None
+    at: int
+    kinds: set[str] = field(default_factory=set)
+
+
+def tensor_parallel(dim: Dim) -> bool:
+    """Whether ``dim`` is tensor parallel's (its ranks feed the same rows): named ``tp``; else,
+    not named as ``NOT_TENSOR_DIMS`` are, by its tensors' placements — one sharded along another
+    dimension than its first (rowwise), a partial one, or replicated tensors beside sharded
+    ones: FSDP2 shards every tensor along its first dimension, HSDP's replicating dimension
+    replicates every one, DDP's tensors are none."""
+    if dim.name in TENSOR_DIMS:
+        return True
+    if dim.name is not None and (dim.name in NOT_TENSOR_DIMS or dim.name.startswith("dp")):
+        return False
+    return any(kind not in ("R", "S0") for kind in dim.kinds) or {"R", "S0"} <= dim.kinds
+
+
+def _kind(placement: object) -> str:
+    short = _placement(placement)
+    return f"S{getattr(placement, 'dim', 0)}" if short == "S" else short
+
+
+def _dims(dims: dict[DimKey, Dim], mesh: DeviceMesh, placements: Sequence[object]) -> None:
+    """Add a tensor's placements on ``mesh`` to ``dims``, keyed by each dimension's name and
+    the global ranks along it through this rank (a sub-mesh's dimension is its mesh's)."""
+    coord, names = mesh.get_coordinate(), list(mesh.mesh_dim_names or ())
+    if coord is None:
+        return
+    for d, placement in enumerate(placements):
+        name = names[d] if d < len(names) else None
+        at: tuple[int | slice, ...] = (*coord[:d], slice(None), *coord[d + 1:])
+        line = tuple(int(r) for r in mesh.mesh[at].reshape(-1).tolist())
+        dims.setdefault((name, line), Dim(name, int(coord[d]))).kinds.add(_kind(placement))
 
 
 def _placement(placement: object) -> str:
@@ -33,9 +85,11 @@ def _placement(placement: object) -> str:
 def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
     """The layout of ``params`` on their device meshes (see the module's docstring); where a
     pipeline stage holds them (``record.pipeline``), its ``stage`` (``[index, stages]``: only
-    stage 0 feeds rows of its own) and their ``names`` in its module; None where neither."""
+    stage 0 feeds rows of its own), their ``names`` in its module and, where those are the
+    whole model's paths (``pipeline()``'s stages), ``paths``; None where neither."""
     meshes: list[dict[str, object]] = []
     tensors: list[list[object] | None] = []
+    dims: dict[DimKey, Dim] = {}
     for p in params:
         mesh, placements = getattr(p, "device_mesh", None), getattr(p, "placements", None)
         if mesh is None or placements is None:
@@ -48,18 +102,14 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
         if entry not in meshes:
             meshes.append(entry)
         tensors.append([meshes.index(entry), *(_placement(x) for x in placements)])
+        _dims(dims, mesh, placements)
     found = stage_of(params)
-    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2]}
+    stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2],
+                                      **({"paths": "model"} if found[3] else {})}
     if not meshes:
         return None if found is None else {**stage, "feeds": found[0] == 0}
-    feeds, ways = True, 1
-    for mesh in meshes:
-        names, coord = mesh["names"], mesh["coord"]
-        assert isinstance(names, list) and isinstance(mesh["shape"], list)
-        for d, name in enumerate(names):
-            if name in TENSOR_DIMS and isinstance(coord, list):
-                ways, feeds = mesh["shape"][d], coord[d] == 0
-                break
+    tensor = [(len(line), dim.at) for (_, line), dim in dims.items() if tensor_parallel(dim)]
+    ways, feeds = math.prod(size for size, _ in tensor), all(at == 0 for _, at in tensor)
     return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
             "feeds": feeds, **stage}
 

@@ -148,13 +148,14 @@ def _layout() -> Schema:
                                         "DTensor"))
     return closed({"feeds": BOOLEAN}, {"meshes": array(mesh), "tensors": array(tensor),
                                        "data_world": INTEGER, "stage": array(INTEGER),
-                                       "names": array(STRING)},
+                                       "names": array(STRING), "paths": STRING},
                   description="per mesh its shape, its dimensions' names and this rank's "
                               "coordinate; per tensor its placements; the data-parallel ranks "
                               "(data_world); the pipeline stage this rank's optimizer steps "
                               "(stage: its index and the number of stages; names: the "
                               "parameters' names in its module, else in the model's, in a run "
-                              "of several processes) and whether this rank feeds "
+                              "of several processes; paths: model where those are the whole "
+                              "model's paths) and whether this rank feeds "
                               "rows of its own (feeds: not a tensor-parallel rank other than "
                               "the first, nor a pipeline stage other than 0)")
 
