@@ -92,10 +92,10 @@ def test_token_weights_in_the_trainer_are_per_sample_by_items(trainer_loss, verd
 def test_a_framework_s_drift_passes_against_the_twin_and_fast_skips_it():
     """The Transformers Trainer cannot run in lockstep: at bs 2 x 2, AdamW in float32 for 2
     epochs, its parameters drift apart from the rounding level (beyond 1e-06 from update 118, to
-    5.9e-06 relative here, under float32's default 1e-4). The test's params tolerance, 1e-6, is tighter than the default, so
-    the drift certainly goes beyond it (checked first, with --fast, as the premise). A twin of
-    the reference is trained and the drift passes against it; --fast skips the twin and says
-    the failure may be drift."""
+    5.9e-06 relative here, under float32's default 1e-4). The test's params tolerance, 1e-6, is
+    tighter than the default, so the drift certainly goes beyond it (checked first, with
+    --fast, as the premise). A twin of the reference is trained and the drift passes against
+    it; --fast skips the twin and says the failure may be drift."""
     keywords = dict(framework="transformers", task="synthetic", bs=2, accum=2,
                     optimizer="adamw", dtype="float32", epochs=2,
                     tolerances=Tolerances.for_dtype("float32", params=1e-6))
