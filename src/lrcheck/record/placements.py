@@ -6,7 +6,10 @@ rank's coordinate; per tensor its mesh and its placement on each of the mesh's d
 tensor (replicated over every rank). And which of the process's ranks feed data of their own:
 the ranks of a tensor-parallel dimension (``TENSOR_DIMS``, by the mesh's names) all feed the
 same rows, so the one at coordinate 0 is taken as theirs and the loss weights are divided by
-the data-parallel ranks only (``data_world``)."""
+the data-parallel ranks only (``data_world``). That dimension is read off the parameters'
+meshes, or off the model's own (``shared_rows``: transformers' ``_device_mesh``, which its
+``DistributedConfig`` builds even where no parameter is placed on ``tp``: expert parallel on
+the ranks of a tensor-parallel group, ``tp_plan={}``)."""
 
 from __future__ import annotations
 
@@ -52,16 +55,37 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
     stage = {} if found is None else {"stage": [found[0], found[1]], "names": found[2]}
     if not meshes:
         return None if found is None else {**stage, "feeds": found[0] == 0}
+    return {"meshes": meshes, "tensors": tensors, **_rows(meshes, world), **stage}
+
+
+def _rows(meshes: Sequence[dict[str, object]], world: int) -> dict[str, object]:
+    """``data_world`` and ``feeds`` (see the module's docstring) from the first of ``meshes``
+    with a tensor-parallel dimension (every rank feeding its own rows where none has)."""
     feeds, ways = True, 1
     for mesh in meshes:
-        names, coord = mesh["names"], mesh["coord"]
-        assert isinstance(names, list) and isinstance(mesh["shape"], list)
-        for d, name in enumerate(names):
-            if name in TENSOR_DIMS and isinstance(coord, list):
-                ways, feeds = mesh["shape"][d], coord[d] == 0
-                break
-    return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
-            "feeds": feeds, **stage}
+        names, coord, shape = mesh["names"], mesh["coord"], mesh["shape"]
+        assert isinstance(names, list) and isinstance(shape, list)
+        found = next((d for d, name in enumerate(names) if name in TENSOR_DIMS), None)
+        if found is not None and isinstance(coord, list):
+            ways, feeds = shape[found], coord[found] == 0
+            break
+    return {"data_world": max(1, world // ways), "feeds": feeds}
+
+
+def shared_rows(found: Layout | None, model: object, world: int) -> Layout:
+    """``found`` (a layout; ``{"feeds": True}`` for None) with ``data_world`` and ``feeds``
+    read off ``model``'s own device mesh (transformers' ``_device_mesh``) where it has a
+    tensor-parallel dimension of several ranks and no parameter's mesh has one."""
+    out = dict(found or {"feeds": True})
+    mesh = getattr(model, "_device_mesh", None)
+    names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+    if mesh is None or out.get("data_world", world) != world or not any(
+            n in TENSOR_DIMS and mesh.size(d) > 1 for d, n in enumerate(names)):
+        return out
+    coord = mesh.get_coordinate()
+    entry: dict[str, object] = {"names": list(names), "shape": list(mesh.shape),
+                                "coord": None if coord is None else list(coord)}
+    return out | _rows([entry], world)
 
 
 def data_world(found: Layout | None, world: int) -> int:
