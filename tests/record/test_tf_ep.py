@@ -1,13 +1,13 @@
 """Expert parallel split by transformers itself, recorded unmodified: a tiny Mixtral
 (tests/fixtures/user_tf_ep.py) loaded with ``DistributedConfig(tp_size=2, ep_size=2,
 tp_plan={})`` on 2 gloo processes — its experts ``DTensor`` shards on the ``ep`` mesh, the
-rest plain, both ranks feeding the batch the group shares — merged by placement
-(``record.placed``: the experts grouped by their ``ep`` placement, the ranks sharing rows read
-off the model's own mesh, ``record.placements.shared_rows``) against one process holding the
-4 experts, free-running; an expert dispatch of the user's own that sends every token from
-every rank, the experts' gradients 2×, named by ``experts (candidate)`` at update 0. Slow: each
-run is a fresh process group and imports transformers; the reference is recorded once for the
-module."""
+rest plain, both ranks feeding the batch the group shares; the load-balancing loss on —
+merged by placement (``record.placed``: the experts grouped by their ``ep`` placement, the
+router's terms rank 0's, the ranks sharing rows read off the model's own mesh,
+``record.placements.shared_rows``) against one process holding the 4 experts, free-running;
+an expert dispatch of the user's own that sends every token from every rank, the experts'
+gradients 2×, named by ``experts (candidate)`` at update 0. Slow: each run is a fresh process
+group and imports transformers; the reference is recorded once for the module."""
 
 import json
 import sys
@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lrcheck import api
+from lrcheck.record.folder import read_folder
 from tests.helpers import merged_gaps, torchrun_checks
 
 pytestmark = pytest.mark.slow
@@ -41,6 +42,10 @@ def test_transformers_ep_2_matches_one_process_merged_by_placement(reference, tm
     assert [f["feeds"] for f in layouts] == [True, False]  # the TP group shares its batch
     experts = layouts[0]["names"].index("model.layers.0.mlp.experts.gate_up_proj")
     assert layouts[1]["tensors"][experts] == [0, "S"] and layouts[1]["tensors"][0] is None
+    # the router's gradient term by term (the load-balancing loss on), rank 0's: the whole batch
+    terms = [[r["router_terms"][t] for r in read_folder(f).records
+              for t in ("routing", "auxiliary")] for f in (reference, cand)]
+    assert all(v > 0 for v in terms[0]) and terms[1] == pytest.approx(terms[0], rel=1e-12)
     norms, sums, dots = merged_gaps(reference, cand)
     groups = checks["experts (candidate)"].max_abs_diff
     print(f"transformers ep 2 vs 1 process: merged gradient norm relative {norms:.3g}, "
