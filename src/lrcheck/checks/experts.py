@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from lrcheck.checks.stages import Record, check_parts, part_ratios, scaled_by
 from lrcheck.checks.status import CheckResult
-from lrcheck.record.experts import terms_of
+from lrcheck.record.groups import terms_of
 
 WHOSE = {"experts": "the experts'", "router": "the router's", "rest": "the other parameters'"}
 TERMS = {"routing": "the routing term (through the top-k: the cross-entropy's path)",

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lrcheck.record.groups import GROUPS, group_of, router_terms
+
 Layout = Mapping[str, object]
 Key = tuple[int, ...]
 # Mesh dimensions, by name, over which experts are sharded (transformers', torchtitan's).
@@ -138,8 +140,6 @@ class Placed:
     def terms(self, lines: Sequence[Mapping[str, object]]) -> dict[str, object]:
         """``router_terms`` of the whole run where experts are sharded over ``ep``: those of
         the ranks feeding rows of their own, merged as ``record.experts`` merges them."""
-        from lrcheck.record.experts import router_terms  # it imports this module
-
         feeding = [line for line, f in zip(lines, self.feeds, strict=True) if f]
         return router_terms(feeding) if self.groups and feeding else {}
 
@@ -149,8 +149,6 @@ def _groups(found: Layout | None, tensors: int, ranks: int
     """The merged tensors of each group (``record.experts``' groups: an expert a tensor
     sharded over a dimension of ``EXPERT_DIMS``) and that dimension's ranks, from rank 0's
     layout ``found``; none where it shards no tensor so or does not name its tensors."""
-    from lrcheck.record.experts import GROUPS, group_of  # it imports this module
-
     names = found.get("names") if found is not None else None
     tensor_list = found.get("tensors") if found is not None else None
     meshes = found.get("meshes") if found is not None else None
