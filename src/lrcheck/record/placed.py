@@ -12,7 +12,7 @@ On a 1-D mesh of ``Shard(0)`` (FSDP2) every rank owns its own shard, so this is 
 over the ranks; with no DTensor at all, rank 0 owns everything (DDP).
 
 Where some tensors are sharded over a mesh dimension named ``ep`` (``EXPERT_DIMS``:
-transformers' ``DistributedConfig(ep_size=...)`` places its experts so, torchtitan too) and the
+transformers' ``DistributedConfig(ep_size=...)`` places its experts so) and the
 ranks named their tensors, the merged squares are also kept per group as ``record.experts``
 keeps them (the experts: those tensors; the router; the rest), for ``checks.experts``, with the
 router's terms (``record.router``) of the ranks that feed rows of their own."""
@@ -28,7 +28,7 @@ from lrcheck.record.groups import GROUPS, group_of, router_terms
 
 Layout = Mapping[str, object]
 Key = tuple[int, ...]
-# Mesh dimensions, by name, over which experts are sharded (transformers', torchtitan's).
+# Mesh dimensions, by name, over which experts are sharded (transformers').
 EXPERT_DIMS = ("ep",)
 
 
