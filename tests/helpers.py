@@ -150,6 +150,20 @@ def checks_by_name(report: Any) -> dict[str, Any]:
     return {c.name: c for c in report.checks}
 
 
+def torchrun_checks(script: Path, reference: Path, out: Path, *args: str) -> dict[str, Any]:
+    """The checks, by name, of ``script`` (with ``args``) on 2 torchrun processes recorded
+    into ``out`` with a fingerprint every update, against ``reference`` in float64."""
+    import sys
+
+    from lrcheck import api
+    from lrcheck.spec import Dtype, Tolerances
+
+    api.record([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2", str(script), *args], out, fingerprint_every=1)
+    return checks_by_name(api.diff(reference, out, tolerances=Tolerances.for_dtype(
+        Dtype.FLOAT64)))
+
+
 def merged_gaps(reference: Path, candidate: Path) -> tuple[float, float, float]:
     """A one-process reference's recording against a record folder's merged records: the
     largest relative gap of the gradient norm, of the parameters' sums (``|Δsum| / max|p|``)

@@ -39,6 +39,13 @@ def test_the_experts_doubled_over_2_ranks_are_named_at_their_first_update():
                             "parallel: counted on each of the 2 ranks)"), check.detail
 
 
+def test_the_experts_halved_over_2_ranks_are_named_divided_twice():
+    check = check_experts([_candidate(0.5)], [REFERENCE], 1e-4)
+    assert check is not None and check.status == "fail" and check.first_divergence == 0
+    assert check.detail == ("at update 0: the experts' gradients scaled by 1/2 (expert "
+                            "parallel: divided by the 2 ranks twice)"), check.detail
+
+
 def test_other_scalings_are_named_without_the_ranks():
     check = check_experts([_candidate(3.0, 0.5, 0.9)], [REFERENCE], 1e-4)
     assert check is not None and check.status == "fail"

@@ -15,21 +15,17 @@ import pytest
 
 from lrcheck import api
 from lrcheck.record.folder import read_folder
-from lrcheck.spec import Dtype, Tolerances
-from tests.helpers import checks_by_name, merged_gaps
+from tests.helpers import merged_gaps, torchrun_checks
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parents[1] / "fixtures" / "user_ep.py"
 PY = sys.executable
-F64 = Tolerances.for_dtype(Dtype.FLOAT64)
 
 
 def _checks(reference, out, *args):
     """The checks of EP = 2 (``user_ep.py`` with ``args``), recorded into ``out``, against the
     reference."""
-    api.record([PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                str(SCRIPT), *args], out, fingerprint_every=1)
-    return checks_by_name(api.diff(reference, out, tolerances=F64))
+    return torchrun_checks(SCRIPT, reference, out, *args)
 
 
 @pytest.fixture(scope="module")

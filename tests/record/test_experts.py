@@ -6,8 +6,9 @@ one process holding every expert lists them; the groups' squared norms kept apar
 import pytest
 
 from lrcheck.checks.commands import check_replicas
-from lrcheck.record.experts import Split, group_of, model_order, split_of
+from lrcheck.record.experts import Split, model_order, split_of
 from lrcheck.record.folder import merge
+from lrcheck.record.groups import group_of
 
 RANK0 = ["embed.weight", "moe.router.weight", "moe.experts.0.w", "moe.experts.1.w", "head.weight"]
 RANK1 = ["embed.weight", "moe.router.weight", "moe.experts.2.w", "moe.experts.3.w", "head.weight"]

@@ -133,3 +133,19 @@ def test_a_replica_without_its_fingerprint_keeps_rank_0_s_whole_model():
     records, gaps = merge(per_rank, False, False, None)
     assert records[0]["fingerprint"] == [1.0, 2.0] and "unmerged" not in records[0]
     assert gaps is None
+
+
+def test_experts_sharded_over_ep_are_grouped_apart_and_the_feeding_ranks_terms_kept():
+    # transformers' EP on a TP group: the router and the head plain on both ranks (rank 1
+    # feeds no rows of its own), the experts sharded over ``ep``
+    names = ["model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.down_proj", "lm_head"]
+    layouts = [{**_layout((2,), (r,), [None, ("S",), None], names=("ep",), feeds=r == 0),
+                "names": names, "data_world": 1} for r in (0, 1)]
+    lines = [[{**_line(0, [(1.0, 1.0), (2.0 + r, 3.0), (4.0, 4.0)], [1.0, 2.0 + r, 3.0]),
+               "router_terms": {"routing": 5.0 + r}}] for r in (0, 1)]
+    record = merge(lines, True, False, layouts)[0][0]
+    assert record["group_tensors"] == {"experts": [1], "router": [0], "rest": [2]}
+    assert record["grad_sq_groups"] == {"experts": 2.0 + 3.0, "router": 1.0, "rest": 3.0}
+    assert record["expert_ranks"] == 2 and record["router_terms"] == {"routing": 5.0}
+    plain = [{k: v for k, v in found.items() if k != "names"} for found in layouts]
+    assert "group_tensors" not in merge(lines, True, False, plain)[0][0]  # names unknown

@@ -155,3 +155,48 @@ def test_a_tensor_parallel_dimension_not_named_tp_divides_the_data_world(names):
     hsdp = layout([_Placed(mesh, Replicate(), Shard(0)), _Placed(mesh, Replicate(), Shard(0))],
                   world=4)
     assert hsdp is not None and (hsdp["data_world"], hsdp["feeds"]) == (4, True)
+
+
+    """A device mesh as ``shared_rows`` reads one (a real one of 2 ranks needs 2 processes)."""
+
+    def __init__(self, shape, names, coord):
+        self.shape, self.mesh_dim_names, self.coord = tuple(shape), tuple(names), list(coord)
+
+    def size(self, d):
+        return self.shape[d]
+
+    def get_coordinate(self):
+        return self.coord
+
+
+class _ModelMesh:
+    """A device mesh as ``shared_rows`` reads one (a real one of 2 ranks needs 2 processes)."""
+
+    def __init__(self, shape, names, coord):
+        self.shape, self.mesh_dim_names, self.coord = tuple(shape), tuple(names), list(coord)
+
+    def size(self, d):
+        return self.shape[d]
+
+    def get_coordinate(self):
+        return self.coord
+
+
+def test_the_model_s_own_tp_dimension_makes_its_ranks_share_the_rows():
+    from types import SimpleNamespace
+
+    from lrcheck.record.placements import shared_rows
+
+    # transformers' EP on a TP group (tp_plan={}): the experts on ``ep``, nothing on ``tp``
+    experts = {"meshes": [{"shape": [2], "names": ["ep"], "coord": [1]}],
+               "tensors": [None, [0, "S"]], "data_world": 2, "feeds": True}
+    model = SimpleNamespace(_device_mesh=_ModelMesh((1, 1, 2), ("pp", "fsdp", "tp"), (0, 0, 1)))
+    assert shared_rows(experts, model, 2) == {**experts, "data_world": 1, "feeds": False}
+    first = SimpleNamespace(_device_mesh=_ModelMesh((1, 1, 2), ("pp", "fsdp", "tp"), (0, 0, 0)))
+    assert shared_rows(None, first, 2) == {"data_world": 1, "feeds": True}
+    # FSDP beside the experts (tp 1), no mesh of the model's, a parameter's tp already read
+    fsdp = SimpleNamespace(_device_mesh=_ModelMesh((1, 2, 1), ("pp", "fsdp", "tp"), (0, 1, 0)))
+    assert shared_rows(experts, fsdp, 2) == experts
+    assert shared_rows(None, object(), 2) == {"feeds": True}
+    tp = {**experts, "data_world": 1}
+    assert shared_rows(tp, model, 2) == tp

@@ -5,10 +5,12 @@ reference's same tensors (its per-tensor squares, ``grad_sqs``), update by updat
 (``checks.stages``' machinery). A group whose norm is n (or 1/n) times the reference's is
 named; the experts' n times where n is the ranks holding them, counted on each of them: every
 rank's loss reaches every expert, so an expert's gradient is the sum over the ranks' losses
-where the reference's is their mean (pytorch #160285). The router's alone names a scaling of
-its own terms, as the auxiliary loss's (Megatron-LM PR #3769); where both runs measured the
-router's gradient term by term (``record.router``: ``router_terms``, through the top-k that
-routes and from the auxiliary term), each term is compared on its own and named."""
+where the reference's is their mean (pytorch #160285); and 1/n, that sum divided by the ranks
+twice (torch 2.13's FSDP2 on transformers' 1-rank expert mesh, in float64). The router's
+alone names a scaling of its own terms, as the auxiliary loss's (Megatron-LM PR #3769); where
+both runs measured the router's gradient term by term (``record.router``: ``router_terms``,
+through the top-k that routes and from the auxiliary term), each term is compared on its own
+and named."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 
 from lrcheck.checks.stages import Record, check_parts, part_ratios, scaled_by
 from lrcheck.checks.status import CheckResult
-from lrcheck.record.experts import terms_of
+from lrcheck.record.groups import terms_of
 
 WHOSE = {"experts": "the experts'", "router": "the router's", "rest": "the other parameters'"}
 TERMS = {"routing": "the routing term (through the top-k: the cross-entropy's path)",
@@ -69,7 +71,9 @@ def named_groups(groups: Sequence[str], ratios: Sequence[float], ranks: object, 
         if n is None:
             parts.append(f"{whose} gradient norm is {ratio:.6g} times the reference's")
         elif n > 0:
-            parts.append(f"{whose} gradients scaled by 1/{n}")
+            why = (f" (expert parallel: divided by the {ranks} ranks twice)"
+                   if group == "experts" and n == ranks else "")
+            parts.append(f"{whose} gradients scaled by 1/{n}{why}")
         else:
             why = (f" (expert parallel: counted on each of the {ranks} ranks)"
                    if group == "experts" and -n == ranks else "")

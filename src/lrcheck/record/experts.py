@@ -23,14 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lrcheck.record.groups import GROUPS, group_of, router_terms
 from lrcheck.record.placed import rank_squares
 from lrcheck.record.staged import names_of, shared_of, stitch
 
 Layout = Mapping[str, object]
-# A replicated tensor whose name has one of these parts is the router's (torchtitan's
-# ``moe.router.gate``, Mixtral's ``block_sparse_moe.gate``, Qwen2-MoE's ``mlp.gate``).
-ROUTER_PARTS = ("router", "gate")
-GROUPS = ("experts", "router", "rest")
 # One update's records of the ranks as the whole model's, and the replicas' largest gap
 # (``Split.merge``; ``record.staged``'s ``stitch``).
 Joiner = Callable[[Sequence[Mapping[str, object]]],
@@ -63,13 +60,6 @@ def model_order(names: Sequence[Sequence[str]]) -> list[str]:
             merged.insert(len(merged) if after is None else merged.index(after), name)
             known.add(name)
     return merged
-
-
-def group_of(name: str, holders: int, ranks: int) -> str:
-    """Which of ``GROUPS`` the tensor ``name`` is in, held by ``holders`` of the ``ranks``."""
-    if holders < ranks:
-        return "experts"
-    return "router" if any(p in ROUTER_PARTS for p in name.split(".")) else "rest"
 
 
 @dataclass(frozen=True)
@@ -141,31 +131,6 @@ class Split:
                 if worst is None or not found <= worst[0]:  # NaN too
                     worst = (found, rank, owner)
         return worst
-
-
-def router_terms(lines: Sequence[Mapping[str, object]]) -> dict[str, object]:
-    """``router_terms`` of the whole run (``record.router``): each term's squared norm summed
-    over the ranks, each rank's own tokens' rows, divided by the ranks squared (the replicated
-    router's gradient is the ranks' mean); None (rank 0's dropped) unless every rank measured
-    the same terms; none where no rank measured any."""
-    found = [line.get("router_terms") for line in lines]
-    if not any(found):
-        return {}
-    read = [terms_of(f) for f in found]
-    first = read[0]
-    if first is None or not all(f is not None and set(f) == set(first) for f in read):
-        return {"router_terms": None}
-    return {"router_terms": {t: sum(f[t] for f in read if f is not None) / len(lines) ** 2
-                             for t in first}}
-
-
-def terms_of(found: object) -> dict[str, float] | None:
-    """A record's ``router_terms``: a number ≥ 0 per term (None: not recorded, or not so)."""
-    if not isinstance(found, dict) or not found or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-            for v in found.values()):
-        return None
-    return {str(t): float(v) for t, v in found.items()}
 
 
 def joiner_of(layouts: Sequence[Layout | None], staged: list[int] | None,

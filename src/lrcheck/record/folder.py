@@ -291,7 +291,7 @@ def _placed(where: Placed, lines: list[dict[str, Any]], k: int, gaps: list[Repli
             if rank >= 0:
                 gaps.append(ReplicaGap(gap, k, rank, owner))
     if where.keys and all(len(line.get("grad_sqs", ())) == len(where.keys) for line in lines):
-        out |= where.squares([x["grad_sqs"] for x in lines]) | where.dots(lines)
+        out |= where.gradients(lines)
     elif all("grad_sq" in line for line in lines):  # not per tensor: the shards' sum
         out["grad_sq"] = float(sum(line["grad_sq"] for line in lines))
     return out

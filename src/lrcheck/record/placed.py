@@ -9,15 +9,23 @@ shard. Per tensor, each shard is counted once, from the lowest rank holding it (
 fingerprint sums add and the largest absolute values max, squared gradient norms add; every
 other rank holding a shard is a replica, checked against the owner's as DDP's replicas are.
 On a 1-D mesh of ``Shard(0)`` (FSDP2) every rank owns its own shard, so this is the plain sum
-over the ranks; with no DTensor at all, rank 0 owns everything (DDP)."""
+over the ranks; with no DTensor at all, rank 0 owns everything (DDP).
+
+Where some tensors are sharded over a mesh dimension named ``ep`` (``EXPERT_DIMS``:
+transformers' ``DistributedConfig(ep_size=...)`` places its experts so) and the
+ranks named their tensors, the merged squares are also kept per group as ``record.experts``
+keeps them (the experts: those tensors; the router; the rest), for ``checks.experts``, with the
+router's terms (``record.router``) of the ranks that feed rows of their own."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
+
+from lrcheck.record.groups import GROUPS, group_of, router_terms
 
 Layout = Mapping[str, object]
 Key = tuple[int, ...]
@@ -25,6 +33,8 @@ V = TypeVar("V")
 # What the ranks' records of one update add up to (rank 0's alone is a part of it), and in words.
 SUMMED = ("fingerprint", "grad_sq", "grad_sqs", "grad_dots")
 _WORDS = {"fingerprint": "parameter fingerprints", "grad_sq": "gradient norms"}
+# Mesh dimensions, by name, over which experts are sharded (transformers').
+EXPERT_DIMS = ("ep",)
 
 
 def _key(found: Layout | None, tensor: int) -> Key:
@@ -41,16 +51,20 @@ def _key(found: Layout | None, tensor: int) -> Key:
 @dataclass(frozen=True)
 class Placed:
     """Per tensor, per rank, which shard the rank holds (``keys``), and per rank whether it
-    feeds rows of its own (``feeds``: not a tensor-parallel rank other than the first)."""
+    feeds rows of its own (``feeds``: not a tensor-parallel rank other than the first); the
+    merged tensors of each group where experts are sharded over ``ep`` (``groups``, empty
+    where none is) and the ranks they are sharded over (``expert_ranks``)."""
 
     keys: tuple[tuple[Key, ...], ...]
     feeds: tuple[bool, ...]
+    groups: Mapping[str, list[int]] = field(default_factory=dict)
+    expert_ranks: int = 1
 
     @classmethod
     def of(cls, layouts: Sequence[Layout | None], tensors: int) -> Placed:
         keys = tuple(tuple(_key(found, t) for found in layouts) for t in range(tensors))
         return cls(keys, tuple(found is None or found.get("feeds") is not False
-                               for found in layouts))
+                               for found in layouts), *_groups(layouts[0], tensors, len(layouts)))
 
     def owners(self, tensor: int) -> list[int]:
         """The ranks counted for ``tensor``: the lowest holding each of its shards."""
@@ -101,6 +115,10 @@ class Placed:
                 replicated, most = replicated + part, max(most, copies)
         out: dict[str, object] = {"grad_sq": float(sum(parts)), "grad_sqs": parts,
                                   **rank_squares(per_rank)}
+        if self.groups:  # as ``record.experts`` keeps them
+            out |= {"group_tensors": dict(self.groups), "expert_ranks": self.expert_ranks,
+                    "grad_sq_groups": {g: float(sum(parts[t] for t in ts))
+                                       for g, ts in self.groups.items()}}
         if most > 1:
             out |= {"grad_sq_replicated": replicated, "replicated_ranks": most}
         return out
@@ -116,6 +134,43 @@ class Placed:
             return {}
         return {"grad_dots": [summed([rows[r][t] for r in self.owners(t)])
                               for t in range(len(self.keys))]}
+
+
+    def gradients(self, lines: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, object]:
+        """One update's ``squares``, ``dots`` and ``terms`` from the ranks' records (each with
+        its ``grad_sqs``)."""
+        return self.squares([line["grad_sqs"] for line in lines]) | self.dots(lines) \
+            | self.terms(lines)
+
+    def terms(self, lines: Sequence[Mapping[str, object]]) -> dict[str, object]:
+        """``router_terms`` of the whole run where experts are sharded over ``ep``: those of
+        the ranks feeding rows of their own, merged as ``record.experts`` merges them."""
+        feeding = [line for line, f in zip(lines, self.feeds, strict=True) if f]
+        return router_terms(feeding) if self.groups and feeding else {}
+
+
+def _groups(found: Layout | None, tensors: int, ranks: int
+            ) -> tuple[dict[str, list[int]], int]:
+    """The merged tensors of each group (``record.experts``' groups: an expert a tensor
+    sharded over a dimension of ``EXPERT_DIMS``) and that dimension's ranks, from rank 0's
+    layout ``found``; none where it shards no tensor so or does not name its tensors."""
+    names = found.get("names") if found is not None else None
+    tensor_list = found.get("tensors") if found is not None else None
+    meshes = found.get("meshes") if found is not None else None
+    if not isinstance(names, list) or len(names) != tensors or not isinstance(meshes, list) \
+            or not isinstance(tensor_list, list) or len(tensor_list) != tensors:
+        return {}, 1
+    out: dict[str, list[int]] = {}
+    most = 1
+    for t, (name, entry) in enumerate(zip(names, tensor_list, strict=True)):
+        mesh = meshes[entry[0]] if isinstance(entry, list) else {}
+        dims = [d for d, n in enumerate(mesh.get("names") or []) if n in EXPERT_DIMS
+                and isinstance(entry, list) and d + 1 < len(entry) and entry[d + 1] != "R"]
+        most = max([most, *(int(mesh["shape"][d]) for d in dims)])
+        out.setdefault(group_of(str(name), 1 if dims else ranks, ranks), []).append(t)
+    if "experts" not in out:
+        return {}, 1
+    return {g: out[g] for g in GROUPS if g in out}, most
 
 
 def summed(parts: Sequence[object]) -> float | None:

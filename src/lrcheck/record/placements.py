@@ -6,7 +6,10 @@ rank's coordinate; per tensor its mesh and its placement on each of the mesh's d
 tensor (replicated over every rank). And which of the process's ranks feed data of their own:
 the ranks of a tensor-parallel dimension (``tensor_parallel``: by its tensors' placements on it,
 whatever its name) all feed the same rows, so the one at coordinate 0 is taken as theirs and the
-loss weights are divided by the data-parallel ranks only (``data_world``)."""
+loss weights are divided by the data-parallel ranks only (``data_world``). Where no parameter
+is placed on it, that dimension is read off the model's own mesh by its name (``shared_rows``:
+transformers' ``_device_mesh``, which its ``DistributedConfig`` builds even where no parameter
+is placed on ``tp``: expert parallel on the ranks of a tensor-parallel group, ``tp_plan={}``)."""
 
 from __future__ import annotations
 
@@ -112,6 +115,25 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
     ways, feeds = math.prod(size for size, _ in tensor), all(at == 0 for _, at in tensor)
     return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
             "feeds": feeds, **stage}
+
+
+def shared_rows(found: Layout | None, model: object, world: int) -> Layout:
+    """``found`` (a layout; ``{"feeds": True}`` for None) with ``data_world`` and ``feeds``
+    read off ``model``'s own device mesh (transformers' ``_device_mesh``) where it has a
+    dimension named as ``TENSOR_DIMS`` of several ranks and no parameter's mesh has a
+    tensor-parallel one: with no tensor on it, only its name can tell."""
+    out = dict(found or {"feeds": True})
+    mesh = getattr(model, "_device_mesh", None)
+    names = tuple(getattr(mesh, "mesh_dim_names", None) or ())
+    if mesh is None or out.get("data_world", world) != world:
+        return out
+    dims = [d for d, n in enumerate(names) if n in TENSOR_DIMS and mesh.size(d) > 1]
+    coord = mesh.get_coordinate()
+    if not dims or coord is None:
+        return out
+    ways = math.prod(mesh.size(d) for d in dims)
+    return out | {"data_world": max(1, world // ways),
+                  "feeds": all(coord[d] == 0 for d in dims)}
 
 
 def data_world(found: Layout | None, world: int) -> int:

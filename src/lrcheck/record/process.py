@@ -61,7 +61,7 @@ from lrcheck.record.calls import (
 )
 from lrcheck.record.losses import Losses
 from lrcheck.record.pipeline import STAGE_WHY
-from lrcheck.record.placements import Layout, data_world, grad_keys, layout
+from lrcheck.record.placements import Layout, data_world, grad_keys, layout, shared_rows
 from lrcheck.record.rollouts import rank_and_world as _rank_and_world
 from lrcheck.recorder import Recorder, fingerprint, pack_fed
 
@@ -215,7 +215,7 @@ class ProcessRecorder:
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
         if self.world > 1 and not (st.layout or {}).get("names"):  # for ``record.experts``
-            st.layout = {**(st.layout or {"feeds": True}), "names": st.names}
+            st.layout = {**shared_rows(st.layout, model, self.world), "names": st.names}
         if st.index == 0:
             self.logs = modules.log_folders()
         self.describe()
