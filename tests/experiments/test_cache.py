@@ -84,3 +84,28 @@ def test_the_default_folder_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv(cache.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache.cache_folder() == tmp_path / "lrcheck"
+
+
+@pytest.mark.parametrize("off", ["off", "OFF", "0", "false", "no", "none"])
+def test_each_word_for_off_keeps_nothing_and_makes_no_folder(tmp_path, monkeypatch, off):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(cache.CACHE_ENV, off)
+    assert cache.cache_folder() is None
+    loads = Loads()
+    cache.cached("wine", 3, None, loads)
+    assert loads.calls == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_folder_is_made_absolute_and_no_home_means_no_cache(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(cache.CACHE_ENV, "data")
+    assert cache.cache_folder() == tmp_path / "data"
+    monkeypatch.delenv(cache.CACHE_ENV)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(cache.Path, "home", staticmethod(no_home))
+    assert cache.cache_folder() is None
+    _same(cache.cached("wine", 3, None, Loads()), Loads()())

@@ -5,6 +5,7 @@ and the per-tensor squared gradient norms."""
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 
 import pytest
 
@@ -157,18 +158,6 @@ def test_a_tensor_parallel_dimension_not_named_tp_divides_the_data_world(names):
     assert hsdp is not None and (hsdp["data_world"], hsdp["feeds"]) == (4, True)
 
 
-    """A device mesh as ``shared_rows`` reads one (a real one of 2 ranks needs 2 processes)."""
-
-    def __init__(self, shape, names, coord):
-        self.shape, self.mesh_dim_names, self.coord = tuple(shape), tuple(names), list(coord)
-
-    def size(self, d):
-        return self.shape[d]
-
-    def get_coordinate(self):
-        return self.coord
-
-
 class _ModelMesh:
     """A device mesh as ``shared_rows`` reads one (a real one of 2 ranks needs 2 processes)."""
 
@@ -191,12 +180,45 @@ def test_the_model_s_own_tp_dimension_makes_its_ranks_share_the_rows():
     experts = {"meshes": [{"shape": [2], "names": ["ep"], "coord": [1]}],
                "tensors": [None, [0, "S"]], "data_world": 2, "feeds": True}
     model = SimpleNamespace(_device_mesh=_ModelMesh((1, 1, 2), ("pp", "fsdp", "tp"), (0, 0, 1)))
-    assert shared_rows(experts, model, 2) == {**experts, "data_world": 1, "feeds": False}
+    assert shared_rows(experts, [], model, 2) == {**experts, "data_world": 1, "feeds": False}
     first = SimpleNamespace(_device_mesh=_ModelMesh((1, 1, 2), ("pp", "fsdp", "tp"), (0, 0, 0)))
-    assert shared_rows(None, first, 2) == {"data_world": 1, "feeds": True}
+    assert shared_rows(None, [], first, 2) == {"data_world": 1, "feeds": True}
     # FSDP beside the experts (tp 1), no mesh of the model's, a parameter's tp already read
     fsdp = SimpleNamespace(_device_mesh=_ModelMesh((1, 2, 1), ("pp", "fsdp", "tp"), (0, 1, 0)))
-    assert shared_rows(experts, fsdp, 2) == experts
-    assert shared_rows(None, object(), 2) == {"feeds": True}
+    assert shared_rows(experts, [], fsdp, 2) == experts
+    assert shared_rows(None, [], object(), 2) == {"feeds": True}
     tp = {**experts, "data_world": 1}
-    assert shared_rows(tp, model, 2) == tp
+    assert shared_rows(tp, [], model, 2) == tp
+
+
+class _Group:
+    """FSDP2's parameter group as ``fsdp_dims`` reads it: each parameter's mesh information."""
+
+    def __init__(self, mesh, shard, replicate=None):
+        info = SimpleNamespace(mesh=mesh, shard_mesh_dim=shard, replicate_mesh_dim=replicate)
+        self.fsdp_params = [SimpleNamespace(mesh_info=info)]
+
+
+@pytest.mark.parametrize("kinds", [("S1", "S1"), ("S0", "R")], ids=["shard-dim-1", "replicate"])
+def test_fsdp2_s_own_dimension_is_data_parallel_whatever_its_placements(monkeypatch, kinds):
+    """Found by a second reader: FSDP2 on an unnamed mesh sharding along dimension 1
+    (``shard_placement_fn``), or ``fully_shard`` beside ``replicate``, looked tensor parallel,
+    and rank 1 was taken for a rank feeding rank 0's rows."""
+    import torch.distributed._composable_state as composable
+    from torch.distributed.tensor import Replicate, Shard
+
+    from lrcheck.record.placements import fsdp_dims, shared_rows
+
+    mesh = _Mesh([0, 1], (1,))
+    placed = {"S1": Shard(1), "S0": Shard(0), "R": Replicate()}
+    params = [_Placed(mesh, placed[k]) for k in kinds]
+    alone = layout(params, world=2)
+    assert alone is not None and (alone["data_world"], alone["feeds"]) == (1, False)
+    model = torch.nn.Linear(2, 2)
+    monkeypatch.setattr(composable, "_get_module_state",
+                        lambda m: SimpleNamespace(_fsdp_param_group=_Group(mesh, 0))
+                        if m is model else None)
+    assert fsdp_dims(model) == {(None, (0, 1))}
+    found = shared_rows(alone, params, model, 2)
+    assert (found["data_world"], found["feeds"]) == (2, True)
+    assert fsdp_dims(torch.nn.Linear(2, 2)) == set()

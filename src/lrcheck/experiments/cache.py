@@ -8,9 +8,10 @@ seed, the samples, scikit-learn's and NumPy's versions, and a digest of ``tasks.
 a change to how a task is loaded is never served stale) and read back bit for bit.
 
 ``LRCHECK_CACHE``: the folder (default ``$XDG_CACHE_HOME/lrcheck``, else ``~/.cache/lrcheck``);
-``off`` keeps nothing. A file that cannot be read is loaded again and rewritten; a folder that
-cannot be written is only not used. Files are written whole under a temporary name and then
-renamed, so processes loading the same set at once never read half a file.
+``off`` (or ``0``, ``false``, ``no``, ``none``) keeps nothing, and so does a machine with no
+home. A file that cannot be read is loaded again and rewritten; a folder that cannot be written
+is only not used. Files are written whole under a temporary name and then renamed, so
+processes loading the same set at once never read half a file.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lrcheck.experiments import tasks
 from lrcheck.experiments.tasks import TASKS, Dataset
 
 CACHE_ENV = "LRCHECK_CACHE"
+OFF = ("off", "0", "false", "no", "none")
 _ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 
 
@@ -43,13 +45,18 @@ def load_data(task: str, seed: int, samples: int | None) -> Dataset:
 
 
 def cache_folder() -> Path | None:
-    """Where data sets are kept, or None when ``LRCHECK_CACHE=off``."""
+    """Where data sets are kept (absolute: the ranks may start elsewhere), or None when
+    ``LRCHECK_CACHE`` is ``off`` (``0``, ``false``, ``no``, ``none``) or no home is known."""
     configured = os.environ.get(CACHE_ENV, "")
-    if configured.lower() == "off":
+    if configured.lower() in OFF:
         return None
     if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lrcheck"
+        return Path(configured).absolute()
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # no HOME and no passwd entry: nowhere to keep them
+        return None
+    return base.absolute() / "lrcheck"
 
 
 def file_name(task: str, seed: int, samples: int | None) -> str:

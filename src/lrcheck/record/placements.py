@@ -14,7 +14,7 @@ is placed on ``tp``: expert parallel on the ranks of a tensor-parallel group, ``
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,14 +69,43 @@ def _kind(placement: object) -> str:
 def _dims(dims: dict[DimKey, Dim], mesh: DeviceMesh, placements: Sequence[object]) -> None:
     """Add a tensor's placements on ``mesh`` to ``dims``, keyed by each dimension's name and
     the global ranks along it through this rank (a sub-mesh's dimension is its mesh's)."""
-    coord, names = mesh.get_coordinate(), list(mesh.mesh_dim_names or ())
+    coord = mesh.get_coordinate()
     if coord is None:
         return
     for d, placement in enumerate(placements):
-        name = names[d] if d < len(names) else None
-        at: tuple[int | slice, ...] = (*coord[:d], slice(None), *coord[d + 1:])
-        line = tuple(int(r) for r in mesh.mesh[at].reshape(-1).tolist())
-        dims.setdefault((name, line), Dim(name, int(coord[d]))).kinds.add(_kind(placement))
+        key = _dim_key(mesh, coord, d)
+        dims.setdefault(key, Dim(key[0], int(coord[d]))).kinds.add(_kind(placement))
+
+
+def _dim_key(mesh: DeviceMesh, coord: Sequence[int], d: int) -> DimKey:
+    """Dimension ``d`` of ``mesh`` through the rank at ``coord``: its name and its ranks."""
+    names = list(mesh.mesh_dim_names or ())
+    at: tuple[int | slice, ...] = (*coord[:d], slice(None), *coord[d + 1:])
+    return (names[d] if d < len(names) else None,
+            tuple(int(r) for r in mesh.mesh[at].reshape(-1).tolist()))
+
+
+def fsdp_dims(model: object) -> frozenset[DimKey]:
+    """The mesh dimensions through this rank that FSDP2 shards or replicates ``model``'s
+    parameters over (``fully_shard``, and ``replicate``, built on it): data parallel's, whatever
+    the placements on them — a ``shard_placement_fn`` sharding along another dimension than the
+    first, or replicated modules beside sharded ones, look like tensor parallel's otherwise."""
+    try:
+        from torch.distributed._composable_state import _get_module_state
+    except ImportError:  # another torch: told by placements alone
+        return frozenset()
+    found: set[DimKey] = set()
+    for module in getattr(model, "modules", lambda: ())():
+        group = getattr(_get_module_state(module), "_fsdp_param_group", None)
+        for param in getattr(group, "fsdp_params", None) or ():
+            info = getattr(param, "mesh_info", None)
+            mesh = getattr(info, "mesh", None)
+            coord = None if mesh is None else mesh.get_coordinate()
+            for d in (getattr(info, "shard_mesh_dim", None),
+                      getattr(info, "replicate_mesh_dim", None)):
+                if mesh is not None and coord is not None and isinstance(d, int):
+                    found.add(_dim_key(mesh, coord, d))
+    return frozenset(found)
 
 
 def _placement(placement: object) -> str:
@@ -85,11 +114,13 @@ def _placement(placement: object) -> str:
     return "P" if getattr(placement, "is_partial", lambda: False)() else "S"
 
 
-def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
-    """The layout of ``params`` on their device meshes (see the module's docstring); where a
-    pipeline stage holds them (``record.pipeline``), its ``stage`` (``[index, stages]``: only
-    stage 0 feeds rows of its own), their ``names`` in its module and, where those are the
-    whole model's paths (``pipeline()``'s stages), ``paths``; None where neither."""
+def layout(params: Sequence[torch.Tensor], world: int,
+           data_dims: Collection[DimKey] = ()) -> Layout | None:
+    """The layout of ``params`` on their device meshes (see the module's docstring; none of
+    ``data_dims``, ``fsdp_dims``'s, is tensor parallel's); where a pipeline stage holds them
+    (``record.pipeline``), its ``stage`` (``[index, stages]``: only stage 0 feeds rows of its
+    own), their ``names`` in its module and, where those are the whole model's paths
+    (``pipeline()``'s stages), ``paths``; None where neither."""
     meshes: list[dict[str, object]] = []
     tensors: list[list[object] | None] = []
     dims: dict[DimKey, Dim] = {}
@@ -111,17 +142,22 @@ def layout(params: Sequence[torch.Tensor], world: int) -> Layout | None:
                                       **({"paths": "model"} if found[3] else {})}
     if not meshes:
         return None if found is None else {**stage, "feeds": found[0] == 0}
-    tensor = [(len(line), dim.at) for (_, line), dim in dims.items() if tensor_parallel(dim)]
+    tensor = [(len(key[1]), dim.at) for key, dim in dims.items()
+              if key not in data_dims and tensor_parallel(dim)]
     ways, feeds = math.prod(size for size, _ in tensor), all(at == 0 for _, at in tensor)
     return {"meshes": meshes, "tensors": tensors, "data_world": max(1, world // ways),
             "feeds": feeds, **stage}
 
 
-def shared_rows(found: Layout | None, model: object, world: int) -> Layout:
-    """``found`` (a layout; ``{"feeds": True}`` for None) with ``data_world`` and ``feeds``
-    read off ``model``'s own device mesh (transformers' ``_device_mesh``) where it has a
-    dimension named as ``TENSOR_DIMS`` of several ranks and no parameter's mesh has a
-    tensor-parallel one: with no tensor on it, only its name can tell."""
+def shared_rows(found: Layout | None, params: Sequence[torch.Tensor], model: object,
+                world: int) -> Layout:
+    """``found`` (``params``' layout; ``{"feeds": True}`` for None) laid out again where
+    ``model`` is FSDP2's (``fsdp_dims``), with ``data_world`` and ``feeds`` read off
+    ``model``'s own device mesh (transformers' ``_device_mesh``) where it has a dimension named
+    as ``TENSOR_DIMS`` of several ranks and no parameter's mesh has a tensor-parallel one: with
+    no tensor on it, only its name can tell."""
+    if data_dims := fsdp_dims(model):
+        found = layout(params, world, data_dims)
     out = dict(found or {"feeds": True})
     mesh = getattr(model, "_device_mesh", None)
     names = tuple(getattr(mesh, "mesh_dim_names", None) or ())

@@ -215,7 +215,7 @@ class ProcessRecorder:
         model = modules.owner(params)
         st.names, st.stochastic = modules.names(params, model), modules.stochastic(model)
         if self.world > 1 and not (st.layout or {}).get("names"):  # for ``record.experts``
-            st.layout = {**shared_rows(st.layout, model, self.world), "names": st.names}
+            st.layout = {**shared_rows(st.layout, params, model, self.world), "names": st.names}
         if st.index == 0:
             self.logs = modules.log_folders()
         self.describe()
