@@ -1,7 +1,7 @@
 """The ``lr`` check and what a failed one says about the candidate's schedule: an offset of a
 fraction of an update, how much faster or slower it runs, a resume that restarted it, a resume
-with another accumulation whose schedule is sized for the old one, or schedules that stepped
-differently."""
+with another accumulation whose schedule is sized for the old one (or stepped at the
+accumulations' ratio since), or schedules that stepped differently."""
 
 from __future__ import annotations
 
@@ -303,11 +303,12 @@ def lr_with_pace(lr: CheckResult, ref: RunTrace, cand: RunTrace,
 # u itself and than the other bug that fits a resume there: a schedule whose position was
 # carried, its length right, stepped r× per update since the resume at b (the reference's at
 # b + (u − b) × r, b·(1 − r) updates from u × r). The same margin names that one where it is
-# the closer by as much. Measured (tests/checks/test_lr.py): the sized schedules leave the
-# other 14.8× (linear, resumed at 10 of 16), 31× (4 → 2), 414× (cosine) the gap, 5.3× resumed
-# at 4 and 3.0× at 2 (not named: the two differ by 2 updates); a cosine over 200 updates
-# stepped every other update from a resume at 10 leaves the sized fit 10× the other's (3.9 %
-# of the peak against 0.39 %, the half update that stepping every other update rounds).
+# the closer by as much. Measured (tests/checks/test_lr.py), for schedules sized for the old
+# accumulation the other fit's gap is 14.8× theirs (linear, resumed at 10 of 16), 31× (4 → 2),
+# 414× (cosine), 5.3× resumed at 4 and 3.0× at 2 (not named: 1 update apart); a cosine over
+# 200 updates stepped every other update from a resume at 10 leaves the sized fit 10× the
+# other's (3.9 % of the peak against 0.39 %, the half update that stepping every other update
+# rounds).
 SIZED_RTOL, SIZED_GAIN = 0.05, 4.0
 
 
