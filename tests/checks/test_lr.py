@@ -138,11 +138,12 @@ def _cosine(s: int, total: int) -> float:
     return 0.5 * (1 + np.cos(np.pi * min(s, total) / total))
 
 
-def _lr(accum: tuple[int, int], total: int, n: int = 16, factor=_factor) -> str:
-    """The ``lr`` detail of a candidate whose second process joins at update 10 with rank 0's
-    accumulation ``accum[1]`` (``accum[0]`` before it), the LR it restored at update 10 then a
-    schedule over ``total`` updates from its position, against a reference whose schedule
-    spans its ``n`` updates."""
+def _lr(accum: tuple[int, int], total: int, n: int = 16, factor=_factor, at=None,
+        resume: int = 10) -> str:
+    """The ``lr`` detail of a candidate whose second process joins at update ``resume`` with
+    rank 0's accumulation ``accum[1]`` (``accum[0]`` before it), the LR it restored there then
+    a schedule over ``total`` updates from its position (at the scheduler's step ``at(u)`` at
+    update u: u unless given), against a reference whose schedule spans its ``n`` updates."""
     def traced(lrs, micro):
         updates = [UpdateRecord(k, (float(lr),), None, 32 * (k + 1), None, None)
                    for k, lr in enumerate(lrs)]
@@ -151,12 +152,14 @@ def _lr(accum: tuple[int, int], total: int, n: int = 16, factor=_factor) -> str:
 
     ref_lrs = [3e-3 * factor(s, n) for s in range(n)]
     ref = traced(ref_lrs, [1] * n)
-    cand = traced(ref_lrs[:11] + [3e-3 * factor(s, total) for s in range(11, n)],
-                  [accum[0]] * 10 + [accum[1]] * (n - 10))
+    cand = traced(ref_lrs[:resume + 1] + [3e-3 * factor(at(s) if at else s, total)
+                                          for s in range(resume + 1, n)],
+                  [accum[0]] * resume + [accum[1]] * (n - resume))
     pairs = (np.arange(n), np.arange(n))
     found = lr_resized(check_lr(ref, cand, 1e-12, pairs), ref, cand,
-                       [Boundary(10, 4242, 1, {"opt_step": 10}, {"opt_step": 10})], pairs)
-    assert found.status == "fail" and found.first_divergence == 11
+                       [Boundary(resume, 4242, 1, {"opt_step": resume}, {"opt_step": resume})],
+                       pairs)
+    assert found.status == "fail" and found.first_divergence == resume + 1
     return found.detail
 
 
@@ -185,3 +188,23 @@ def test_a_schedule_not_sized_for_the_accumulation_before_the_resume_is_not_name
     # The same accumulation before and after; another length than the accumulations' ratio
     # says (3×, for 2 → 4); nearly the reference's length.
     assert "sized for accumulation" not in _lr(accum, total)
+
+
+def test_a_scheduler_stepped_every_other_update_since_an_early_resume_is_not_sized_for_it():
+    """Issue 41: resumed at update 10 of a cosine over 200 with accumulation 2 → 4, the
+    schedule's position and length right but stepped every other update since: the reference's
+    at 10 + (u − 10) / 2, which the reference's at u × 2/4 follows within 3.9 % of the peak (5
+    updates apart) but 10× less closely; not a schedule sized for accumulation 2."""
+    found = _lr((2, 4), 200, 200, _cosine, at=lambda u: 10 + (u - 10) // 2)
+    assert "sized for accumulation" not in found, found
+    assert ("; the scheduler steps 0.5× per update since the resume: the second process (pid "
+            "4242) resumed at update 10 with 4 micro-batches per update, 2 before it, and from "
+            "update 11 its LR at update u is the reference's at 10 + (u − 10) × 2/4 (within "
+            "0.39 % of the peak LR, over updates 11-199): its position carried, its length the "
+            "reference's: sized for neither accumulation, stepped at another rate") in found
+    # The schedule sized for accumulation 2 (32 updates), resumed at update 4: its LR the
+    # reference's at u × 2/4 within 3.1 % of the peak, 5.3× closer than at 4 + (u − 4) × 2/4;
+    # resumed at 2, 3.3 % against 10 % (3.0×, the two 1 update apart): neither told.
+    assert "sized for accumulation 2" in _lr((2, 4), 32, resume=4)
+    early = _lr((2, 4), 32, resume=2)
+    assert "sized for" not in early and "steps 0.5×" not in early, early

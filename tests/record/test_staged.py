@@ -4,6 +4,7 @@ second rank a replica; only stage 0 feeds rows (``record.folder.merge``)."""
 
 import pytest
 
+from lrcheck.checks.stages import check_stages
 from lrcheck.record.folder import merge
 from lrcheck.record.staged import names_of, stages_of, stitch
 
@@ -76,7 +77,7 @@ def test_stages_built_as_separate_modules_naming_parameters_alike_count_each():
     """Finding 6: stage 1's ``layers.0.weight`` is not stage 0's: a module of its own."""
     layouts = _staged([("layers.0.weight", "layers.0.bias")] * 2)
     per_rank = [[_line([1.0, 2.0, 3.0, 4.0], [2.0, 1.0]), _line([1.5, 2.0, 3.0, 4.0], [2.0, 1.0])],
-                [_line([5.0, 6.0, 3.0, 4.0], [3.0, 4.0]), _line([5.5, 6.0, 3.0, 4.0], [3.0, 4.0])]]
+                [_line([5.0, 6.0, 3.0, 4.0], [3.0, 4.0]), _line([5.5, 6.0, 3.5, 4.0], [3.0, 4.0])]]
     records, _ = merge(per_rank, False, False, layouts)
     assert records[0]["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 3.0, 4.0]
     assert records[0]["stage_tensors"] == [2, 2] and records[0]["grad_sq"] == 10.0
@@ -103,3 +104,42 @@ def test_a_weight_tied_across_stages_counts_once_and_what_was_taken_is_said():
                        _staged([("embed.weight", "layers.0.w"), ("embed.weight", "head.w")],
                                paths="model"))
     assert by_path[0]["stage_tensors"] == [2, 1] and "stage_names" not in by_path[0]
+
+
+def test_a_tied_weight_beside_names_of_each_stage_s_own_is_decided_name_by_name():
+    """Issue 42: separate stage modules name ``embed.weight`` and ``norm.weight`` alike; the
+    embedding is tied across the first and the last stage (the same fingerprint at every
+    update), each stage has a norm of its own (fingerprints differ): the embedding counted once,
+    each norm in its stage, the stitched model the reference's 6 tensors."""
+    layouts = _staged([("embed.weight", "layers.0.w", "norm.weight"),
+                       ("layers.1.w", "norm.weight"), ("embed.weight", "norm.weight")])
+    per_rank = [[_line([1.0, 2.0, 3.0, 4.0, 0.5, 1.0], [2.0, 1.0, 0.5]),
+                 _line([1.5, 2.0, 3.5, 4.0, 0.5, 1.0], [2.0, 1.0, 0.5])],
+                [_line([5.0, 6.0, 0.6, 1.0], [3.0, 0.25]),
+                 _line([5.5, 6.0, 0.6, 1.0], [3.0, 0.25])],
+                [_line([1.0, 2.0, 0.7, 1.0], [2.0, 0.125]),
+                 _line([1.5, 2.0, 0.7, 1.0], [2.0, 0.125])]]
+    records, _ = merge(per_rank, False, False, layouts)
+    assert records[0]["fingerprint"] == [1.0, 2.0, 3.0, 4.0, 0.5, 1.0, 5.0, 6.0, 0.6, 1.0, 0.7, 1.0]
+    assert records[1]["stage_tensors"] == [3, 2, 1] and records[1]["grad_sq"] == 6.875
+    assert records[1]["grad_sq_stages"] == [3.5, 3.25, 0.125]
+    told = records[0]["stage_names"]
+    assert told.startswith("1 name (norm.weight) held by several stages taken for parameters of "
+                           "each stage's own, counted in each (norm.weight's fingerprints differ "
+                           "from update 0: the names are the stage modules' own); 1 name "
+                           "(embed.weight) held by several stages taken for weights tied across "
+                           "them, each counted once (the same fingerprint at each of the 2 "
+                           "updates fingerprinted): the stages' modules do not say"), told
+    reference = {"grad_sqs": [2.0, 1.0, 0.5, 3.0, 0.25, 0.125]}  # the one process's, in order
+    check = check_stages(records, [reference] * 2, 1e-12)
+    assert check is not None and check.status == "pass" and check.detail.endswith(told)
+    # An update where one stage recorded no fingerprint tells nothing; an update where the
+    # embedding's copies part makes it each stage's own from there.
+    lost = {k: v for k, v in _line([1.0, 2.0, 0.7, 1.0], [2.0, 0.125]).items()
+            if k != "fingerprint"}
+    parted = [per_rank[0], per_rank[1], [lost, _line([1.25, 2.0, 0.7, 1.0], [2.0, 0.125])]]
+    records, _ = merge(parted, False, False, layouts)
+    assert records[1]["stage_tensors"] == [3, 2, 2]
+    assert records[1]["stage_names"].startswith(
+        "2 names (embed.weight, norm.weight) held by several stages taken for parameters of each "
+        "stage's own, counted in each (embed.weight's fingerprints differ from update 1")

@@ -64,12 +64,12 @@ def names_of(layouts: Sequence[Layout | None]) -> list[list[str] | None]:
 
 def shared_of(stages: Sequence[int], layouts: Sequence[Layout | None],
               per_rank: Sequence[Sequence[Mapping[str, object]]]) -> Shared:
-    """Whether the names several stages' first ranks hold are weights tied across the stages,
-    each counted once: yes where the names are the whole model's paths (the layouts' ``paths``);
-    else where every one's copies have the same fingerprint (``SAME``) at every update all
-    fingerprinted (none fingerprinted: taken for tied, as before). Where one name's copies
-    differ, the names are the stage modules' own (separate modules naming their parameters
-    alike): every shared name is then a parameter of each stage's own."""
+    """Which of the names several stages' first ranks hold are weights tied across the stages,
+    each counted once: all where the names are the whole model's paths (the layouts' ``paths``);
+    else, name by name, those whose copies have the same fingerprint (``SAME``) at every update
+    all fingerprinted (none fingerprinted: taken for tied, as before, and said). A name whose
+    copies differ at any update is the stage modules' own (separate modules naming their
+    parameters alike): a parameter of each stage's own, counted in each."""
     first = {s: stages.index(s) for s in sorted(set(stages))}
     names, held = names_of(layouts), dict[str, list[tuple[int, int]]]()
     for rank in first.values():
@@ -78,22 +78,36 @@ def shared_of(stages: Sequence[int], layouts: Sequence[Layout | None],
     shared = {name: where for name, where in held.items() if len(where) > 1}
     if not shared or all((layouts[r] or {}).get("paths") == "model" for r in first.values()):
         return Shared()
-    seen, parted = 0, None
-    for name, where in shared.items():
-        count, at = _parted(where, per_rank)
-        seen = max(seen, count)
-        if at is not None and (parted is None or at < parted[1]):
-            parted = (name, at)
-    if parted is None:
-        why = (f"the same fingerprint at each of the {plural(seen, 'update')} fingerprinted"
-               if seen else "no fingerprint to tell")
-        return Shared(told=f"{_few(list(shared), 'name')} held by several stages taken for "
-                           f"weights tied across them, each counted once ({why}): {_UNSAID}")
-    return Shared(frozenset(shared), f"{_few(list(shared), 'name')} held by several stages "
-                                     "taken for parameters of each stage's own, counted in "
-                                     f"each ({parted[0]}'s fingerprints differ from update "
-                                     f"{parted[1]}: the names are the stage modules' own): "
-                                     f"{_UNSAID}")
+    parted = {name: _parted(where, per_rank) for name, where in shared.items()}
+    apart = [name for name, (_, at) in parted.items() if at is not None]
+    told = [f"{_few(apart, 'name')} held by several stages taken for parameters of each "
+            f"stage's own, counted in each ({_first(parted, apart)}: the names are the stage "
+            "modules' own)"] if apart else []
+    for tied, why in _tied(parted):
+        told.append(f"{_few(tied, 'name')} held by several stages taken for weights tied across "
+                    f"them, each counted once ({why})")
+    return Shared(frozenset(apart), f"{'; '.join(told)}: {_UNSAID}")
+
+
+def _first(parted: Mapping[str, tuple[int, int | None]], apart: Sequence[str]) -> str:
+    """``norm.weight's fingerprints differ from update 0``: the first update where a name's
+    copies part, of the names ``apart`` (the first of them held, of those parting there)."""
+    at, _, name = min((parted[n][1], i, n) for i, n in enumerate(apart)
+                      if parted[n][1] is not None)
+    return f"{name}'s fingerprints differ from update {at}"
+
+
+def _tied(parted: Mapping[str, tuple[int, int | None]]) -> list[tuple[list[str], str]]:
+    """The names whose copies never part, grouped by why they are taken for tied weights: the
+    same fingerprint at each of the updates all fingerprinted (said per number of updates), or
+    no fingerprint to tell."""
+    groups: dict[str, list[str]] = {}
+    for name, (seen, at) in parted.items():
+        if at is None:
+            groups.setdefault(f"the same fingerprint at each of the {plural(seen, 'update')} "
+                              "fingerprinted" if seen else "no fingerprint to tell", []
+                              ).append(name)
+    return [(names, why) for why, names in groups.items()]
 
 
 def _parted(where: Sequence[tuple[int, int]], per_rank: Sequence[Sequence[Mapping[str, object]]]
