@@ -67,16 +67,22 @@ def _family(name: str, tmp_path: Path) -> tuple[list, list]:
     return [PY, script, "--bs", "32"], [PY, script, "--bs", "16", "--accum", "2"]
 
 
-FAMILIES = ["plain", "torchrun", "trainer", "lightning", "accelerate",
-            pytest.param("deepspeed", marks=deepspeed, id="deepspeed")]
+FAMILIES = ["plain", "torchrun", "trainer", "lightning", "accelerate", "deepspeed"]
 # Every family's correct pair and scaled gradient; the skipped zero_grad too, in the same
 # candidate, where each framework zeroes the gradients its own way (the loop's own call, DDP's
 # is the same; DeepSpeed's engine too): a run is two fresh processes importing a framework,
 # seconds each.
 ZEROES = ("plain", "trainer", "lightning", "accelerate")
-CASES = [*((family, "correct") for family in FAMILIES),
-         *((family, "both" if getattr(family, "values", [family])[0] in ZEROES else "scale-grad")
-           for family in FAMILIES)]
+
+
+def _case(family: str, bug: str):
+    """A family's pair with ``bug``, marked ``deepspeed`` where it trains through DeepSpeed."""
+    return pytest.param(family, bug, id=f"{family}-{bug}",
+                        marks=[deepspeed] if family == "deepspeed" else [])
+
+
+CASES = [*(_case(family, "correct") for family in FAMILIES),
+         *(_case(family, "both" if family in ZEROES else "scale-grad") for family in FAMILIES)]
 
 
 @pytest.mark.parametrize(("family", "bug"), CASES)
@@ -85,7 +91,6 @@ def test_in_lockstep_a_correct_pair_passes_and_each_bug_fails_at_its_update(
     if family == "deepspeed":
         pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
                                                 "pip install 'lrcheck[deepspeed]'")
-    family = getattr(family, "values", [family])[0]
     ref, cand = _family(family, tmp_path)
     clip = CLIP.get(family, []) if bug == "correct" else []
     report, checks = _run(tmp_path, [*ref, *clip], [*cand, *clip, *BUGS[bug]])

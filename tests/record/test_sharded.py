@@ -35,7 +35,9 @@ def _line(argv):
 def test_fsdp2_on_2_ranks_matches_one_unsharded_process_to_float64_rounding(tmp_path):
     # Interrupted before update 10's step and resumed from its distributed checkpoint of
     # update 7 (torch.distributed.checkpoint: dcp.save / dcp.load through get_state_dict /
-    # set_state_dict), the two processes of each rank joined into one timeline.
+    # set_state_dict) on another world size: the 2 ranks' shards loaded into one unsharded
+    # process (dcp.load reshards), accumulating 4 micro-batches of 8 for the same 32 samples an
+    # update; each rank's two processes joined into one timeline.
     script = FIXTURES / "user_fsdp.py"
     ref = [PY, script, "--bs", "32"]
     cand = [*TORCHRUN, script, "--bs", "8", "--accum", "2", "--save-every", "4",
@@ -43,14 +45,16 @@ def test_fsdp2_on_2_ranks_matches_one_unsharded_process_to_float64_rounding(tmp_
     f64 = Tolerances.for_dtype(Dtype.FLOAT64)
     good = _checks(api.run_commands(_line(ref), _line(cand), tmp_path / "good",
                                     fingerprint_every=1, tolerances=f64, interrupt_at=10,
-                                    resume=[*cand, "--resume", tmp_path / "dcp"]))
+                                    resume=[PY, script, "--bs", "8", "--accum", "4",
+                                            "--save-every", "4", "--ckpt", tmp_path / "dcp",
+                                            "--resume", tmp_path / "dcp"]))
     assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
                                                   "data", "weights", "ranks (candidate)"))
     assert "shards (candidate)" not in good  # every update's shards merged
     assert ("updates 8-9 were trained twice: the resume restored the checkpoint of update 7"
             in good["continuation (candidate)"].detail)
-    assert ("resumed: the optimizer's state (step counter 8), the schedule (step 8) carried"
-            in good["continuation (candidate)"].detail)
+    assert ("resumed on 1 process (2 before it): the optimizer's state (step counter 8), the "
+            "schedule (step 8) carried" in good["continuation (candidate)"].detail)
     ranks = [json.loads((tmp_path / "good" / "candidate" / f"rank{r}.json").read_text())
              for r in (0, 1)]
     assert all(p["optimizers"][0]["sharded"] and p["world"] == 2 for p in ranks)
