@@ -9,10 +9,11 @@ named at its update. The correct accumulation pair passes (Lightning and DeepSpe
 each does, once per update: ``cadence`` counts it; clipping by hand after every backward
 instead fails it in test_launchers.py and test_sharded.py); each bug fails at K. Where
 lockstep cannot load (ZeRO 2, FSDP2: sharded parameters) the candidate runs free and the
-fingerprints judge: there the bugs that fail at K today are tested here (their correct pairs
-pass in test_sharded.py). Slow: every run is two fresh processes (or process groups) that
-import torch and a framework."""
+fingerprints judge: there the bugs that fail at K today are tested here (FSDP2's correct pair
+and ZeRO 3's pass in test_sharded.py). Slow: every run is two fresh processes (or process
+groups) that import torch and a framework."""
 
+import json
 import re
 import shlex
 import sys
@@ -160,6 +161,12 @@ def test_deepspeed_zero2_free_running_a_scaled_gradient_fails_grad_norm_at_its_u
     norm = checks["grad-norm"]
     assert norm.status == "fail" and norm.first_divergence == SCALE_AT
     assert "the twin reference's own drift" in norm.detail  # the reference run again, nudged
+    # What the bug leaves alone passes, ZeRO 2's clipping of each flat partition counted once
+    # per update (test_sharded.py holds ZeRO 3's correct pair, interrupted and resumed).
+    assert all(checks[n].status == "pass" for n in ("updates", "lr", "data", "cadence"))
+    assert "clip_grad_norm_ as often (1 per update)" in checks["cadence"].detail
+    about = json.loads((tmp_path / "out" / "candidate" / "rank1.json").read_text())["optimizers"]
+    assert about[0]["partitioned"] and about[0]["wrapper"].endswith(".DeepSpeedZeroOptimizer")
 
 
 @pytest.mark.parametrize("bug", ["scale-grad", "skip-zero-grad"])

@@ -81,22 +81,40 @@ deepspeed = pytest.mark.deepspeed
 
 
 @deepspeed
-def test_deepspeed_zero2_under_torchrun_and_its_own_launcher_pass_and_a_ported_loop_fails(
+def test_deepspeed_zero3_resumed_under_torchrun_and_its_own_launcher_pass_and_a_ported_loop_fails(
         tmp_path):
     pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: "
                                             "pip install 'lrcheck[deepspeed]'")
     script = FIXTURES / "user_deepspeed.py"
     ref = _line([PY, script, "--bs", "32"])
-    zero2 = _line([*TORCHRUN, script, "--bs", "8", "--accum", "2", "--zero", "2"])
-    good = _checks(api.run_commands(ref, zero2, tmp_path / "zero2", fingerprint_every=1))
+    # ZeRO 3 (the parameters partitioned too) interrupted before update 6's step and resumed
+    # from its checkpoint of update 3 (engine.save_checkpoint every 4 updates, load_checkpoint
+    # of the latest: weights, optimizer's partitions, schedule), each rank's two processes
+    # joined into one timeline, the two ranks' partitions merged.
+    zero3 = [*TORCHRUN, script, "--bs", "8", "--accum", "2", "--zero", "3",
+             "--save-every", "4", "--ckpt", tmp_path / "ckpt"]
+    good = _checks(api.run_commands(ref, _line(zero3), tmp_path / "zero3", fingerprint_every=1,
+                                    interrupt_at=6,
+                                    resume=_line([*zero3, "--resume", tmp_path / "ckpt"])))
     assert all(good[n].status == "pass" for n in ("updates", "lr", "params", "grad-norm",
-                                                  "data", "weights"))
+                                                  "data", "weights", "cadence",
+                                                  "ranks (candidate)"))
+    joined = good["continuation (candidate)"]
+    assert joined.status == "pass" and (
+        "updates 4-5 were trained twice: the resume restored the checkpoint of update 3"
+        in joined.detail)
+    assert ("resumed: the optimizer's state (step counter 4), the schedule (step 4) carried"
+            in joined.detail)
     # DeepSpeed clips by default (gradient_clipping 1.0): its engine's clip_grad_norm_ in the
-    # reference, ZeRO 2's clipping of each flat partition in the candidate, once per update.
+    # reference, ZeRO 3's clipping of its partitions in the candidate, once per update, in both
+    # of its processes.
     assert "clip_grad_norm_ as often (1 per update)" in good["cadence"].detail
-    about = json.loads((tmp_path / "zero2" / "candidate" / "rank1.json").read_text())["optimizers"]
-    assert about[0]["partitioned"] and about[0]["wrapper"].endswith(".DeepSpeedZeroOptimizer")
-    reference = tmp_path / "zero2" / "reference"
+    described = sorted((tmp_path / "zero3" / "candidate").glob("rank1*.json"))
+    assert len(described) == 2  # the interrupted process and the resume
+    for about in (json.loads(f.read_text())["optimizers"] for f in described):
+        assert about[0]["partitioned"] and about[0]["wrapper"].endswith(
+            ".DeepSpeedZeroOptimizer_Stage3")
+    reference = tmp_path / "zero3" / "reference"
     launcher = Path(PY).with_name("deepspeed")
     api.record([str(launcher), "--num_gpus", "2", str(script), "--bs", "8", "--accum", "2"],
                tmp_path / "launcher", fingerprint_every=1)
