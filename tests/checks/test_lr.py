@@ -208,3 +208,14 @@ def test_a_scheduler_stepped_every_other_update_since_an_early_resume_is_not_siz
     assert "sized for accumulation 2" in _lr((2, 4), 32, resume=4)
     early = _lr((2, 4), 32, resume=2)
     assert "sized for" not in early and "steps 0.5×" not in early, early
+
+
+def test_a_one_update_dip_is_not_timed_as_a_pace():
+    """A resume that loaded the schedule but not the optimizer runs one update at the fresh
+    scheduler's LR and then the right ones again: that is no schedule running faster."""
+    ref = warmup_cosine(60, 1, warmup=5)
+    dipped = ref.copy()
+    dipped[35] = 0.2 * ref.max()  # on the decay, past the 0.75 and 0.5 levels
+    assert schedule_pace(ref, dipped) is None
+    fast = warmup_cosine(60, 2, warmup=5)
+    assert "too fast" in schedule_pace(ref, fast)

@@ -149,9 +149,12 @@ def lr_with_cause(check: CheckResult, ref: RunTrace, cand: RunTrace) -> CheckRes
 def _crossing(lrs: np.ndarray, level: float, start: int = 0,
               rising: bool = True) -> float | None:
     """Where, from update ``start`` on, the LR first reaches (``rising``) or falls below
-    ``level``, interpolated between updates; None if it never does, or if it is there already
-    at ``start`` (where it got there is then unknown)."""
-    hits = np.flatnonzero(lrs[start:] >= level if rising else lrs[start:] < level)
+    ``level`` and stays there at the next update too (a one-update dip or spike, as a resume
+    that lost the optimizer's LR gives, times no schedule), interpolated between updates; None
+    if it never does, or if it is there already at ``start`` (where it got there is then
+    unknown)."""
+    beyond = lrs[start:] >= level if rising else lrs[start:] < level
+    hits = np.flatnonzero(beyond & np.append(beyond[1:], True))
     if not len(hits) or hits[0] == 0:
         return None
     k = start + int(hits[0])
