@@ -64,10 +64,10 @@ def diff_runs(reference: str | Path, candidate: str | Path, *,
         raise SpecError(f"--tag and --log-steps say how to read logs; {reference} and "
                         f"{candidate} are recordings, not logs")
     sides = read_sides(Path(reference), Path(candidate))
-    more, incomplete = side_checks(*sides, pair.tolerances.params, pair.tolerances.lr)
-    facts = read_facts(Path(reference), Path(candidate), twin)
-    if sides[1].run is not None:  # where the candidate's later processes joined (lr's causes)
-        facts = replace(facts, resumes=sides[1].run.boundaries)
+    facts = read_facts(Path(reference), Path(candidate), twin,  # judging, lr's causes
+                       None if sides[1].run is None else sides[1].run.boundaries)
+    more, incomplete = side_checks(*sides, pair.tolerances.params, pair.tolerances.lr,
+                                   facts.judging.through)
     checks = recorded_checks(sides[0].trace, sides[1].trace, pair.tolerances, more, incomplete,
                              facts, read_emas(Path(reference), Path(candidate), twin))
     if strict:
@@ -207,7 +207,8 @@ def run_commands(reference: str, candidate: str, out: str | Path,
     else:
         for run in record_together(commands, Path(out), samples=samples, every=every,
                                    echo=echo, timeout=options.timeout,
-                                   deterministic=deterministic).values():
+                                   deterministic=deterministic,
+                                   dense=interrupt is not None).values():
             _stepped(run)
     from lrcheck.record.sides import read_judging
 

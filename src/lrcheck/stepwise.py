@@ -9,7 +9,7 @@ the files, ``checks/`` judges what they hold (``checks.lockstep``, ``checks.cont
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,13 @@ class StepGaps:
     compute: dict[str, object] | None = None
     reference_compute: dict[str, object] | None = None
     sizes: tuple[int, ...] = ()
+
+    def before(self, k: int | None) -> StepGaps:
+        """These gaps of the updates before ``k`` only (all where ``k`` is None): a resumed
+        candidate's timeline leaves its first process's updates from ``k`` on out."""
+        keep = self.steps < k if k is not None else np.ones(len(self.steps), dtype=bool)
+        return self if keep.all() else replace(self, steps=self.steps[keep],
+                                               gaps=self.gaps[keep])
 
     @classmethod
     def from_lines(cls, lines: Sequence[dict[str, Any]], source: str) -> StepGaps:

@@ -1,10 +1,12 @@
 """``checks.continuation``: each later process of a rank in one command judged where it joined
 the timeline: a resume carries on, a new training is a stage of its own."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from lrcheck.checks.continuation import check_continuation, is_resume
+from lrcheck.checks.continuation import check_continuation, is_resume, lockstep_weights
 from lrcheck.plan.windows import MicroBatch
 from lrcheck.stepwise import Boundary
 
@@ -76,6 +78,27 @@ def test_a_later_process_of_a_lockstep_candidate_is_said_to_run_free():
     found = check_continuation("candidate", [Boundary(12, 1, 1, END, END, lockstep=True)])
     assert found is not None and "from update 12 the candidate ran free" in found.detail
 
+
+def test_in_lockstep_the_weights_a_resume_began_with_are_held_to_the_references():
+    # The first process's updates started from the reference's state, which lockstep loaded
+    # into it after each update: its checkpoint of update 11 holds the reference's weights
+    # after update 11, bit for bit (listed here in another order of the tensors).
+    blind = {**END, "fingerprint": None}  # in lockstep its own fingerprint is not the weights
+    reference = [{"fingerprint": None}] * 11 + [{"fingerprint": [5.0, 6.0, 1.0, 2.0]}]
+    loaded = Boundary(12, 7, 1, blind, {**END, "fingerprint": [1.0, 2.0, 5.0, 6.0]},
+                      lockstep=True)
+    (carried,) = lockstep_weights([loaded], reference, 11, True)
+    ok = check_continuation("candidate", [carried])
+    assert ok.status == "pass" and "resumed: the weights, the optimizer's state" in ok.detail
+    fresh = replace(loaded, after={**END, "fingerprint": [0.5, 2.0, 5.0, 6.0]})
+    (lost,) = lockstep_weights([fresh], reference, 11, True)
+    failed = check_continuation("candidate", [lost])
+    assert failed.status == "fail" and failed.first_divergence == 12
+    assert ("did not start update 12 from the weights the first process ended with (the "
+            "model's state_dict not loaded") in failed.detail
+    # Not where lockstep stopped before the resume, nor for parameters a load may round.
+    assert lockstep_weights([fresh], reference, 8, True) == (fresh,)
+    assert lockstep_weights([fresh], reference, 11, False) == (fresh,)
 
 def test_one_process_per_rank_is_not_judged():
     assert check_continuation("reference", []) is None

@@ -206,6 +206,22 @@ def test_lockstep_that_stopped_is_judged_in_part_and_free_running_after():
         "judged in lockstep at 3 updates of 12 (0 to 2)")
 
 
+
+def test_a_resumed_candidate_is_judged_in_lockstep_up_to_its_resume_and_free_running_after():
+    # The first process followed the reference up to update 22; the resume restored update
+    # 19's checkpoint, so its later process (free) holds updates 20 on.
+    from lrcheck.plan.judging import Recorded, recorded_judging
+
+    judging = recorded_judging(range(23), resumed=20)
+    assert judging.mode is Recorded.PARTIAL and (judging.through, judging.free_from) == (19, 20)
+    assert judging.why == ("the candidate resumed in a later process at update 20, which runs "
+                           "free (a later process does not follow the reference)")
+    assert recorded_judging(range(20), resumed=20).through == 19  # resumed where it stopped
+    early = recorded_judging([0, 1, 2], "the optimizers' states differ", resumed=20)
+    assert (early.through, early.why) == (2, "the optimizers' states differ")  # its own cause
+    assert recorded_judging(range(23), resumed=None).mode is Recorded.LOCKSTEP
+    assert recorded_judging([5, 6], resumed=3).mode is Recorded.FREE
+
 def _calls_of(name: str) -> dict[str, int]:
     """Per lrcheck module, how many calls of ``name`` (by name or attribute) its source holds
     (read with ``ast``, nothing imported)."""

@@ -31,11 +31,12 @@ RUN = [sys.executable, str(SCRIPT), "--updates", "24", "--dtype", "float64"]
 
 
 def _pair(tmp_path: Path, at: int, sig: str, *bug: str, micro: int | None = None,
-          run: tuple[str, ...] = tuple(RUN), save: tuple[str, ...] = ("--save-every", "4")):
+          run: tuple[str, ...] = tuple(RUN), save: tuple[str, ...] = ("--save-every", "4"),
+          every: int | None = 1):
     saved = str(tmp_path / "c.pt")
     cand = [*run, "--bs", "4", "--accum", "4", *save, "--save", saved]
     report = api.run_commands(shlex.join([*run, "--bs", "16"]), shlex.join(cand),
-                              tmp_path / "out", fingerprint_every=1, interrupt_at=at,
+                              tmp_path / "out", fingerprint_every=every, interrupt_at=at,
                               interrupt_after_micro=micro,
                               resume=shlex.join([*cand, "--resume", saved, *bug]),
                               interrupt_signal=sig, grace=60)
@@ -47,18 +48,38 @@ def test_a_resume_between_checkpoints_passes_and_says_what_was_trained_twice(tmp
     # In the middle of update 14's window (2 of its 4 backward passes made): the resume
     # restores update 11's checkpoint, the cut window's gradients gone with the process, and
     # the states of NumPy's and Python's RNGs, which an augmentation draws from at every
-    # micro-batch (changing nothing: --augment 0).
-    report, checks = _pair(tmp_path, 14, "TERM", micro=2, run=(*RUN, "--augment", "0"))
+    # micro-batch (changing nothing: --augment 0). Fingerprinted as lrcheck does by default
+    # (every 50 updates): the resumed process, which runs free, and the reference of an
+    # interrupted pair fingerprint every update themselves.
+    report, checks = _pair(tmp_path, 14, "TERM", micro=2, run=(*RUN, "--augment", "0"),
+                           every=None)
     assert report.ok, [c.name for c in report.checks if c.status == "fail"]
     assert checks["updates"].detail.startswith("24 in both files")
     assert checks["data"].status == "pass" and checks["lr"].status == "pass"
     joined = checks["continuation (candidate)"].detail
     assert ("updates 12-13 were trained twice: the resume restored the checkpoint of update 11, "
             "the first process had made 14 updates") in joined
-    assert ("at update 12 the second process (pid " in joined and "resumed: the optimizer's "
-            "state (step counter 12), the schedule (step 12), NumPy's global RNG stream, "
-            "Python's random stream carried") in joined
-    assert checks["params"].status == "pass"  # float64: the resumed updates exactly
+    assert ("at update 12 the second process (pid " in joined and "resumed: the weights, the "
+            "optimizer's state (step counter 12), the schedule (step 12), NumPy's global RNG "
+            "stream, Python's random stream carried") in joined
+    params = checks["params"]  # the resumed updates judged free-running, float64 exactly
+    assert params.status == "pass" and params.detail.startswith(
+        "free-running from update 12, at 12 fingerprinted updates"), params.detail
+    assert "before it, lockstep (11 updates started from the reference's state)" in params.detail
+
+
+@pytest.mark.slow
+def test_a_resume_that_did_not_load_the_weights_fails_where_it_resumed_named(tmp_path):
+    # The optimizer's state and the schedule loaded, the model not: in lockstep (the first
+    # process's updates started from the reference's state) and fingerprinted as by default.
+    report, checks = _pair(tmp_path, 14, "TERM", "--fresh", "model", every=None)
+    joined = checks["continuation (candidate)"]
+    assert not report.ok and joined.status == "fail" and joined.first_divergence == 12
+    assert ("did not start update 12 from the weights the first process had after update 11 "
+            "(the model's state_dict not loaded") in joined.detail
+    assert checks["params"].status == "fail" and checks["params"].first_divergence == 12
+    assert checks["params"].detail.startswith("free-running from update 12")
+    assert checks["lr"].status == "pass" and checks["data"].status == "pass"
 
 
 @pytest.mark.slow

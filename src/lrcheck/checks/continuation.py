@@ -26,7 +26,8 @@ size (``record.worlds``) is said, and fails where the samples per update changed
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from lrcheck.checks.status import FAIL, PASS, CheckResult
@@ -53,6 +54,30 @@ def carried(b: Boundary) -> dict[str, bool | None]:
     if before.get("opt_step") == 0:  # an optimizer that keeps no step counter (SGD)
         out["opt_step"] = None
     return out
+
+
+def lockstep_weights(boundaries: Sequence[Boundary], reference: Sequence[Mapping[str, object]],
+                     through: int, same: bool) -> tuple[Boundary, ...]:
+    """``boundaries`` with, where the earlier process was a lockstep candidate up to the
+    update before the resume (``through``: the last update lockstep judged), the weights it
+    stood at there: the reference's after that update (lockstep loaded them into it, so its
+    checkpoint holds them, bit for bit), from the ``reference``'s records. Only where the
+    runs' parameters are alike (``same``: one dtype, neither sharded, one reference process),
+    compared tensor for tensor whatever the order the two programs list them in."""
+    out = []
+    for b in boundaries:
+        before, after, k = b.before or {}, b.after or {}, b.update
+        prints = reference[k - 1].get("fingerprint") if 0 < k <= len(reference) else None
+        mine = after.get("fingerprint")
+        if (not same or not b.lockstep or through != k - 1 or before.get("fingerprint")
+                is not None or not isinstance(prints, list) or not isinstance(mine, list)
+                or not prints or len(prints) != len(mine)):
+            out.append(b)
+            continue
+        pairs = [sorted(zip(p[::2], p[1::2], strict=True)) for p in (prints, mine)]
+        out.append(replace(b, before={**before,
+                                      "fingerprint": mine if pairs[0] == pairs[1] else prints}))
+    return tuple(out)
 
 
 def is_resume(b: Boundary) -> bool:

@@ -220,12 +220,21 @@ class RecordedJudging:
 
 
 def recorded_judging(compared: Sequence[int] | None, stopped: str | None = None,
-                     free: str | None = None) -> RecordedJudging:
+                     free: str | None = None, resumed: int | None = None) -> RecordedJudging:
     """How two recorded runs' effects are judged, decided once from what was recorded:
     ``compared``, the updates the candidate's lockstep file holds (None: it has none, the runs
     were recorded apart, ``free`` saying why); ``stopped``, why lockstep stopped early (its
-    file's last line). In lockstep where it compared updates and never stopped; in part where
-    it stopped after some; else free-running."""
+    file's last line); ``resumed``, the update of the candidate's timeline where a later
+    process of it joined (a resume: ``record.folder``), which follows no reference, so that
+    lockstep judged the updates before it only (the first process's from there on were
+    trained again, or never kept). In lockstep where it compared updates and never stopped; in
+    part where it stopped after some; else free-running."""
+    if resumed is not None and compared is not None:
+        reached = any(int(k) >= resumed - 1 for k in compared)  # up to the resume: its cause
+        compared = [int(k) for k in compared if int(k) < resumed]
+        if reached or stopped is None:
+            stopped = (f"the candidate resumed in a later process at update {resumed}, which "
+                       "runs free (a later process does not follow the reference)")
     if compared is None or not len(compared):
         return RecordedJudging(Recorded.FREE, -1, stopped or free)
     last = int(max(compared))

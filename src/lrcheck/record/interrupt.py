@@ -31,8 +31,10 @@ The resume command (split as a shell would, run without the interrupt) starts on
 interrupted process group is gone, with ``ENV_RESUMED``: its processes note, once, how many of
 the tensors their first backward pass reaches hold a non-zero gradient already (``start.
 carried_gradients``: a checkpoint that carried a cut window's gradients), for
-``checks.continuation``. The driver exits with the resume's exit code (the interrupted
-process's code is said on stderr)."""
+``checks.continuation``. Before it starts, the driver marks the candidate's side of lockstep
+ended (``roles.ended``), since the processes that followed the reference are gone: the reference
+goes on alone rather than waiting for them until the whole command ends. The driver exits with
+the resume's exit code (the interrupted process's code is said on stderr)."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from lrcheck.record.roles import ENV_RESUMED
+from lrcheck.record.roles import CANDIDATE, ENV_EXCHANGE, ENV_RESUMED, ended
 
 if TYPE_CHECKING:
     import torch
@@ -343,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         code = interrupt(proc, args.signal, args.grace, reached.values())
     print(f"lrcheck: the candidate was interrupted {where} (SIG{args.signal}; exit code "
           f"{code}); resuming: {args.resume}", file=sys.stderr)
+    if os.environ.get(ENV_EXCHANGE):  # its lockstep ended with it: the reference goes on alone
+        ended(Path(os.environ[ENV_EXCHANGE]), CANDIDATE).touch()
     return subprocess.call(shlex.split(args.resume), env={**os.environ, ENV_RESUMED: "1"})
 
 

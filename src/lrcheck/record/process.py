@@ -3,32 +3,30 @@
 process, whatever framework steps it.
 
 Per optimizer update it writes one Recorder line (``lrcheck.recorder``): the LR of every param
-group (read in the pre-hook, as the step is about to use it), the optimizer's class, other
-settings and state's keys (``lrcheck.hparams``), the ``scheduler.step()`` calls made on
-the optimizer since the previous update, the steps a GradScaler skipped since then, and every
-``every``-th update (every update of a lockstep pair once lockstep is off: ``dense``) the
-gradient norm and a parameter fingerprint, taken in the post-hook (where
-Lightning, which runs the last backward inside ``optimizer.step`` through its closure, has the
-final gradients and parameters).
+group (read in the pre-hook, as the step is about to use it), the optimizer's class, other settings
+and state's keys (``lrcheck.hparams``), the ``scheduler.step()`` calls made on the optimizer since
+the previous update, the steps a GradScaler skipped since then, and every ``every``-th update
+(every update of a lockstep pair once lockstep is off: ``dense``) the gradient norm and a parameter
+fingerprint, taken in the post-hook (where Lightning, which runs the last backward inside
+``optimizer.step`` through its closure, has the final gradients and parameters).
 
 What it guards against: an optimizer subclass whose ``step`` calls ``super().step()`` fires the
-hooks twice (only the outermost step counts); DeepSpeed's bf16 wrapper steps once at
-construction with no gradient (a step where no parameter has a gradient is counted as a phantom
-step, not recorded); a GradScaler-skipped step fires no hook (``GradScaler.step`` is wrapped to
-count it); parameters sharded as DTensors (FSDP2, HSDP, tensor parallel) are fingerprinted on this
-rank's shard, which ``record.folder`` merges by placement (``record.placed``).
+hooks twice (only the outermost step counts); DeepSpeed's bf16 wrapper steps once at construction
+with no gradient (a step where no parameter has a gradient is counted as a phantom step, not
+recorded); a GradScaler-skipped step fires no hook (``GradScaler.step`` is wrapped to count it);
+parameters sharded as DTensors (FSDP2, HSDP, tensor parallel) are fingerprinted on this rank's
+shard, which ``record.folder`` merges by placement (``record.placed``).
 
-The cadence (``count_calls``): per update, how many times since the optimizer's previous update
-the process ran a backward pass (the outermost ``torch.autograd.backward``, which
-``Tensor.backward`` calls), ``zero_grad`` (the optimizer's, or a module's), how many backward
-passes ran since the last ``zero_grad`` (those whose gradients reach the update), the gradient
-clipping of ``torch.nn.utils`` (with its ``max_norm`` / ``clip_value`` and the pre-clip norm
-its last call returned), ``GradScaler.update`` and the EMA's
-``AveragedModel.update_parameters`` (and timm's, diffusers', DeepSpeed's clipping once imported:
-``record.calls.IMPORTED``); and the optimizer state's own step counter. And the loss each
-update differentiated (``record.losses``), read with the clip's norm once per update, one
-transfer; no other tensor is read but on the updates that are fingerprinted anyway, where the
-EMA model is fingerprinted too (``record.ema``)."""
+The cadence (``count_calls``): per update, how many times since the optimizer's previous update the
+process ran a backward pass (the outermost ``torch.autograd.backward``, which ``Tensor.backward``
+calls), ``zero_grad`` (the optimizer's, or a module's), how many backward passes ran since the last
+``zero_grad`` (those whose gradients reach the update), the gradient clipping of ``torch.nn.utils``
+(with its ``max_norm`` / ``clip_value`` and the pre-clip norm its last call returned),
+``GradScaler.update`` and the EMA's ``AveragedModel.update_parameters`` (and timm's, diffusers',
+DeepSpeed's clipping once imported: ``record.calls.IMPORTED``); and the optimizer state's own step
+counter. And the loss each update differentiated (``record.losses``), read with the clip's norm
+once per update, one transfer; no other tensor is read but on the updates that are fingerprinted
+anyway, where the EMA model is fingerprinted too (``record.ema``)."""
 
 from __future__ import annotations
 
@@ -113,6 +111,7 @@ class ProcessRecorder:
         self.pending: dict[int, list[int]] = {}  # id(optimizer) → [scheduler steps, skipped]
         self.stepped: dict[int, int] = {}  # id(optimizer) → pre-hooks seen, for GradScaler
         self.name: str | None = None
+        self.later = bool(os.environ.get(roles.ENV_RESUMED))  # a resume's process: it runs free
         self.world = 1
         self.role = os.environ.get(roles.ENV_ROLE, "")
         self.exchange = Path(os.environ.get(roles.ENV_EXCHANGE, "") or ".")
@@ -145,6 +144,7 @@ class ProcessRecorder:
         for stem in (f"rank{rank}", f"rank{rank}-p{os.getpid()}"):
             try:
                 os.close(os.open(self.folder / f"{stem}.json", os.O_CREAT | os.O_EXCL))
+                self.later = self.later or "-p" in stem  # a later process of its rank
                 return stem
             except FileExistsError:
                 continue
@@ -222,7 +222,7 @@ class ProcessRecorder:
         if st.index == 0 and os.environ.get(roles.ENV_NUDGE):
             optimizers.nudge(params)
         if st.index != 0 or self.role not in (roles.REFERENCE, roles.CANDIDATE) \
-                or "-p" in str(self.name) or os.environ.get(roles.ENV_RESUMED):  # a later process
+                or self.later:
             return
         rank = int(self.name[4:].split("-")[0]) if self.name else 0
         born = getattr(st.optimizer, BORN, None)
@@ -268,14 +268,15 @@ class ProcessRecorder:
                 self.lockstep(f"lockstep at update {k}", side.after)(k, optimizer, params)
 
     def dense(self, st: _Optimizer) -> bool:
-        """Whether ``st`` is fingerprinted at every update: the first optimizer of either side
-        of a lockstep pair where lockstep is off (its parameters sharded, or stopped; the
-        reference's first updates too, before it can know), so that what lockstep did not judge
-        is judged free-running (``plan.judging``)."""
+        """Whether ``st`` (a lockstep pair's first optimizer) is fingerprinted at every update:
+        where lockstep is off (sharded, stopped, a resume's later process; the reference's
+        first updates, and all with ``roles.ENV_DENSE``): judged free-running there."""
         side = self.streamer if self.role == roles.REFERENCE else self.follower
-        early = self.role == roles.REFERENCE and st.recorder.step <= lockstep.DEPTH + 1
+        early = self.role == roles.REFERENCE and (st.recorder.step <= lockstep.DEPTH + 1
+                                                  or bool(os.environ.get(roles.ENV_DENSE)))
         return st.index == 0 and self.role in (roles.REFERENCE, roles.CANDIDATE) and (
-            st.sharded or early or side is not None and bool(side.off))
+            st.sharded or early or side is not None and bool(side.off)
+            or self.role == roles.CANDIDATE and self.later)
 
     def cadence(self, st: _Optimizer, synced: bool) -> dict[str, Any]:
         """The calls since ``st``'s previous update (``CALLS``, ``zero_grad``, ``reached``), the

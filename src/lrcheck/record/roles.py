@@ -24,6 +24,9 @@ ENV_NUDGE = "PYTHON_LRCHECK_RECORD_NUDGE"
 # Set for the resume command of ``lrcheck run --interrupt-at`` (``record.interrupt``): its
 # processes are later processes of their ranks, which run free, whatever their file names.
 ENV_RESUMED = "PYTHON_LRCHECK_RESUMED"
+# Set for the reference of an interrupted pair: it fingerprints every update, since its
+# candidate's resumed process runs free from a restore point nobody knows in advance.
+ENV_DENSE = "PYTHON_LRCHECK_DENSE"
 
 
 def ended(exchange: Path, side: str) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -126,15 +127,17 @@ def read_emas(reference: Path, candidate: Path, twin: Path | None = None
     return read_ema(reference), read_ema(candidate), None if twin is None else read_ema(twin)
 
 
-def read_facts(reference: Path, candidate: Path, twin: Path | None = None) -> RecordedFacts:
+def read_facts(reference: Path, candidate: Path, twin: Path | None = None,
+               boundaries: Sequence[Boundary] | None = None) -> RecordedFacts:
     """What the two record folders say beyond their Recorder lines (``RecordedFacts``; the
-    ``twin``'s record folder read as the reference is, against the candidate); empty for
-    Recorder files."""
+    ``twin``'s record folder read as the reference is, against the candidate; ``boundaries``:
+    where the candidate's later processes joined its timeline, read from its folder where not
+    given); empty for Recorder files."""
     if not (reference.is_dir() and candidate.is_dir()):
         return RecordedFacts()
     about = {side: description(path) for side, path in (("reference", reference),
                                                        ("candidate", candidate))}
-    judging, gaps = read_judging(candidate)
+    judging, gaps = read_judging(candidate, boundaries)
     first = [o for p in about["reference"].get("processes", []) for o in p.get("optimizers", [])
              if o.get("index") == 0]
     optimizer = str(first[0].get("class", "")).rsplit(".", 1)[-1] if first else ""
@@ -143,21 +146,35 @@ def read_facts(reference: Path, candidate: Path, twin: Path | None = None) -> Re
     for rank in range(1, int(about["candidate"].get("world_size") or 1)):
         path = candidate / LINES.format(rank=rank)
         if gaps is not None and path.exists():
-            others.append(StepGaps.from_lines(_json_lines(path), str(path)))
+            others.append(StepGaps.from_lines(_json_lines(path), str(path)).before(
+                resumed_at(boundaries)))
     return RecordedFacts(gaps, judging, _stochastic(about), optimizer, twin_trace, tuple(others),
-                         read_held(candidate))
+                         read_held(candidate), tuple(boundaries or ()))
 
 
-def read_judging(candidate: Path) -> tuple[RecordedJudging, StepGaps | None]:
+def resumed_at(boundaries: Sequence[Boundary] | None) -> int | None:
+    """The update where the first later process of a lockstep candidate joined its timeline
+    (a resume, which runs free); None where none did."""
+    return next((b.update for b in boundaries or () if b.lockstep), None)
+
+
+def read_judging(candidate: Path, boundaries: Sequence[Boundary] | None = None
+                 ) -> tuple[RecordedJudging, StepGaps | None]:
     """How the effects of a candidate's record folder are judged (``recorded_judging``), from
-    its rank 0's lockstep file, and that file's gaps (None: it judged no update in lockstep)."""
+    its rank 0's lockstep file and where a later process resumed it (``boundaries``, read from
+    the folder where not given), and that file's gaps of the updates lockstep judged (None: it
+    judged none)."""
     lines = candidate / LINES.format(rank=0)
     if not lines.exists():
         return recorded_judging(None, free="the runs were recorded one after the other, by "
                                            "lrcheck run --free or lrcheck record"), None
+    if boundaries is None:
+        boundaries = (read_folder(candidate).boundaries
+                      if any(candidate.glob("rank0-p*.jsonl")) else ())
+    resumed = resumed_at(boundaries)
     found = StepGaps.from_lines(_json_lines(lines), str(lines))
-    judging = recorded_judging(found.steps.tolist(), found.stopped)
-    return judging, None if judging.mode is Recorded.FREE else found
+    judging = recorded_judging(found.steps.tolist(), found.stopped, resumed=resumed)
+    return judging, None if judging.mode is Recorded.FREE else found.before(resumed)
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:

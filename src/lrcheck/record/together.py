@@ -45,7 +45,7 @@ from lrcheck.record.launch import (
     signal_command,
     stop_plan,
 )
-from lrcheck.record.roles import ENV_EXCHANGE, ENV_ROLE, ENV_SPARE, ended
+from lrcheck.record.roles import ENV_DENSE, ENV_EXCHANGE, ENV_ROLE, ENV_SPARE, ended
 from lrcheck.spec import RUN_STALL_S
 
 PREFIX = "lrcheck-lockstep-"
@@ -124,12 +124,15 @@ class _Side:
 def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples: int | None,
                     every: int, echo: TextIO | None = None,
                     timeout: float | None = RUN_STALL_S,
-                    deterministic: bool = False) -> dict[str, RecordedRun]:
+                    deterministic: bool = False, dense: bool = False
+                    ) -> dict[str, RecordedRun]:
     """Record ``commands`` (``{"reference": argv, "candidate": argv}``) side by side into
     ``out/<side>``, the candidate in lockstep with the reference; their ``RecordedRun``s. A
     command that fails or stalls is a ``RunError`` (the other stopped); Ctrl-C stops both,
     keeps their records and raises ``KeyboardInterrupt``. ``deterministic``: both with
-    ``--deterministic``'s settings (``record.launch.environment``)."""
+    ``--deterministic``'s settings (``record.launch.environment``); ``dense``: the reference
+    fingerprints every update (``roles.ENV_DENSE``: an interrupted candidate's resume runs
+    free)."""
     argvs = {side: check_command(command) for side, command in commands.items()}
     exchange, spare = _exchange(out)
     lock = threading.Lock()
@@ -143,6 +146,8 @@ def record_together(commands: Mapping[str, Sequence[str]], out: Path, *, samples
             env = environment(folder, samples, every, deterministic=deterministic)
             env[ENV_EXCHANGE], env[ENV_ROLE] = str(exchange), name
             env[ENV_SPARE] = "" if spare is None else str(spare)
+            if dense and name == "reference":
+                env[ENV_DENSE] = "1"
             sides[name] = _Side(name, argv, commands[name], folder, env, echo, lock)
         problem = _watch(sides, exchange, timeout)
     except KeyboardInterrupt as stop:
