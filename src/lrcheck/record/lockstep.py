@@ -223,8 +223,9 @@ class Follower:
                        "sizes": [p.numel() for p in params], "compute": compute}
         if sharded:
             self._write(self.header)
-            return self._stop("the candidate's parameters are sharded over its ranks (ZeRO or "
-                              "FSDP): no whole state to load", None)
+            return self._stop("the candidate's parameters are sharded over its ranks (ZeRO's "
+                              "partitions, or DTensors: FSDP, tensor parallel): no whole state "
+                              "to load", None)
         if not exchange.wait(info_path.exists, release, "the reference's first update", False):
             self._write(self.header)
             return self._stop("the reference ended before its first update", 0)
